@@ -1,0 +1,91 @@
+"""The one exception hierarchy of rocketspark.
+
+Every error the store, the data source or the command line raises on purpose
+derives from :class:`RocketSparkError`; callers catch a subclass to handle one
+kind of fault. ``retriable`` says whether the same call may succeed if repeated
+unchanged (a timeout may; a bad name never will).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RocketSparkError",
+    "ConfigError",
+    "InvalidNameError",
+    "UnknownTopicError",
+    "MessageTooLargeError",
+    "PropertiesTooLargeError",
+    "OffsetOutOfRangeError",
+    "StoreLockedError",
+    "StoreClosedError",
+    "CorruptRecordError",
+    "FlushTimeoutError",
+    "TransactionError",
+]
+
+
+class RocketSparkError(Exception):
+    """Root of every error rocketspark raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(RocketSparkError, ValueError):
+    """A configuration value or option is missing, mistyped or out of range."""
+
+
+class InvalidNameError(ConfigError):
+    """A topic or group name breaks RocketMQ's charset or length rules."""
+
+
+class UnknownTopicError(RocketSparkError, KeyError):
+    """The topic does not exist in the store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class MessageTooLargeError(RocketSparkError, ValueError):
+    """The encoded message is larger than maxMessageSize."""
+
+
+class PropertiesTooLargeError(MessageTooLargeError):
+    """The encoded properties are longer than 32767 bytes."""
+
+
+class OffsetOutOfRangeError(RocketSparkError, IndexError):
+    """A queue offset lies outside [min offset, max offset]."""
+
+
+class StoreLockedError(RocketSparkError):
+    """The store directory is held by a process that cannot share it."""
+
+    retriable = True
+
+
+class StoreClosedError(RocketSparkError):
+    """The store was used after close()."""
+
+
+class CorruptRecordError(RocketSparkError):
+    """Bytes on disk do not decode as the spec says; carries the file and offset."""
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None):
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+        self.file = file
+        self.offset = offset
+
+
+class FlushTimeoutError(RocketSparkError):
+    """SYNC_FLUSH could not force the data to disk in time (FLUSH_DISK_TIMEOUT)."""
+
+    retriable = True
+
+
+class TransactionError(RocketSparkError):
+    """A transactional half message cannot be committed or rolled back as asked."""

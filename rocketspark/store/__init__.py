@@ -1,0 +1,53 @@
+"""The embedded RocketMQ message store (no Spark inside).
+
+>>> from rocketspark.store import MessageStore, Message
+>>> with MessageStore.open("/tmp/store") as store:                # doctest: +SKIP
+...     store.create_topic("orders", queues=4)
+...     store.put(Message("orders", b"body", tags="created", keys=["o-1"]))
+
+Names are imported lazily so that a module such as ``message_codec`` can be
+used without loading the whole store.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Message": "rocketspark.store.message",
+    "MessageExt": "rocketspark.store.message",
+    "SysFlag": "rocketspark.store.message",
+    "MessageStore": "rocketspark.store.message_store",
+    "PullResult": "rocketspark.store.message_store",
+    "PullStatus": "rocketspark.store.message_store",
+    "PutResult": "rocketspark.store.message_store",
+    "PutStatus": "rocketspark.store.message_store",
+    "RecoveryReport": "rocketspark.store.message_store",
+    "TopicInfo": "rocketspark.store.message_store",
+    "MessageStoreConfig": "rocketspark.store.config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rocketspark.store.config import MessageStoreConfig
+    from rocketspark.store.message import Message, MessageExt, SysFlag
+    from rocketspark.store.message_store import (
+        MessageStore,
+        PullResult,
+        PullStatus,
+        PutResult,
+        PutStatus,
+        RecoveryReport,
+        TopicInfo,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketspark.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,240 @@
+"""The CommitLog: every message of every topic, appended to mapped segments.
+
+Records are encoded as ``message_codec`` describes. When a record (plus the
+8-byte minimum blank) does not fit in what is left of a segment, the writer
+puts ``[remaining:i32][BLANK_MAGIC_CODE:i32]`` there and starts the next
+segment with the record.
+
+Callers hold the store's write lock around :meth:`CommitLog.append`; readers
+never lock and only reach records through ConsumeQueue entries, which are
+written after the records they point to.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rocketspark.errors import CorruptRecordError, MessageTooLargeError
+from rocketspark.store.mapped_file import MappedFile, MappedFileQueue
+from rocketspark.store.message import MessageExt, SysFlag
+from rocketspark.store.message_codec import (
+    BLANK,
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADERS,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    RECORD_BLANK,
+    RECORD_END,
+    RECORD_INVALID,
+    INT,
+    LONG,
+    STORE_TIMESTAMP_OFFSET_V4,
+    SYS_FLAG_OFFSET,
+    HostAddress,
+    RecordCheck,
+    check_record,
+    decode_record,
+)
+
+
+@dataclass(slots=True)
+class PreparedRecord:
+    """A message encoded as far as it can be before the write lock is taken.
+
+    ``tail`` holds BODY, TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES: the
+    bytes after BODYLENGTH, which do not depend on the record's position.
+    """
+
+    topic: str
+    queue_id: int
+    body_len: int
+    tail: bytes
+    crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddress
+    reconsume_times: int
+    prepared_offset: int
+    magic: int
+    tags_code: int
+    uniq_key: str | None
+    keys: tuple[str, ...]
+    dispatch: bool  # goes into a ConsumeQueue (not a PREPARED / ROLLBACK record)
+    delay_ms: int = 0  # SCHEDULE_TOPIC_XXXX: tags code = store time + delay
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where a record landed."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+
+
+class CommitLog:
+    """The CommitLog of one store directory."""
+
+    def __init__(self, root: str, segment_size: int, store_host: HostAddress, *,
+                 writable: bool = True):
+        self.directory = os.path.join(root, "commitlog")
+        self.segment_size = segment_size
+        self.store_host = store_host
+        self.header = HEADERS[(False, store_host.is_v6)]
+        self.files = MappedFileQueue(self.directory, segment_size, writable=writable)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    def max_record_size(self) -> int:
+        return self.segment_size - END_FILE_MIN_BLANK_LENGTH
+
+    # -- writing -----------------------------------------------------------------
+
+    def append(self, start: int, records: Sequence[PreparedRecord], store_timestamp: int,
+               next_queue_offset: Callable[[str, int, int], int],
+               set_pending_end: Callable[[int], None]) -> tuple[list[Appended], int]:
+        """Write ``records`` from CommitLog offset ``start``; return placements and end.
+
+        ``next_queue_offset(topic, queue_id, count)`` reserves ``count`` queue
+        offsets and returns the first. ``set_pending_end`` is told the end of
+        the region before any byte of it is written.
+        """
+        seg_size = self.segment_size
+        pos = start
+        seg_start = pos - pos % seg_size
+        seg_end = seg_start + seg_size
+        chunk_start = pos
+        chunks: list[bytes] = []
+        writes: list[tuple[int, list[bytes]]] = []
+        placed: list[Appended] = []
+        store_ip = self.store_host.ip
+        store_port = self.store_host.port
+        headers = HEADERS
+        store_v6 = self.store_host.is_v6
+        blank = BLANK.pack
+        for r in records:
+            header = headers[(r.born_host.is_v6, store_v6)]
+            total = header.size + len(r.tail)
+            if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
+                if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
+                    raise MessageTooLargeError(
+                        f"a record of {total} bytes does not fit in a CommitLog segment of "
+                        f"{seg_size} bytes (mappedFileSizeCommitLog)")
+                chunks.append(blank(seg_end - pos, BLANK_MAGIC_CODE))
+                writes.append((chunk_start, chunks))
+                chunks = []
+                pos = chunk_start = seg_end
+                seg_end += seg_size
+            qo = next_queue_offset(r.topic, r.queue_id, 1) if r.dispatch else 0
+            chunks.append(header.pack(
+                total, r.magic, r.crc, r.queue_id, r.flag, qo, pos, r.sys_flag,
+                r.born_timestamp, r.born_host.ip, r.born_host.port, store_timestamp,
+                store_ip, store_port, r.reconsume_times, r.prepared_offset, r.body_len))
+            chunks.append(r.tail)
+            placed.append(Appended(pos, total, qo))
+            pos += total
+        if chunks:
+            writes.append((chunk_start, chunks))
+        set_pending_end(pos)
+        for at, parts in writes:
+            data = b"".join(parts)
+            f = self.files.get_or_create(at)
+            off = at - f.start_offset
+            f.mm[off:off + len(data)] = data
+        return placed, pos
+
+    def wipe(self, start: int, end: int) -> None:
+        """Zero [start, end): the leftovers of a writer that died mid-append."""
+        pos = start
+        while pos < end:
+            f = self.files.find(pos)
+            if f is None:
+                break
+            stop = min(end, f.end_offset)
+            f.mm[pos - f.start_offset:stop - f.start_offset] = bytes(stop - pos)
+            pos = stop
+
+    # -- reading -----------------------------------------------------------------
+
+    def segment(self, offset: int) -> MappedFile:
+        f = self.files.find(offset)
+        if f is None:
+            raise CorruptRecordError("no CommitLog segment holds this offset",
+                                     file=self.directory, offset=offset)
+        return f
+
+    def read(self, offset: int, *, verify_crc: bool = False) -> MessageExt:
+        """Decode the record at CommitLog ``offset``."""
+        f = self.segment(offset)
+        return decode_record(f.mm, offset - f.start_offset, file=f.path,
+                             base_offset=f.start_offset, verify_crc=verify_crc)
+
+    def store_timestamp(self, offset: int) -> int:
+        """Return STORETIMESTAMP of the record at ``offset`` without decoding it."""
+        f = self.segment(offset)
+        pos = offset - f.start_offset
+        sys_flag = INT.unpack_from(f.mm, pos + SYS_FLAG_OFFSET)[0]
+        at = pos + STORE_TIMESTAMP_OFFSET_V4 + (12 if sys_flag & SysFlag.BORNHOST_V6 else 0)
+        return LONG.unpack_from(f.mm, at)[0]
+
+    def scan(self, start: int, *, verify_crc: bool = True) -> Iterator[tuple[int, RecordCheck]]:
+        """Yield (offset, check) for each record from ``start`` until the data ends.
+
+        Stops after yielding the first RECORD_END or RECORD_INVALID check.
+        Blank fillers are followed to the next segment.
+        """
+        pos = start
+        while True:
+            f = self.files.find(pos)
+            if f is None:
+                yield pos, RecordCheck(RECORD_END)
+                return
+            check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
+            if check.size == RECORD_BLANK:
+                pos = f.end_offset
+                continue
+            yield pos, check
+            if check.size in (RECORD_END, RECORD_INVALID):
+                return
+            pos += check.size
+
+    def first_nonzero_tail(self, end: int, window: int) -> int:
+        """Return the end of non-zero garbage after ``end`` within its segment.
+
+        Garbage ends where ``window`` zero bytes in a row begin (or the segment ends).
+        """
+        f = self.files.find(end)
+        if f is None:
+            return end
+        data = np.frombuffer(f.mm, dtype=np.uint8)
+        pos = end - f.start_offset
+        last_nonzero = pos
+        step = 1 << 20
+        while pos < f.size:
+            chunk = data[pos:pos + step]
+            nz = np.flatnonzero(chunk)
+            if len(nz):
+                last_nonzero = pos + int(nz[-1]) + 1
+            elif pos - last_nonzero >= window:
+                break
+            pos += len(chunk)
+        del data
+        return f.start_offset + last_nonzero
+
+    def flush(self, start: int, end: int) -> None:
+        self.files.flush(start, end)
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def is_message_magic(magic: int) -> bool:
+    return magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)

@@ -1,0 +1,230 @@
+"""The ConsumeQueue: one per (topic, queueId), 20-byte entries, O(1) lookup.
+
+Entry grammar (big-endian)::
+
+    entry := COMMITLOG_OFFSET:i64 SIZE:i32 TAGS_CODE:i64
+
+Entry n (the logical queue offset) sits at byte n * 20 of the queue, whose
+files hold 300,000 entries each and are named by their first byte offset. An
+entry whose SIZE is 0 marks the end of what is written.
+
+Readers in other processes never lock: a writer copies a block of entries with
+SIZE zero first and then fills in the SIZE fields in ascending order, so a
+reader that sees a non-zero SIZE sees the whole entry and every one before it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+from rocketspark.errors import CorruptRecordError
+from rocketspark.store.mapped_file import MappedFileQueue
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_ENTRY = struct.Struct(
+    ">q"  # commit log offset
+    "i"  # record size
+    "q"  # tags code
+)
+SIZE_FIELD_OFFSET = 8
+CQ_ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert CQ_ENTRY_DTYPE.itemsize == CQ_STORE_UNIT_SIZE == CQ_ENTRY.size
+_SIZE = struct.Struct(">i")
+
+
+class ConsumeQueue:
+    """The logical queue of one (topic, queueId)."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, file_size: int, *,
+                 writable: bool = True):
+        if file_size % CQ_STORE_UNIT_SIZE:
+            raise CorruptRecordError(
+                f"mappedFileSizeConsumeQueue {file_size} is not a multiple of "
+                f"{CQ_STORE_UNIT_SIZE}")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.entries_per_file = file_size // CQ_STORE_UNIT_SIZE
+        self.files = MappedFileQueue(self.directory, file_size, writable=writable)
+        self._max = -1  # cached next logical offset; -1 until first looked up
+
+    # -- positions ---------------------------------------------------------------
+
+    def _size_at(self, n: int) -> int:
+        """Return the SIZE field of entry n, 0 when it lies past the mapped files."""
+        pos = n * CQ_STORE_UNIT_SIZE
+        f = self.files.find(pos, refresh=False)
+        if f is None:
+            return 0
+        return _SIZE.unpack_from(f.mm, pos - f.start_offset + SIZE_FIELD_OFFSET)[0]
+
+    def max_offset(self) -> int:
+        """Return the next logical offset to be written (entries below it exist)."""
+        n = self._max
+        if n < 0:
+            n = self._find_end()
+        else:
+            # Another process may have appended: step over what it wrote.
+            if self.files.find(n * CQ_STORE_UNIT_SIZE, refresh=True) is not None:
+                while self._size_at(n):
+                    n += 1
+        self._max = n
+        return n
+
+    def _find_end(self) -> int:
+        self.files.refresh()
+        last = self.files.last
+        if last is None:
+            return 0
+        base = last.start_offset // CQ_STORE_UNIT_SIZE
+        sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE,
+                              count=self.entries_per_file)["size"]
+        empty = np.flatnonzero(sizes == 0)
+        # Entries are written in order, so the first empty slot ends the queue.
+        end = base + (int(empty[0]) if len(empty) else self.entries_per_file)
+        while self._size_at(end):
+            end += 1
+        return end
+
+    def min_offset(self, commitlog_min: int = 0) -> int:
+        """Return the first logical offset still readable.
+
+        Entries whose record lies below ``commitlog_min`` (deleted CommitLog
+        segments) do not count.
+        """
+        self.files.refresh()
+        first = self.files.files[0] if self.files.files else None
+        if first is None:
+            return 0
+        base = first.start_offset // CQ_STORE_UNIT_SIZE
+        if commitlog_min <= 0:
+            return base
+        entries = np.frombuffer(first.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)
+        ok = np.flatnonzero((entries["offset"] >= commitlog_min) & (entries["size"] > 0))
+        return base + (int(ok[0]) if len(ok) else self.entries_per_file)
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Return up to ``count`` entries from logical offset ``start`` (a copy).
+
+        Stops at the first empty entry, so the result holds only written ones.
+        """
+        out = []
+        n = start
+        remaining = count
+        while remaining > 0:
+            pos = n * CQ_STORE_UNIT_SIZE
+            f = self.files.find(pos)
+            if f is None:
+                break
+            first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
+            take = min(remaining, self.entries_per_file - first)
+            block = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
+                                  offset=first * CQ_STORE_UNIT_SIZE).copy()
+            empty = np.flatnonzero(block["size"] == 0)
+            if len(empty):
+                out.append(block[: int(empty[0])])
+                break
+            out.append(block)
+            n += take
+            remaining -= take
+        if not out:
+            return np.empty(0, dtype=CQ_ENTRY_DTYPE)
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def entry(self, n: int) -> tuple[int, int, int] | None:
+        """Return (commit log offset, size, tags code) of entry n, or None if unwritten."""
+        pos = n * CQ_STORE_UNIT_SIZE
+        f = self.files.find(pos)
+        if f is None:
+            return None
+        off, size, tags = CQ_ENTRY.unpack_from(f.mm, pos - f.start_offset)
+        return (off, size, tags) if size else None
+
+    # -- writing (callers hold the store's write lock) -----------------------------
+
+    def put(self, start: int, offsets: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Write entries for logical offsets start, start+1, ...
+
+        The SIZE fields are written last and in ascending order so that
+        lock-free readers never see a half-written entry.
+        """
+        n = len(offsets)
+        block = np.empty(n, dtype=CQ_ENTRY_DTYPE)
+        block["offset"] = offsets
+        block["size"] = 0
+        block["tags"] = tags
+        sizes_be = np.asarray(sizes, dtype=">i4")
+        done = 0
+        while done < n:
+            logical = start + done
+            pos = logical * CQ_STORE_UNIT_SIZE
+            f = self.files.get_or_create(pos)
+            first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
+            take = min(n - done, self.entries_per_file - first)
+            view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
+                                 offset=first * CQ_STORE_UNIT_SIZE)
+            view[:] = block[done:done + take]
+            view["size"] = sizes_be[done:done + take]
+            del view
+            done += take
+        if self._max == start:
+            self._max = start + n
+        elif self._max >= 0:
+            self._max = max(self._max, start + n)
+
+    def truncate_from_phy(self, phy_end: int) -> int:
+        """Drop entries whose record does not end at or before ``phy_end``.
+
+        Returns the new max offset. Used by recovery after a torn CommitLog tail.
+        """
+        end = self._find_end()
+        n = end
+        while n > 0:
+            e = self.entry(n - 1)
+            if e is None or e[0] + e[1] <= phy_end:
+                break
+            n -= 1
+        if n < end:
+            self._zero(n, end)
+        self._max = n
+        return n
+
+    def truncate_to(self, n: int) -> None:
+        """Drop entries at logical offsets >= n."""
+        end = self._find_end()
+        if n < end:
+            self._zero(n, end)
+        self._max = min(end, n)
+
+    def _zero(self, first: int, end: int) -> None:
+        # Highest entries first so readers never see a gap below a written entry.
+        n = end
+        while n > first:
+            pos = (n - 1) * CQ_STORE_UNIT_SIZE
+            f = self.files.find(pos)
+            if f is None:
+                n -= 1
+                continue
+            lo = max(first * CQ_STORE_UNIT_SIZE, f.start_offset)
+            view = np.frombuffer(f.mm, dtype=np.uint8, count=pos + CQ_STORE_UNIT_SIZE - lo,
+                                 offset=lo - f.start_offset)
+            sizes = view.reshape(-1, CQ_STORE_UNIT_SIZE)[:, SIZE_FIELD_OFFSET:SIZE_FIELD_OFFSET + 4]
+            sizes[::-1] = 0
+            view[:] = 0
+            del view, sizes
+            n = lo // CQ_STORE_UNIT_SIZE
+        # Drop files wholly past the end.
+        self.files.delete_from(
+            -(-first * CQ_STORE_UNIT_SIZE // self.files.file_size) * self.files.file_size
+            if first else 1 << 62)
+
+    def flush(self, start: int, end: int) -> None:
+        self.files.flush(start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,207 @@
+"""Memory-mapped, preallocated segment files and the queue of them.
+
+A segment is named by the 20-digit offset of its first byte and preallocated
+to its full size with ``ftruncate`` (sparse: nothing is written). Several
+processes map the same files; a reader learns of a segment another process
+created with :meth:`MappedFileQueue.refresh`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+
+from rocketspark.errors import CorruptRecordError, StoreClosedError
+
+FILE_NAME_DIGITS = 20
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def segment_name(start_offset: int) -> str:
+    """Return the file name of the segment starting at ``start_offset``."""
+    return f"{start_offset:0{FILE_NAME_DIGITS}d}"
+
+
+class MappedFile:
+    """One segment: a file of fixed size mapped into memory."""
+
+    __slots__ = ("path", "start_offset", "size", "_fd", "mm", "writable")
+
+    def __init__(self, path: str, start_offset: int, size: int, *, create: bool, writable: bool):
+        self.path = path
+        self.start_offset = start_offset
+        self.size = size
+        self.writable = writable
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        fd = os.open(path, flags, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual < size:
+                if not writable:
+                    raise CorruptRecordError(
+                        f"segment is {actual} bytes, expected {size}", file=path)
+                os.ftruncate(fd, size)
+            elif actual > size:
+                raise CorruptRecordError(
+                    f"segment is {actual} bytes, larger than the configured size {size}; "
+                    "is mappedFileSize set as the store was written?", file=path)
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.mm = mmap.mmap(fd, size, access=access)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+    def flush(self, start: int = 0, end: int | None = None) -> None:
+        """Force bytes [start, end) of this segment (file positions) to disk."""
+        if end is None:
+            end = self.size
+        start -= start % PAGE_SIZE
+        if end > start:
+            self.mm.flush(start, end - start)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            self.mm.close()
+        except BufferError:
+            # A zero-copy view (an Arrow batch) still uses the mapping; the
+            # kernel unmaps it when that view is released.
+            pass
+        os.close(self._fd)
+        self._fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """The ordered segments of one directory (a CommitLog or one ConsumeQueue)."""
+
+    def __init__(self, directory: str, file_size: int, *, writable: bool = True):
+        self.directory = directory
+        self.file_size = file_size
+        self.writable = writable
+        self.files: list[MappedFile] = []
+        self._closed = False
+        self.refresh()
+
+    def _names_on_disk(self) -> list[int]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        starts = []
+        for name in names:
+            if len(name) == FILE_NAME_DIGITS and name.isdigit():
+                starts.append(int(name))
+        starts.sort()
+        return starts
+
+    def refresh(self) -> None:
+        """Map segments another process created (or drop ones it deleted)."""
+        if self._closed:
+            raise StoreClosedError(f"segment queue {self.directory} is closed")
+        starts = self._names_on_disk()
+        known = {f.start_offset: f for f in self.files}
+        files = []
+        for start in starts:
+            if start % self.file_size:
+                raise CorruptRecordError(
+                    f"segment name is not a multiple of the file size {self.file_size}",
+                    file=os.path.join(self.directory, segment_name(start)))
+            f = known.pop(start, None)
+            if f is None:
+                f = MappedFile(os.path.join(self.directory, segment_name(start)), start,
+                               self.file_size, create=False, writable=self.writable)
+            files.append(f)
+        for stale in known.values():
+            stale.close()
+        for a, b in zip(files, files[1:]):
+            if b.start_offset != a.end_offset:
+                raise CorruptRecordError(
+                    f"segments are not contiguous: {segment_name(a.start_offset)} is followed "
+                    f"by {segment_name(b.start_offset)}", file=self.directory)
+        self.files = files
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start_offset if self.files else 0
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int, *, refresh: bool = True) -> MappedFile | None:
+        """Return the segment holding ``offset``, mapping new ones if needed."""
+        files = self.files
+        if files:
+            first = files[0].start_offset
+            idx = (offset - first) // self.file_size
+            if 0 <= idx < len(files):
+                return files[idx]
+        if refresh and not self._closed:
+            self.refresh()
+            files = self.files
+            if files:
+                idx = (offset - files[0].start_offset) // self.file_size
+                if 0 <= idx < len(files):
+                    return files[idx]
+        return None
+
+    def get_or_create(self, offset: int) -> MappedFile:
+        """Return the segment holding ``offset``, creating it (and any before it)."""
+        f = self.find(offset)
+        if f is not None:
+            return f
+        os.makedirs(self.directory, exist_ok=True)
+        start = offset - offset % self.file_size
+        if self.files and start < self.files[0].start_offset:
+            raise CorruptRecordError(
+                f"offset {offset} lies before the first segment", file=self.directory)
+        first_new = self.files[-1].end_offset if self.files else start
+        for s in range(first_new, start + 1, self.file_size):
+            path = os.path.join(self.directory, segment_name(s))
+            self.files.append(MappedFile(path, s, self.file_size, create=True, writable=True))
+        return self.files[-1]
+
+    def segments_from(self, offset: int) -> Iterator[MappedFile]:
+        for f in self.files:
+            if f.end_offset > offset:
+                yield f
+
+    def delete_from(self, offset: int) -> None:
+        """Delete every segment that starts at or after ``offset``."""
+        keep = []
+        for f in self.files:
+            if f.start_offset >= offset:
+                f.destroy()
+            else:
+                keep.append(f)
+        self.files = keep
+
+    def flush(self, start: int, end: int) -> None:
+        """Force bytes [start, end) of the queue to disk."""
+        for f in self.files:
+            if f.end_offset <= start or f.start_offset >= end:
+                continue
+            f.flush(max(start, f.start_offset) - f.start_offset,
+                    min(end, f.end_offset) - f.start_offset)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []
+        self._closed = True

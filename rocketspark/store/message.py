@@ -1,0 +1,254 @@
+"""Messages as a producer hands them in and as the store hands them out.
+
+Property names, system flags and the tag hash follow Apache RocketMQ's
+``MessageConst``, ``MessageSysFlag`` and ``String.hashCode`` exactly, since they
+end up in the on-disk bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from rocketspark.errors import ConfigError
+
+# --- MessageConst property names ------------------------------------------------
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# Properties the store itself sets; a producer passes them through ``tags`` /
+# ``keys`` / ``delay_level`` instead.
+RESERVED_PROPERTIES = frozenset(
+    {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY_TIME_LEVEL}
+)
+
+# --- well-known system topics (TopicValidator) -----------------------------------
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TRANS_OP_REMOVE_TAG = "d"
+
+
+class SysFlag(enum.IntFlag):
+    """MessageSysFlag bits as stored in the record's SYSFLAG field."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_PREPARED = 0x4
+    TRANSACTION_COMMIT = 0x8
+    TRANSACTION_ROLLBACK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+
+
+TRANSACTION_TYPE_MASK = 0xC
+COMPRESSION_TYPE_MASK = 0x700  # bits 8-10
+
+
+class CompressionType(enum.IntEnum):
+    """Compression type in SYSFLAG bits 8-10 (when COMPRESSED is set)."""
+
+    LZ4 = 1
+    ZSTD = 2
+    ZLIB = 3
+
+
+def transaction_type(sys_flag: int) -> int:
+    """Return the transaction bits (0, PREPARED, COMMIT or ROLLBACK) of ``sys_flag``."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+@lru_cache(maxsize=65536)
+def java_string_hash(s: str) -> int:
+    """Return Java's ``String.hashCode()`` of ``s`` as a signed 32-bit int.
+
+    Java hashes UTF-16 code units, so characters outside the BMP count twice
+    (their surrogate pair).
+    """
+    h = 0
+    if s.isascii():
+        for ch in s.encode("ascii"):
+            h = (31 * h + ch) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """Return the ConsumeQueue tags code of ``tags``: its Java hashCode, 0 when absent."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def retry_topic(group: str) -> str:
+    """Return the retry topic name of a consumer group."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """Return the dead-letter topic name of a consumer group."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def _check_property_text(kind: str, text: str) -> None:
+    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        raise ConfigError(
+            f"message property {kind} {text!r} contains a \\x01 or \\x02 separator character"
+        )
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message to put: what a RocketMQ producer sends.
+
+    ``keys`` may be one string (several keys separated by spaces, as RocketMQ
+    stores them) or an iterable of strings. ``properties`` are user
+    properties; ``tags``, ``keys`` and ``delay_level`` go into the system
+    properties TAGS, KEYS and DELAY. ``queue_id`` pins the queue;
+    ``sharding_key`` picks one by hash (same key, same queue); otherwise the
+    store picks round-robin.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+    delay_level: int = 0
+    queue_id: int | None = None
+    sharding_key: str | None = None
+    born_timestamp: int | None = None
+    reconsume_times: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.body, str):
+            object.__setattr__(self, "body", self.body.encode("utf-8"))
+        elif not isinstance(self.body, bytes):
+            object.__setattr__(self, "body", bytes(self.body))
+        keys: Any = self.keys
+        if isinstance(keys, str):
+            keys = tuple(k for k in keys.split(KEY_SEPARATOR) if k)
+        elif not isinstance(keys, tuple):
+            keys = tuple(keys)
+        for k in keys:
+            if not isinstance(k, str) or not k or KEY_SEPARATOR in k:
+                raise ConfigError(f"message key {k!r} must be a non-empty string without spaces")
+            _check_property_text("key", k)
+        object.__setattr__(self, "keys", keys)
+        if self.tags is not None:
+            _check_property_text("tags", self.tags)
+        if self.properties:
+            props = dict(self.properties)
+            for name, value in props.items():
+                if not isinstance(name, str) or not isinstance(value, str):
+                    raise ConfigError(
+                        f"message property {name!r}: names and values must be strings"
+                    )
+                if not name:
+                    raise ConfigError("message property names must not be empty")
+                _check_property_text("name", name)
+                _check_property_text("value", value)
+            object.__setattr__(self, "properties", MappingProxyType(props))
+        if not 0 <= self.delay_level:
+            raise ConfigError(f"delay_level must be >= 0, got {self.delay_level}")
+
+    def all_properties(self) -> dict[str, str]:
+        """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
+        if self.delay_level:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        return props
+
+
+@dataclass(frozen=True, slots=True)
+class MessageExt:
+    """A stored message with every field of its CommitLog record."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    body: bytes
+    properties: Mapping[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    flag: int
+    body_crc: int
+    store_size: int
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
+
+
+def normalise_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
+    """Return keys as a tuple, splitting a space-separated string."""
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        return tuple(k for k in keys.split(KEY_SEPARATOR) if k)
+    return tuple(keys)

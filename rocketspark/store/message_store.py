@@ -1,0 +1,980 @@
+"""The MessageStore facade: put, pull, offsets, retry and dead letters, recovery.
+
+It ties the CommitLog, the ConsumeQueues, the IndexFiles, the checkpoint and
+the config/ JSON files of one store directory together, and lets several
+processes open the same directory at once (see ``store_state``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from rocketspark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    FlushTimeoutError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+    StoreLockedError,
+    UnknownTopicError,
+)
+from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.commit_log import Appended, CommitLog, PreparedRecord
+from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
+from rocketspark.store.consume_queue import ConsumeQueue
+from rocketspark.store.index_file import IndexService
+from rocketspark.store.message import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SysFlag,
+    Message,
+    MessageExt,
+    dlq_topic,
+    java_string_hash,
+    retry_topic,
+    tags_code,
+    transaction_type,
+)
+from rocketspark.store.message_codec import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    RECORD_INVALID,
+    SHORT,
+    V1_MAX_TOPIC_LENGTH,
+    HostAddress,
+    RecordCheck,
+    UniqueIdGenerator,
+    body_crc,
+    check_sizes,
+    encode_properties,
+    message_id,
+)
+from rocketspark.store.metadata import (
+    ConsumerOffsetTable,
+    DelayOffsetTable,
+    SubscriptionGroupTable,
+    TopicConfigTable,
+)
+from rocketspark.store.store_state import (
+    ABORT_FILE,
+    STATE_FORMAT_VERSION,
+    StoreLock,
+    StoreState,
+    WriteLock,
+)
+
+log = logging.getLogger(__name__)
+
+DLQ_NUMS_PER_GROUP = 1
+RETRY_NUMS_PER_GROUP = 1
+# Entries read from a ConsumeQueue per pull when a tag filter skips many (RocketMQ reads
+# up to 16000 bytes of ConsumeQueue, i.e. 800 entries).
+MAX_FILTER_SCAN = 800
+Clock = Callable[[], int]
+
+
+def system_clock() -> int:
+    """Return the wall clock in milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus, as far as an embedded store can reach it."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PullStatus(enum.Enum):
+    """The client-side PullStatus."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """Where a put message landed."""
+
+    status: PutStatus
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    msg_id: str
+    uniq_key: str
+    store_timestamp: int
+    store_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """What a pull found; ``next_offset`` is the offset to pull from next."""
+
+    status: PullStatus
+    messages: list[MessageExt]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+
+
+class SubscriptionExpression:
+    """A tag expression: ``*`` (or empty) for all, or ``TagA || TagB``."""
+
+    __slots__ = ("text", "tags", "codes")
+
+    def __init__(self, text: str | None):
+        self.text = (text or "*").strip()
+        if self.text in ("", "*"):
+            self.tags: frozenset[str] | None = None
+            self.codes: frozenset[int] = frozenset()
+            return
+        tags = [t.strip() for t in self.text.split("||")]
+        tags = [t for t in tags if t]
+        if not tags:
+            raise ConfigError(f"tag expression {text!r} names no tag; use '*' for all")
+        self.tags = frozenset(tags)
+        self.codes = frozenset(java_string_hash(t) for t in tags)
+
+    @property
+    def matches_all(self) -> bool:
+        return self.tags is None
+
+    def matches_code(self, code: int) -> bool:
+        return self.tags is None or code in self.codes
+
+    def matches_tags(self, tags: str | None) -> bool:
+        return self.tags is None or (tags is not None and tags in self.tags)
+
+
+class MessageStore:
+    """A RocketMQ message store in one directory, shared by any number of processes."""
+
+    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock):
+        self.config = config
+        self.root = os.path.abspath(config.store_path_root_dir)
+        self.clock = clock
+        self._closed = True
+        os.makedirs(self.root, exist_ok=True)
+        self._lock = StoreLock(self.root)
+        first = self._lock.acquire()
+        try:
+            self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
+            self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
+            self.state = StoreState(self.root)
+            if not first and self.state.format_version not in (None, STATE_FORMAT_VERSION):
+                raise StoreLockedError(
+                    f"store {self.root} is open in a process using state format "
+                    f"{self.state.format_version}; this rocketspark uses {STATE_FORMAT_VERSION}")
+            if first and self.state.valid and self.state.format_version > STATE_FORMAT_VERSION:
+                raise StoreLockedError(
+                    f"store {self.root} was written by a newer rocketspark (state format "
+                    f"{self.state.format_version} > {STATE_FORMAT_VERSION})")
+            self.commit_log = CommitLog(self.root, config.mapped_file_size_commit_log,
+                                        self.store_host)
+            self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+            self.index = IndexService(os.path.join(self.root, "index"),
+                                      hash_slot_num=config.max_hash_slot_num,
+                                      index_num=config.max_index_num)
+            config_dir = os.path.join(self.root, "config")
+            self.topics = TopicConfigTable(config_dir)
+            self.offsets = ConsumerOffsetTable(config_dir)
+            self.groups = SubscriptionGroupTable(config_dir)
+            self.delay_offsets = DelayOffsetTable(config_dir)
+            self._write_lock = WriteLock(self.root)
+            self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+            self._queues_guard = threading.Lock()
+            self._qo: dict[tuple[str, int], int] = {}
+            self._dirty_queues: dict[tuple[str, int], int] = {}
+            self._known_commit_pos = -1
+            self._round_robin: dict[str, int] = {}
+            self._ids = UniqueIdGenerator(self.store_host.ip if not self.store_host.is_v6
+                                          else b"\x7f\x00\x00\x01")
+            self._arrivals = threading.Condition()
+            self._flush_lock = threading.Lock()
+            self._delay_ms = config.delay_levels_ms()
+            self.recovery_report: RecoveryReport | None = None
+            if first:
+                self.recovery_report = self._recover()
+                self._lock.downgrade()
+            self._closed = False
+            self._flusher: _Flusher | None = None
+            if config.flush_disk_type == "ASYNC_FLUSH":
+                self._flusher = _Flusher(self, config.flush_interval_commit_log / 1000.0)
+                self._flusher.start()
+        except BaseException:
+            self._lock.release()
+            self._lock.release_final()
+            raise
+
+    # -- opening and closing -------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *, config_file: str | None = None,
+             clock: Clock = system_clock, **overrides: object) -> MessageStore:
+        """Open (creating if needed) the store at ``path``.
+
+        ``overrides`` are broker.conf properties, in RocketMQ's camelCase or in
+        snake_case (``flushDiskType="SYNC_FLUSH"``, ``mapped_file_size_commit_log=...``).
+        Without ``path`` the storePathRootDir of ``config_file`` (default
+        conf/broker.conf, if present) is used.
+        """
+        if path is not None:
+            overrides["store_path_root_dir"] = os.fspath(path)
+        config = MessageStoreConfig.load(config_file, **overrides)
+        return cls(config, clock=clock)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.root} is closed")
+
+    def close(self) -> None:
+        """Flush and close; the last process to close shuts the store down cleanly."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.stop()
+        try:
+            self.flush()
+            last = self._lock.release()
+            if last:
+                try:
+                    self.state.flush()
+                    self.checkpoint.flush()
+                    abort = os.path.join(self.root, ABORT_FILE)
+                    if os.path.exists(abort):
+                        os.unlink(abort)
+                finally:
+                    self._lock.release_final()
+        finally:
+            for q in self._queues.values():
+                q.close()
+            self.commit_log.close()
+            self.index.close()
+            self.checkpoint.close()
+            self.state.close()
+            self._write_lock.close()
+
+    # -- topics ----------------------------------------------------------------------
+
+    def create_topic(self, topic: str, queues: int | None = None, *, order: bool = False,
+                     perm: int = 6) -> TopicInfo:
+        """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
+
+        Creating an existing topic with the same queue count is a no-op; a
+        different count changes it (queues are never removed from disk).
+        """
+        self._check_open()
+        validate_topic(topic)
+        n = self.config.default_topic_queue_nums if queues is None else queues
+        if not isinstance(n, int) or n <= 0 or n > 1024:
+            raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
+        self.topics.create(topic, n, n, perm=perm, order=order)
+        return self.topic(topic)
+
+    def topic(self, topic: str) -> TopicInfo:
+        """Return the configuration of ``topic``; raise UnknownTopicError if absent."""
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
+        return TopicInfo(cfg["topicName"], int(cfg["readQueueNums"]),
+                         int(cfg["writeQueueNums"]), int(cfg.get("perm", 6)),
+                         bool(cfg.get("order", False)))
+
+    def has_topic(self, topic: str) -> bool:
+        return self.topics.get(topic) is not None
+
+    def list_topics(self) -> list[TopicInfo]:
+        """Return every topic, sorted by name."""
+        return [self.topic(name) for name in sorted(self.topics.names())]
+
+    def _ensure_system_topic(self, topic: str, queues: int) -> None:
+        if self.topics.get(topic) is None:
+            self.topics.create(topic, queues, queues, perm=6, order=False)
+
+    # -- queues ----------------------------------------------------------------------
+
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            with self._queues_guard:
+                q = self._queues.get(key)
+                if q is None:
+                    q = ConsumeQueue(self.root, topic, queue_id,
+                                     self.config.mapped_file_size_consume_queue)
+                    self._queues[key] = q
+        return q
+
+    def _existing_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        info = self.topic(topic)
+        if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
+            raise OffsetOutOfRangeError(
+                f"queue {queue_id} of topic {topic!r} does not exist "
+                f"(the topic has {info.read_queue_nums} queues)")
+        return self._cq(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Return the next offset to be written in the queue (its message count so far)."""
+        self._check_open()
+        return self._existing_cq(topic, queue_id).max_offset()
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Return the first offset still readable in the queue."""
+        self._check_open()
+        return self._existing_cq(topic, queue_id).min_offset(self.commit_log.min_offset)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Return the first offset whose store timestamp is >= ``timestamp_ms``.
+
+        Returns the max offset when every message is older, the min offset
+        when every message is newer.
+        """
+        self._check_open()
+        cq = self._existing_cq(topic, queue_id)
+        lo = cq.min_offset(self.commit_log.min_offset)
+        hi = cq.max_offset()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is None:
+                hi = mid
+                continue
+            if self.commit_log.store_timestamp(e[0]) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- put -------------------------------------------------------------------------
+
+    def put(self, message: Message) -> PutResult:
+        """Store one message; returns once it is in the page cache (or on disk, SYNC_FLUSH)."""
+        return self.put_batch((message,))[0]
+
+    def put_batch(self, messages: Sequence[Message] | Iterable[Message]) -> list[PutResult]:
+        """Store several messages under one lock and one flush; all or none are validated."""
+        self._check_open()
+        messages = list(messages)
+        if not messages:
+            return []
+        now = self.clock()
+        ids = self._ids.next_ids(len(messages), now)
+        prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
+        return self._append(prepared, now)
+
+    def _select_queue(self, msg: Message, write_queues: int) -> int:
+        if msg.queue_id is not None:
+            if not 0 <= msg.queue_id < write_queues:
+                raise OffsetOutOfRangeError(
+                    f"queue_id {msg.queue_id} is out of range for topic {msg.topic!r} "
+                    f"with {write_queues} write queues")
+            return msg.queue_id
+        if msg.sharding_key is not None:
+            # SelectMessageQueueByHash: hashCode % n, made non-negative.
+            return abs(java_string_hash(msg.sharding_key) % write_queues
+                       if java_string_hash(msg.sharding_key) >= 0
+                       else -(-java_string_hash(msg.sharding_key) % write_queues))
+        n = self._round_robin.get(msg.topic, -1) + 1
+        self._round_robin[msg.topic] = n
+        return n % write_queues
+
+    def _prepare(self, msg: Message, now: int, uniq: str, *, sys_flag: int = 0,
+                 prepared_offset: int = 0, check_topic: bool = True) -> PreparedRecord:
+        topic = msg.topic
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            if check_topic and not self.config.auto_create_topic_enable:
+                raise UnknownTopicError(
+                    f"topic {topic!r} does not exist in store {self.root}; create it first "
+                    "(MessageStore.create_topic or `rocketspark topic create`)")
+            validate_topic(topic)
+            self.topics.create(topic, self.config.default_topic_queue_nums,
+                               self.config.default_topic_queue_nums, perm=6, order=False)
+            cfg = self.topics.get(topic)
+        queue_id = self._select_queue(msg, int(cfg["writeQueueNums"]))
+        props = msg.all_properties()
+        props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
+        delay_ms = 0
+        if msg.delay_level > 0 and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
+            level = min(msg.delay_level, len(self._delay_ms))
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            props[PROPERTY_REAL_TOPIC] = topic
+            props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            topic = SCHEDULE_TOPIC
+            queue_id = level - 1
+            delay_ms = self._delay_ms[level - 1]
+            self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
+        return self._prepare_raw(topic, queue_id, msg.body, props, now, sys_flag=sys_flag,
+                                 flag=msg.flag, born_timestamp=msg.born_timestamp or now,
+                                 reconsume_times=msg.reconsume_times,
+                                 prepared_offset=prepared_offset, delay_ms=delay_ms)
+
+    def _prepare_raw(self, topic: str, queue_id: int, body: bytes, props: dict[str, str],
+                     now: int, *, sys_flag: int = 0, flag: int = 0, born_timestamp: int = 0,
+                     born_host: HostAddress | None = None, reconsume_times: int = 0,
+                     prepared_offset: int = 0, delay_ms: int = 0) -> PreparedRecord:
+        props_bytes = encode_properties(props)
+        check_sizes(topic, len(body), len(props_bytes), self.config.max_message_size)
+        topic_bytes = topic.encode("utf-8")
+        v2 = len(topic_bytes) > V1_MAX_TOPIC_LENGTH
+        topic_part = (SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),)))
+        tail = b"".join((body, topic_part, topic_bytes, SHORT.pack(len(props_bytes)),
+                         props_bytes))
+        born = born_host or self.born_host
+        sys_flag &= ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+        if born.is_v6:
+            sys_flag |= SysFlag.BORNHOST_V6
+        if self.store_host.is_v6:
+            sys_flag |= SysFlag.STOREHOST_V6
+        tran = transaction_type(sys_flag)
+        keys_raw = props.get("KEYS")
+        return PreparedRecord(
+            topic=topic, queue_id=queue_id, body_len=len(body), tail=tail,
+            crc=zlib.crc32(body) & 0x7FFFFFFF, flag=flag, sys_flag=sys_flag,
+            born_timestamp=born_timestamp or now, born_host=born,
+            reconsume_times=reconsume_times, prepared_offset=prepared_offset,
+            magic=MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+            tags_code=tags_code(props.get(PROPERTY_TAGS)),
+            uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            keys=tuple(k for k in keys_raw.split(" ") if k) if keys_raw else (),
+            dispatch=tran in (0, SysFlag.TRANSACTION_COMMIT),
+            delay_ms=delay_ms,
+        )
+
+    def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
+        state = self.state
+        with self._write_lock:
+            self._sync_with_writers()
+            start = state.commit_pos
+            store_ts = max(now, self.clock())
+
+            def set_pending(end: int) -> None:
+                state.pending_end = end
+
+            placed, end = self.commit_log.append(start, prepared, store_ts,
+                                                 self._reserve_queue_offsets, set_pending)
+            state.commit_pos = end
+            self._dispatch(prepared, placed, store_ts)
+            state.dispatched_pos = end
+            state.write_seq = state.write_seq + 1
+            self._known_commit_pos = end
+        with self._arrivals:
+            self._arrivals.notify_all()
+        status = PutStatus.PUT_OK
+        if self.config.flush_disk_type == "SYNC_FLUSH":
+            if not self._flush_commit_log(end, self.config.sync_flush_timeout / 1000.0):
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        host = self.store_host
+        return [
+            PutResult(status, r.topic, r.queue_id, a.queue_offset, a.physical_offset,
+                      message_id(host, a.physical_offset), r.uniq_key or "", store_ts, a.size)
+            for r, a in zip(prepared, placed)
+        ]
+
+    def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
+        key = (topic, queue_id)
+        n = self._qo.get(key)
+        if n is None:
+            n = self._cq(topic, queue_id).max_offset()
+        self._qo[key] = n + count
+        return n
+
+    def _sync_with_writers(self) -> None:
+        """Catch up with what other processes wrote (call holding the write lock)."""
+        state = self.state
+        commit = state.commit_pos
+        if commit == self._known_commit_pos and state.pending_end <= commit:
+            return
+        self._qo.clear()
+        if state.pending_end > commit:
+            # A writer died mid-append: its bytes past COMMIT_POS were never acknowledged.
+            log.warning("store %s: wiping an unfinished append at CommitLog [%d, %d)",
+                        self.root, commit, state.pending_end)
+            self.commit_log.wipe(commit, state.pending_end)
+            state.pending_end = commit
+        if state.dispatched_pos < commit:
+            self._redispatch(state.dispatched_pos, commit)
+            state.dispatched_pos = commit
+        self._known_commit_pos = commit
+
+    def _dispatch(self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended],
+                  store_ts: int) -> None:
+        groups: dict[tuple[str, int], tuple[int, list[int], list[int], list[int]]] = {}
+        index_topics: list[str] = []
+        index_uniq: list[str | None] = []
+        index_keys: list[tuple[str, ...]] = []
+        index_phy: list[int] = []
+        for r, a in zip(prepared, placed):
+            if r.dispatch:
+                key = (r.topic, r.queue_id)
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = (a.queue_offset, [], [], [])
+                g[1].append(a.physical_offset)
+                g[2].append(a.size)
+                g[3].append(store_ts + r.delay_ms if r.delay_ms else r.tags_code)
+            if transaction_type(r.sys_flag) != SysFlag.TRANSACTION_ROLLBACK and (
+                    r.uniq_key or r.keys):
+                index_topics.append(r.topic)
+                index_uniq.append(r.uniq_key)
+                index_keys.append(r.keys)
+                index_phy.append(a.physical_offset)
+        dirty = self._dirty_queues
+        for key, (first, offs, sizes, tags) in groups.items():
+            self._cq(*key).put(first, offs, sizes, tags)
+            if key not in dirty:
+                dirty[key] = first
+        if index_phy:
+            self.index.build_index_batch(index_topics, index_uniq, index_keys, index_phy,
+                                         [store_ts] * len(index_phy))
+
+    def _redispatch(self, start: int, end: int | None, *, index_from: int | None = None,
+                    progress: Callable[[int], None] | None = None) -> tuple[int, str]:
+        """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end).
+
+        With ``end`` None, goes on until the data ends (recovery) and returns
+        where the last valid record ends and why the scan stopped.
+        """
+        scan_from = start if index_from is None else min(start, index_from)
+        pos = scan_from
+        reason = ""
+        for pos, check in self.commit_log.scan(scan_from, verify_crc=True):
+            if end is not None and pos >= end:
+                break
+            if check.size <= 0:
+                if check.size == RECORD_INVALID:
+                    reason = check.reason
+                break
+            if progress is not None:
+                progress(pos)
+            self._dispatch_check(pos, check, cq=pos >= start)
+        else:  # pragma: no cover - scan always ends with an END/INVALID check
+            pass
+        return pos, reason
+
+    def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True) -> None:
+        tran = transaction_type(check.sys_flag)
+        if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
+            q = self._cq(check.topic, check.queue_id)
+            have = q.max_offset()
+            if check.queue_offset >= have:
+                if check.queue_offset > have:
+                    log.warning("ConsumeQueue %s/%d: gap before offset %d (had %d)",
+                                check.topic, check.queue_id, check.queue_offset, have)
+                if check.topic == SCHEDULE_TOPIC:
+                    level = int((check.properties or {}).get(PROPERTY_DELAY_TIME_LEVEL, "1"))
+                    level = min(max(level, 1), len(self._delay_ms))
+                    code = check.store_timestamp + self._delay_ms[level - 1]
+                else:
+                    code = tags_code(check.tags)
+                q.put(check.queue_offset, [pos], [check.size], [code])
+                self._dirty_queues.setdefault((check.topic, check.queue_id), check.queue_offset)
+        if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
+            keys = tuple(k for k in (check.keys or "").split(" ") if k)
+            self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
+                                         [check.store_timestamp])
+
+    # -- flushing ----------------------------------------------------------------------
+
+    def _flush_commit_log(self, end: int, timeout: float) -> bool:
+        """Group commit: force the CommitLog up to at least ``end``; False on timeout."""
+        state = self.state
+        deadline = time.monotonic() + timeout
+        if not self._flush_lock.acquire(timeout=timeout):
+            return False
+        try:
+            synced = state.synced_pos
+            if synced >= end:
+                return True
+            upto = state.commit_pos  # one fsync covers every put committed so far
+            self.commit_log.flush(synced, upto)
+            if upto > state.synced_pos:
+                state.synced_pos = upto
+            return time.monotonic() <= deadline
+        finally:
+            self._flush_lock.release()
+
+    def flush(self) -> None:
+        """Force the CommitLog, the ConsumeQueues, the index and the checkpoint to disk."""
+        state = self.state
+        with self._flush_lock:
+            end = state.commit_pos
+            start = state.flushed_pos
+            if end <= start:
+                return
+            self.commit_log.flush(min(start, state.synced_pos), end)
+            dirty, self._dirty_queues = self._dirty_queues, {}
+            for (topic, qid), first in dirty.items():
+                q = self._queues.get((topic, qid))
+                if q is not None:
+                    q.flush(first, q.max_offset())
+            self.index.flush()
+            now = self.clock()
+            self.checkpoint.update(physic=now, logics=now, index=now)
+            self.checkpoint.flush()
+            if end > state.synced_pos:
+                state.synced_pos = end
+            if end > state.flushed_pos:
+                state.flushed_pos = end
+
+    # -- pull ----------------------------------------------------------------------
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+             expression: str | None = "*", timeout_ms: int = 0) -> PullResult:
+        """Read up to ``max_msgs`` messages of one queue from ``offset``.
+
+        ``expression`` filters by tag (``*`` or ``TagA || TagB``). With
+        ``timeout_ms`` > 0 a pull that finds nothing new waits that long for a
+        put to the queue (long polling). Messages that do not match leave gaps
+        in the offsets; ``next_offset`` steps over them.
+        """
+        self._check_open()
+        if max_msgs <= 0:
+            raise ConfigError(f"max_msgs must be positive, got {max_msgs}")
+        sub = SubscriptionExpression(expression)
+        cq = self._existing_cq(topic, queue_id)
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            result = self._pull_once(cq, offset, max_msgs, sub)
+            if result.status is not PullStatus.NO_NEW_MSG or timeout_ms <= 0:
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return result
+            self._wait_for_arrival(cq, offset, remaining)
+
+    def _wait_for_arrival(self, cq: ConsumeQueue, offset: int, remaining: float) -> None:
+        # Same-process puts notify the condition at once; puts from other processes
+        # bump WRITE_SEQ, which we check every millisecond.
+        seq = self.state.write_seq
+        end = time.monotonic() + remaining
+        with self._arrivals:
+            while True:
+                if cq.max_offset() > offset:
+                    return
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                self._arrivals.wait(min(left, 0.001))
+                if self.state.write_seq != seq:
+                    seq = self.state.write_seq
+
+    def _pull_once(self, cq: ConsumeQueue, offset: int, max_msgs: int,
+                   sub: SubscriptionExpression) -> PullResult:
+        lo = cq.min_offset(self.commit_log.min_offset)
+        hi = cq.max_offset()
+        if offset == hi:
+            return PullResult(PullStatus.NO_NEW_MSG, [], offset, lo, hi)
+        if offset < lo or offset > hi:
+            return PullResult(PullStatus.OFFSET_ILLEGAL, [], lo if offset < lo else hi, lo, hi)
+        scan = max_msgs if sub.matches_all else max(max_msgs, MAX_FILTER_SCAN)
+        entries = cq.read(offset, scan)
+        messages: list[MessageExt] = []
+        read = self.commit_log.read
+        n = 0
+        for phy, _size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
+                                    entries["tags"].tolist()):
+            n += 1
+            if not sub.matches_code(code):
+                continue
+            msg = read(phy)
+            if not sub.matches_tags(msg.tags):
+                continue
+            messages.append(msg)
+            if len(messages) >= max_msgs:
+                break
+        status = PullStatus.FOUND if messages else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, messages, offset + n, lo, hi)
+
+    def get_message(self, commitlog_offset: int) -> MessageExt:
+        """Return the message stored at ``commitlog_offset``."""
+        self._check_open()
+        if not 0 <= commitlog_offset < self.state.commit_pos:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})")
+        return self.commit_log.read(commitlog_offset, verify_crc=True)
+
+    # -- consumer groups -------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that ``group`` will next consume ``offset`` of the queue."""
+        self._check_open()
+        validate_group(group)
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"offset to commit must be >= 0, got {offset}")
+        self._existing_cq(topic, queue_id)
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """Return the group's next offset for the queue, or None if it never committed."""
+        self._check_open()
+        return self.offsets.query(group, topic, queue_id)
+
+    def lag(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
+        """Return, per (topic, queue), how many messages the group has yet to consume.
+
+        Queues the group never committed count from their min offset.
+        """
+        self._check_open()
+        topics = [topic] if topic is not None else sorted(
+            {t for t, _ in self.offsets.offsets_of_group(group)} if isinstance(
+                self.offsets.offsets_of_group(group), dict) else set())
+        out: dict[tuple[str, int], int] = {}
+        for t in topics:
+            info = self.topic(t)
+            for q in range(info.read_queue_nums):
+                hi = self.max_offset(t, q)
+                done = self.committed_offset(group, t, q)
+                if done is None:
+                    done = self.min_offset(t, q)
+                out[(t, q)] = max(0, hi - done)
+        return out
+
+    # -- retry and dead letters --------------------------------------------------------
+
+    def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
+                  max_reconsume_times: int | None = None) -> PutResult:
+        """Send a message the group failed to consume to %RETRY%group or %DLQ%group.
+
+        With ``delay_level`` 0 the retry waits level 3 + reconsumeTimes; once
+        the message was reconsumed ``max_reconsume_times`` times (the group's
+        retryMaxTimes, 16 by default) or ``delay_level`` is negative, it goes to
+        the dead-letter topic instead.
+        """
+        self._check_open()
+        validate_group(group)
+        self.groups.get_or_create(group)
+        max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
+                     else max_reconsume_times)
+        props = dict(message.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
+        props.pop(PROPERTY_REAL_TOPIC, None)
+        props.pop(PROPERTY_REAL_QUEUE_ID, None)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        delay_ms = 0
+        if message.reconsume_times >= max_times or delay_level < 0:
+            topic = dlq_topic(group)
+            self._ensure_system_topic(topic, DLQ_NUMS_PER_GROUP)
+            queue_id = 0
+        else:
+            topic = retry_topic(group)
+            self._ensure_system_topic(topic, RETRY_NUMS_PER_GROUP)
+            queue_id = 0
+            level = delay_level or 3 + message.reconsume_times
+            level = min(level, len(self._delay_ms))
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            props[PROPERTY_REAL_TOPIC] = topic
+            props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            delay_ms = self._delay_ms[level - 1]
+            topic, queue_id = SCHEDULE_TOPIC, level - 1
+            self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
+        now = self.clock()
+        born = _parse_host(message.born_host)
+        rec = self._prepare_raw(topic, queue_id, message.body, props, now,
+                                sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
+                                flag=message.flag, born_timestamp=message.born_timestamp,
+                                born_host=born, reconsume_times=message.reconsume_times + 1,
+                                delay_ms=delay_ms)
+        return self._append([rec], now)[0]
+
+    # -- queries ---------------------------------------------------------------------
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int | None = None,
+                     max_num: int = 64) -> list[MessageExt]:
+        """Return messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, newest first."""
+        self._check_open()
+        self.topic(topic)
+        self.index.refresh()
+        hi = end_ms if end_ms is not None else (1 << 63) - 1
+        found: list[MessageExt] = []
+        for phy in self.index.query(topic, key, max_num * 4, begin_ms, hi):
+            if phy >= self.state.commit_pos:
+                continue
+            msg = self.commit_log.read(phy)
+            if msg.topic != topic:
+                continue
+            if key not in msg.keys and msg.uniq_key != key:
+                continue
+            if not begin_ms <= msg.store_timestamp <= hi:
+                continue
+            found.append(msg)
+            if len(found) >= max_num:
+                break
+        found.sort(key=lambda m: m.commitlog_offset, reverse=True)
+        return found
+
+    # -- recovery --------------------------------------------------------------------
+
+    def _recover(self) -> RecoveryReport:
+        """Bring the store to a consistent state (first opener only, lock held exclusively)."""
+        state = self.state
+        abort_path = os.path.join(self.root, ABORT_FILE)
+        abnormal = os.path.exists(abort_path)
+        report = RecoveryReport(abnormal_exit=abnormal)
+        if not state.valid:
+            # A store without our state file (new, or written by a RocketMQ broker).
+            state.initialise()
+            start = self._safe_scan_start(abnormal)
+            state.flushed_pos = state.synced_pos = start
+            state.commit_pos = state.dispatched_pos = state.pending_end = start
+            needs_scan = bool(self.commit_log.files.files)
+        else:
+            needs_scan = (abnormal or state.pending_end > state.commit_pos
+                          or state.dispatched_pos < state.commit_pos)
+        if not needs_scan:
+            report.commit_end = state.commit_pos  # clean shutdown: nothing to re-read
+        else:
+            start = min(state.flushed_pos, state.dispatched_pos, state.commit_pos)
+            report.scanned_from = start
+            end, reason = self._redispatch(start, None)
+            report.commit_end = end
+            report.reason = reason
+            garbage_end = max(state.pending_end,
+                              self.commit_log.first_nonzero_tail(
+                                  end, self.config.max_message_size + 65536))
+            if garbage_end > end:
+                report.discarded_bytes = garbage_end - end
+                self.commit_log.wipe(end, garbage_end)
+            seg = self.config.mapped_file_size_commit_log
+            self.commit_log.files.delete_from(end - end % seg + seg)
+            report.truncated_queue_entries = self._truncate_queues(end)
+            rebuild = self.index.truncate(end)
+            if rebuild is not None and rebuild < end:
+                self._redispatch(end, None, index_from=rebuild)
+            state.commit_pos = state.dispatched_pos = state.pending_end = end
+            state.flushed_pos = min(state.flushed_pos, end)
+            state.synced_pos = min(state.synced_pos, end)
+        with open(abort_path, "wb"):
+            pass
+        self._known_commit_pos = -1
+        return report
+
+    def _is_empty(self) -> bool:
+        return not self.commit_log.files.files
+
+    def _safe_scan_start(self, abnormal: bool) -> int:
+        """Where to start scanning a store without our state file (e.g. a RocketMQ broker's)."""
+        files = self.commit_log.files.files
+        if not files:
+            return 0
+        if not abnormal:
+            return files[max(0, len(files) - 3)].start_offset
+        safe = self.checkpoint.min_timestamp
+        for f in reversed(files):
+            try:
+                first_ts = self.commit_log.store_timestamp(f.start_offset)
+            except CorruptRecordError:
+                continue
+            if safe and first_ts <= safe:
+                return f.start_offset
+        return files[0].start_offset
+
+    def _truncate_queues(self, end: int) -> int:
+        dropped = 0
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return 0
+        for topic in os.listdir(base):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in os.listdir(tdir):
+                if not qid.isdigit():
+                    continue
+                q = self._cq(topic, int(qid))
+                before = q.max_offset()
+                after = q.truncate_from_phy(end)
+                dropped += before - after
+        return dropped
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the store found and repaired."""
+
+    abnormal_exit: bool
+    scanned_from: int | None = None
+    commit_end: int = 0
+    reason: str = ""
+    discarded_bytes: int = 0
+    truncated_queue_entries: int = 0
+
+
+def _parse_host(text: str) -> HostAddress:
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    return HostAddress.parse(host, int(port))
+
+
+class _Flusher(threading.Thread):
+    """ASYNC_FLUSH: force dirty pages every flushIntervalCommitLog ms."""
+
+    def __init__(self, store: MessageStore, interval: float):
+        super().__init__(name=f"rocketspark-flush-{os.path.basename(store.root)}", daemon=True)
+        self.store = store
+        self.interval = interval
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            try:
+                self.store.flush()
+            except Exception:  # keep flushing; the next put or close will report
+                log.exception("background flush of %s failed", self.store.root)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=10)
+
+
+__all__ = [
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "PullResult",
+    "PullStatus",
+    "RecoveryReport",
+    "SubscriptionExpression",
+    "TopicInfo",
+    "FlushTimeoutError",
+    "body_crc",
+    "DLQ_GROUP_TOPIC_PREFIX",
+    "RETRY_GROUP_TOPIC_PREFIX",
+]

@@ -1,0 +1,242 @@
+"""What lets several processes open one store: the lock file and the shared state.
+
+``<root>/lock`` is RocketMQ's lock file. A RocketMQ broker holds an exclusive
+POSIX lock on its first byte while it runs; every rocketspark process holds a
+*shared* lock there, so a broker and rocketspark never open a store at once,
+while any number of rocketspark processes (a Spark driver and its workers) do.
+The first process to open takes the lock exclusively, recovers the store, then
+downgrades to shared; the last to close upgrades again and shuts down cleanly.
+
+``<root>/rocketspark.state`` (4 KiB, ours, ignored by RocketMQ) is mapped by
+every process and says where the CommitLog's committed data ends::
+
+    state := MAGIC:8 "RSPKSTAT" FORMAT_VERSION:i32 RESERVED:i32
+             COMMIT_POS:i64      end of committed records: the next write goes here
+             PENDING_END:i64     end of the region a writer is filling (> COMMIT_POS while it writes)
+             DISPATCHED_POS:i64  ConsumeQueues and index are built up to here
+             FLUSHED_POS:i64     CommitLog, ConsumeQueues and index are on disk up to here
+             WRITE_SEQ:i64       incremented by every commit (wakes long polls in other processes)
+             SYNCED_POS:i64      the CommitLog alone is on disk up to here (SYNC_FLUSH group commit)
+
+Appends are serialised by ``flock`` on ``<root>/rocketspark.write.lock``. A
+writer that dies holding it leaves PENDING_END > COMMIT_POS; the next writer
+wipes that region before writing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import threading
+import time
+
+from rocketspark.errors import StoreLockedError
+
+STATE_FILE = "rocketspark.state"
+WRITE_LOCK_FILE = "rocketspark.write.lock"
+LOCK_FILE = "lock"
+ABORT_FILE = "abort"
+STATE_MAGIC = b"RSPKSTAT"
+STATE_FORMAT_VERSION = 1
+STATE_SIZE = 4096
+STATE_HEADER = struct.Struct(">8sii")
+_I64 = struct.Struct(">q")
+COMMIT_POS_OFFSET = STATE_HEADER.size
+PENDING_END_OFFSET = COMMIT_POS_OFFSET + 8
+DISPATCHED_POS_OFFSET = PENDING_END_OFFSET + 8
+FLUSHED_POS_OFFSET = DISPATCHED_POS_OFFSET + 8
+WRITE_SEQ_OFFSET = FLUSHED_POS_OFFSET + 8
+SYNCED_POS_OFFSET = WRITE_SEQ_OFFSET + 8
+
+OPEN_WAIT_SECONDS = 120.0
+
+
+class StoreState:
+    """The mapped state file shared by every process that has the store open."""
+
+    def __init__(self, root: str):
+        self.path = os.path.join(root, STATE_FILE)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.existed = os.fstat(fd).st_size >= STATE_SIZE
+            if not self.existed:
+                os.ftruncate(fd, STATE_SIZE)
+            self._mm = mmap.mmap(fd, STATE_SIZE)
+        finally:
+            os.close(fd)
+        magic, version, _ = STATE_HEADER.unpack_from(self._mm, 0)
+        self.valid = magic == STATE_MAGIC
+        self.format_version = version if self.valid else None
+
+    def initialise(self) -> None:
+        """Stamp the header (first opener only)."""
+        STATE_HEADER.pack_into(self._mm, 0, STATE_MAGIC, STATE_FORMAT_VERSION, 0)
+        self.valid = True
+        self.format_version = STATE_FORMAT_VERSION
+
+    def _get(self, off: int) -> int:
+        return _I64.unpack_from(self._mm, off)[0]
+
+    def _set(self, off: int, value: int) -> None:
+        _I64.pack_into(self._mm, off, value)
+
+    commit_pos = property(lambda s: s._get(COMMIT_POS_OFFSET),
+                          lambda s, v: s._set(COMMIT_POS_OFFSET, v))
+    pending_end = property(lambda s: s._get(PENDING_END_OFFSET),
+                           lambda s, v: s._set(PENDING_END_OFFSET, v))
+    dispatched_pos = property(lambda s: s._get(DISPATCHED_POS_OFFSET),
+                              lambda s, v: s._set(DISPATCHED_POS_OFFSET, v))
+    flushed_pos = property(lambda s: s._get(FLUSHED_POS_OFFSET),
+                           lambda s, v: s._set(FLUSHED_POS_OFFSET, v))
+    write_seq = property(lambda s: s._get(WRITE_SEQ_OFFSET),
+                         lambda s, v: s._set(WRITE_SEQ_OFFSET, v))
+    synced_pos = property(lambda s: s._get(SYNCED_POS_OFFSET),
+                          lambda s, v: s._set(SYNCED_POS_OFFSET, v))
+
+    def flush(self) -> None:
+        self._mm.flush()
+
+    def close(self) -> None:
+        self._mm.close()
+
+
+class _ProcessLock:
+    """The POSIX lock on ``<root>/lock`` held once per process, shared by instances.
+
+    POSIX locks belong to the process and vanish when *any* descriptor of the
+    file is closed, so each process keeps exactly one descriptor per store.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.refs = 0
+        self.mode = 0
+
+
+_process_locks: dict[str, _ProcessLock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _lockf(fd: int, mode: int) -> bool:
+    try:
+        fcntl.lockf(fd, mode | fcntl.LOCK_NB, 1, 0)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+class StoreLock:
+    """This instance's hold on the store directory (see the module docstring)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self._key = os.path.realpath(root)
+        self._held = False
+        self.first = False
+
+    def acquire(self, timeout: float = OPEN_WAIT_SECONDS) -> bool:
+        """Take the store; return True when this is the first opener (must recover).
+
+        The first opener keeps the lock exclusive until :meth:`downgrade`.
+        """
+        with _process_locks_guard:
+            pl = _process_locks.get(self._key)
+            if pl is None:
+                pl = _ProcessLock(os.path.join(self.root, LOCK_FILE))
+                _process_locks[self._key] = pl
+            if pl.refs > 0:
+                pl.refs += 1
+                self._held = True
+                self.first = False
+                return False
+            deadline = time.monotonic() + timeout
+            while True:
+                if _lockf(pl.fd, fcntl.LOCK_EX):
+                    pl.refs, pl.mode = 1, fcntl.LOCK_EX
+                    self._held = True
+                    self.first = True
+                    return True
+                if _lockf(pl.fd, fcntl.LOCK_SH):
+                    pl.refs, pl.mode = 1, fcntl.LOCK_SH
+                    self._held = True
+                    self.first = False
+                    return False
+                if time.monotonic() > deadline:
+                    raise StoreLockedError(
+                        f"store {self.root} is locked exclusively by another program "
+                        f"(a RocketMQ broker, or a rocketspark process recovering it) "
+                        f"for more than {timeout:.0f}s")
+                time.sleep(0.01)
+
+    def downgrade(self) -> None:
+        pl = _process_locks[self._key]
+        if pl.mode == fcntl.LOCK_EX:
+            fcntl.lockf(pl.fd, fcntl.LOCK_SH, 1, 0)
+            pl.mode = fcntl.LOCK_SH
+
+    def release(self) -> bool:
+        """Let go; return True when this was the last holder anywhere (shut down cleanly).
+
+        When True, the lock is held exclusively until :meth:`release_final`.
+        """
+        if not self._held:
+            return False
+        self._held = False
+        with _process_locks_guard:
+            pl = _process_locks[self._key]
+            pl.refs -= 1
+            if pl.refs > 0:
+                return False
+            if _lockf(pl.fd, fcntl.LOCK_EX):
+                pl.mode = fcntl.LOCK_EX
+                return True
+            self._drop(pl)
+            return False
+
+    def release_final(self) -> None:
+        with _process_locks_guard:
+            pl = _process_locks.get(self._key)
+            if pl is not None and pl.refs == 0:
+                self._drop(pl)
+
+    def _drop(self, pl: _ProcessLock) -> None:
+        try:
+            fcntl.lockf(pl.fd, fcntl.LOCK_UN, 1, 0)
+        finally:
+            os.close(pl.fd)
+            del _process_locks[self._key]
+
+
+class WriteLock:
+    """The inter-process append lock (flock) plus a thread lock for this instance."""
+
+    def __init__(self, root: str):
+        self.path = os.path.join(root, WRITE_LOCK_FILE)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._thread_lock = threading.Lock()
+
+    def __enter__(self) -> WriteLock:
+        self._thread_lock.acquire()
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
