@@ -7,6 +7,7 @@ processes open the same directory at once (see ``store_state``).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import os
@@ -15,6 +16,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from rocketspark.errors import (
     ConfigError,
@@ -41,6 +45,7 @@ from rocketspark.store.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    TRANS_HALF_TOPIC,
     SysFlag,
     Message,
     MessageExt,
@@ -70,8 +75,11 @@ from rocketspark.store.metadata import (
     SubscriptionGroupTable,
     TopicConfigTable,
 )
+from rocketspark.store.schedule import ScheduleService
+from rocketspark.store.transaction import TransactionService
 from rocketspark.store.store_state import (
     ABORT_FILE,
+    FLUSH_LOCK_FILE,
     STATE_FORMAT_VERSION,
     StoreLock,
     StoreState,
@@ -217,9 +225,11 @@ class MessageStore:
             self._ids = UniqueIdGenerator(self.store_host.ip if not self.store_host.is_v6
                                           else b"\x7f\x00\x00\x01")
             self._arrivals = threading.Condition()
-            self._flush_lock = threading.Lock()
+            self._flush_lock = WriteLock(self.root, FLUSH_LOCK_FILE)
             self._delay_ms = config.delay_levels_ms()
             self.recovery_report: RecoveryReport | None = None
+            self._schedule = ScheduleService(self)
+            self._transactions = TransactionService(self)
             if first:
                 self.recovery_report = self._recover()
                 self._lock.downgrade()
@@ -287,6 +297,7 @@ class MessageStore:
             self.checkpoint.close()
             self.state.close()
             self._write_lock.close()
+            self._flush_lock.close()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -476,34 +487,45 @@ class MessageStore:
         )
 
     def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
-        state = self.state
         with self._write_lock:
             self._sync_with_writers()
-            start = state.commit_pos
-            store_ts = max(now, self.clock())
+            results = self._append_locked(prepared, now)
+        return self._after_append(results)
 
-            def set_pending(end: int) -> None:
-                state.pending_end = end
+    def _append_locked(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
+        """Append and dispatch ``prepared`` (the caller holds the write lock and synced)."""
+        state = self.state
+        start = state.commit_pos
+        store_ts = max(now, self.clock())
 
-            placed, end = self.commit_log.append(start, prepared, store_ts,
-                                                 self._reserve_queue_offsets, set_pending)
-            state.commit_pos = end
-            self._dispatch(prepared, placed, store_ts)
-            state.dispatched_pos = end
-            state.write_seq = state.write_seq + 1
-            self._known_commit_pos = end
-        with self._arrivals:
-            self._arrivals.notify_all()
-        status = PutStatus.PUT_OK
-        if self.config.flush_disk_type == "SYNC_FLUSH":
-            if not self._flush_commit_log(end, self.config.sync_flush_timeout / 1000.0):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
+        def set_pending(end: int) -> None:
+            state.pending_end = end
+
+        placed, end = self.commit_log.append(start, prepared, store_ts,
+                                             self._reserve_queue_offsets, set_pending)
+        state.commit_pos = end
+        self._dispatch(prepared, placed, store_ts)
+        state.dispatched_pos = end
+        state.write_seq = state.write_seq + 1
+        self._known_commit_pos = end
         host = self.store_host
         return [
-            PutResult(status, r.topic, r.queue_id, a.queue_offset, a.physical_offset,
+            PutResult(PutStatus.PUT_OK, r.topic, r.queue_id, a.queue_offset, a.physical_offset,
                       message_id(host, a.physical_offset), r.uniq_key or "", store_ts, a.size)
             for r, a in zip(prepared, placed)
         ]
+
+    def _after_append(self, results: list[PutResult]) -> list[PutResult]:
+        """Wake long polls and, under SYNC_FLUSH, wait for the group commit."""
+        with self._arrivals:
+            self._arrivals.notify_all()
+        if results and self.config.flush_disk_type == "SYNC_FLUSH":
+            last = results[-1]
+            end = last.commitlog_offset + last.store_size
+            if not self._flush_commit_log(end, self.config.sync_flush_timeout / 1000.0):
+                results = [dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT)
+                           for r in results]
+        return results
 
     def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
         key = (topic, queue_id)
@@ -613,12 +635,14 @@ class MessageStore:
     def _flush_commit_log(self, end: int, timeout: float) -> bool:
         """Group commit: force the CommitLog up to at least ``end``; False on timeout."""
         state = self.state
+        if state.synced_pos >= end:
+            return True
         deadline = time.monotonic() + timeout
         if not self._flush_lock.acquire(timeout=timeout):
             return False
         try:
             synced = state.synced_pos
-            if synced >= end:
+            if synced >= end:  # a flush by another thread or process covered us
                 return True
             upto = state.commit_pos  # one fsync covers every put committed so far
             self.commit_log.flush(synced, upto)
@@ -720,6 +744,39 @@ class MessageStore:
         status = PullStatus.FOUND if messages else PullStatus.NO_MATCHED_MSG
         return PullResult(status, messages, offset + n, lo, hi)
 
+    def read_batches(self, topic: str, queue_id: int, start: int, end: int | None = None,
+                     expression: str | None = "*", *,
+                     broker_name: str | None = None) -> tuple[list[Any], int]:
+        """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
+
+        Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
+        to read next. ``end`` None or past the max offset reads to the max.
+        Raises OffsetOutOfRangeError when ``start`` is below the min offset.
+        """
+        from rocketspark.store import record_batch
+
+        self._check_open()
+        sub = SubscriptionExpression(expression)
+        cq = self._existing_cq(topic, queue_id)
+        lo = cq.min_offset(self.commit_log.min_offset)
+        hi = cq.max_offset()
+        if start < lo or start > hi:
+            raise OffsetOutOfRangeError(
+                f"offset {start} of {topic}/{queue_id} is outside [{lo}, {hi}]")
+        stop = hi if end is None else min(end, hi)
+        if stop <= start:
+            return [], start
+        entries = cq.read(start, stop - start)
+        next_offset = start + len(entries)
+        if not sub.matches_all:
+            entries = entries[np.isin(entries["tags"], np.fromiter(sub.codes, dtype=np.int64))]
+        batches = record_batch.records_to_batches(
+            self.commit_log, topic, broker_name or self.config.broker_name,
+            entries["offset"], entries["size"])
+        if not sub.matches_all:
+            batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
+        return batches, next_offset
+
     def get_message(self, commitlog_offset: int) -> MessageExt:
         """Return the message stored at ``commitlog_offset``."""
         self._check_open()
@@ -812,6 +869,56 @@ class MessageStore:
                                 born_host=born, reconsume_times=message.reconsume_times + 1,
                                 delay_ms=delay_ms)
         return self._append([rec], now)[0]
+
+    # -- delay levels ---------------------------------------------------------------
+
+    def run_schedule(self, now_ms: int | None = None) -> int:
+        """Deliver every delayed message that is due; return how many were delivered.
+
+        Idempotent and crash-safe; any process that has the store open may run it.
+        """
+        self._check_open()
+        return self._schedule.run(now_ms)
+
+    # -- transactions ---------------------------------------------------------------
+
+    def prepare(self, message: Message, *, producer_group: str = "rocketspark",
+                properties: dict[str, str] | None = None) -> PutResult:
+        """Store a transactional half message, invisible to consumers until committed.
+
+        ``result.queue_offset`` identifies it for :meth:`commit_transaction` /
+        :meth:`rollback_transaction`.
+        """
+        return self.prepare_batch([message], producer_group=producer_group,
+                                  properties=properties)[0]
+
+    def prepare_batch(self, messages: Sequence[Message], *, producer_group: str = "rocketspark",
+                      properties: dict[str, str] | None = None) -> list[PutResult]:
+        """Store several half messages under one lock."""
+        validate_group(producer_group)
+        return self._transactions.prepare(list(messages), producer_group=producer_group,
+                                          extra_properties=properties)
+
+    def commit_transaction(self, half: PutResult | int | Iterable[PutResult | int]
+                           ) -> list[PutResult]:
+        """Make half messages visible in their real topics (idempotent)."""
+        return self._transactions.end(_half_offsets(half), True)
+
+    def rollback_transaction(self, half: PutResult | int | Iterable[PutResult | int]) -> None:
+        """Discard half messages (idempotent)."""
+        self._transactions.end(_half_offsets(half), False)
+
+    def transaction_status(self, half: PutResult | int) -> str:
+        """Return "open", "committed", "rolled_back" or "resolved"."""
+        (offset,) = _half_offsets(half)
+        return self._transactions.status(offset)
+
+    def check_transactions(self, callback: Callable[[MessageExt], object], *,
+                           now_ms: int | None = None, timeout_ms: int | None = None
+                           ) -> dict[str, int]:
+        """Resolve half messages open longer than transactionTimeOut through ``callback``."""
+        self._check_open()
+        return self._transactions.check(callback, now_ms=now_ms, timeout_ms=timeout_ms)
 
     # -- queries ---------------------------------------------------------------------
 
@@ -934,6 +1041,20 @@ class RecoveryReport:
     reason: str = ""
     discarded_bytes: int = 0
     truncated_queue_entries: int = 0
+
+
+def _half_offsets(half: object) -> list[int]:
+    if isinstance(half, (PutResult, int)):
+        half = [half]
+    out = []
+    for h in half:  # type: ignore[attr-defined]
+        if isinstance(h, PutResult):
+            if h.topic != TRANS_HALF_TOPIC:
+                raise ConfigError(f"{h.msg_id} is not a half message (topic {h.topic!r})")
+            out.append(h.queue_offset)
+        else:
+            out.append(int(h))
+    return out
 
 
 def _parse_host(text: str) -> HostAddress:

@@ -17,6 +17,8 @@ every process and says where the CommitLog's committed data ends::
              FLUSHED_POS:i64     CommitLog, ConsumeQueues and index are on disk up to here
              WRITE_SEQ:i64       incremented by every commit (wakes long polls in other processes)
              SYNCED_POS:i64      the CommitLog alone is on disk up to here (SYNC_FLUSH group commit)
+             INTENT:4 x i64      a schedule step about to deliver [FROM, TO) of a delay level,
+                                 its put starting at COMMIT_BEFORE; zero when none is under way
 
 Appends are serialised by ``flock`` on ``<root>/rocketspark.write.lock``. A
 writer that dies holding it leaves PENDING_END > COMMIT_POS; the next writer
@@ -37,6 +39,7 @@ from rocketspark.errors import StoreLockedError
 
 STATE_FILE = "rocketspark.state"
 WRITE_LOCK_FILE = "rocketspark.write.lock"
+FLUSH_LOCK_FILE = "rocketspark.flush.lock"
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"
 STATE_MAGIC = b"RSPKSTAT"
@@ -50,6 +53,8 @@ DISPATCHED_POS_OFFSET = PENDING_END_OFFSET + 8
 FLUSHED_POS_OFFSET = DISPATCHED_POS_OFFSET + 8
 WRITE_SEQ_OFFSET = FLUSHED_POS_OFFSET + 8
 SYNCED_POS_OFFSET = WRITE_SEQ_OFFSET + 8
+INTENT_OFFSET = SYNCED_POS_OFFSET + 8
+INTENT = struct.Struct(">qqqq")  # kind/level, from, to, CommitLog position before the put
 
 OPEN_WAIT_SECONDS = 120.0
 
@@ -95,6 +100,15 @@ class StoreState:
                          lambda s, v: s._set(WRITE_SEQ_OFFSET, v))
     synced_pos = property(lambda s: s._get(SYNCED_POS_OFFSET),
                           lambda s, v: s._set(SYNCED_POS_OFFSET, v))
+
+    def intent(self) -> tuple[int, int, int, int]:
+        return INTENT.unpack_from(self._mm, INTENT_OFFSET)
+
+    def set_intent(self, level: int, start: int, end: int, commit_before: int) -> None:
+        INTENT.pack_into(self._mm, INTENT_OFFSET, level, start, end, commit_before)
+
+    def clear_intent(self) -> None:
+        INTENT.pack_into(self._mm, INTENT_OFFSET, 0, 0, 0, 0)
 
     def flush(self) -> None:
         self._mm.flush()
@@ -214,21 +228,45 @@ class StoreLock:
 
 
 class WriteLock:
-    """The inter-process append lock (flock) plus a thread lock for this instance."""
+    """An inter-process lock (flock on a file of its own) plus a thread lock.
 
-    def __init__(self, root: str):
-        self.path = os.path.join(root, WRITE_LOCK_FILE)
+    ``<root>/rocketspark.write.lock`` serialises appends; ``<root>/rocketspark.flush.lock``
+    lets one SYNC_FLUSH fsync cover the puts of every waiting process (group commit).
+    """
+
+    def __init__(self, root: str, name: str = WRITE_LOCK_FILE):
+        self.path = os.path.join(root, name)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._thread_lock = threading.Lock()
 
     def __enter__(self) -> WriteLock:
-        self._thread_lock.acquire()
+        self.acquire()
+        return self
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Take the lock; with ``timeout`` (seconds) give up and return False after it."""
+        if not self._thread_lock.acquire(timeout=-1 if timeout is None else timeout):
+            return False
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if timeout is None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                return True
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        self._thread_lock.release()
+                        return False
+                    time.sleep(0.0002)
         except BaseException:
             self._thread_lock.release()
             raise
-        return self
+
+    def release(self) -> None:
+        self.__exit__()
 
     def __exit__(self, *exc: object) -> None:
         try:

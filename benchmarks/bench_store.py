@@ -1,0 +1,171 @@
+"""Store benchmark: the figures issue 2 asks for, measured on this machine.
+
+    ./dev bench                 # or: python benchmarks/bench_store.py [--quick]
+
+Each figure is the median of several runs in this one process tree, 100-byte
+bodies, a fresh store in a temporary directory per scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+
+from rocketspark.store import Message, MessageStore
+
+BODY = b"x" * 100
+
+
+def _fresh(**overrides):
+    path = tempfile.mkdtemp(prefix="rs-bench-")
+    store = MessageStore.open(path, **overrides)
+    store.create_topic("bench", queues=4)
+    return path, store
+
+
+def bench_put_batch(n: int, batch: int) -> float:
+    path, store = _fresh()
+    msgs = [Message("bench", BODY) for _ in range(batch)]
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n // batch):
+            store.put_batch(msgs)
+        return (n // batch) * batch / (time.perf_counter() - t0)
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def bench_put_single(n: int) -> float:
+    path, store = _fresh()
+    msg = Message("bench", BODY)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            store.put(msg)
+        return n / (time.perf_counter() - t0)
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _sync_producer(path: str, n: int, start: mp.Event, done: mp.Queue) -> None:
+    with MessageStore.open(path, flushDiskType="SYNC_FLUSH") as store:
+        msg = Message("bench", BODY)
+        start.wait()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            store.put(msg)
+        done.put((t0, time.perf_counter()))
+
+
+def bench_sync_flush(producers: int, n_each: int) -> float:
+    path, store = _fresh(flushDiskType="SYNC_FLUSH")
+    ctx = mp.get_context("spawn")
+    start, done = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_sync_producer, args=(path, n_each, start, done))
+             for _ in range(producers)]
+    try:
+        for p in procs:
+            p.start()
+        time.sleep(1.0)  # let every producer open the store
+        start.set()
+        spans = [done.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join()
+        t0 = min(s for s, _ in spans)
+        t1 = max(e for _, e in spans)
+        return producers * n_each / (t1 - t0)
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def bench_pull_arrow(n: int) -> float:
+    path = tempfile.mkdtemp(prefix="rs-bench-")
+    try:
+        with MessageStore.open(path) as store:
+            store.create_topic("bench", queues=1)
+            msgs = [Message("bench", BODY, tags="t") for _ in range(1000)]
+            for _ in range(n // 1000):
+                store.put_batch(msgs)
+            runs = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                batches, nxt = store.read_batches("bench", 0, 0, None)
+                rows = sum(b.num_rows for b in batches)
+                runs.append(rows / (time.perf_counter() - t0))
+                assert rows == n and nxt == n, (rows, nxt)
+            return statistics.median(runs)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def bench_long_poll(samples: int) -> tuple[float, float]:
+    path, store = _fresh()
+    latencies = []
+    try:
+        for i in range(samples):
+            ready = threading.Event()
+            got = {}
+
+            def consumer() -> None:
+                ready.set()
+                res = store.pull("bench", 0, i, timeout_ms=5000)
+                got["t"] = time.perf_counter()
+                got["n"] = len(res.messages)
+
+            t = threading.Thread(target=consumer)
+            t.start()
+            ready.wait()
+            time.sleep(0.002)  # the pull is parked by now
+            t0 = time.perf_counter()
+            store.put(Message("bench", BODY, queue_id=0))
+            t.join()
+            assert got["n"] == 1
+            latencies.append((got["t"] - t0) * 1000)
+        latencies.sort()
+        return statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    runs = 1 if args.quick else args.runs
+    print(f"rocketspark store benchmark: {os.cpu_count()} cores, 100-byte bodies, "
+          f"median of {runs} runs")
+    rows = []
+
+    def report(name: str, target: str, values: list[float], unit: str = "msg/s") -> None:
+        med = statistics.median(values)
+        rows.append((name, med, unit, target))
+        print(f"  {name:<44} {med:>14,.0f} {unit:<6} (target {target}; runs "
+              f"{', '.join(f'{v:,.0f}' for v in values)})", flush=True)
+
+    report("put_batch, ASYNC_FLUSH, batches of 1000", ">= 1,000,000",
+           [bench_put_batch(1_000_000 // scale, 1000) for _ in range(runs)])
+    report("put, one message at a time", ">= 200,000",
+           [bench_put_single(200_000 // scale) for _ in range(runs)])
+    report("put, SYNC_FLUSH, 4 producer processes", ">= 50,000",
+           [bench_sync_flush(4, 5_000 // scale) for _ in range(runs)])
+    report("read_batches: a queue range into Arrow", ">= 2,000,000",
+           [bench_pull_arrow(1_000_000 // scale) for _ in range(runs)])
+    p50, p99 = bench_long_poll(200 // scale)
+    print(f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
+          "(target p99 < 5 ms)")
+
+
+if __name__ == "__main__":
+    main()

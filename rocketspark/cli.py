@@ -1,0 +1,319 @@
+"""The ``rocketspark`` command: what an operator does with a store.
+
+    rocketspark [--store DIR] [--config broker.conf] COMMAND ...
+
+    topic create NAME [--queues N] [--order]
+    topic list
+    send TOPIC BODY [--tags T] [--keys K ...] [--property k=v ...] [--queue Q]
+                    [--sharding-key S] [--delay-level L]
+    tail TOPIC [--queue Q] [--from earliest|latest|N] [--group G] [--expression E]
+               [--max N] [--follow]
+    group offsets GROUP [--topic T]
+    query TOPIC KEY [--begin-ms MS] [--end-ms MS]
+    schedule run
+    store check [DIR]       read-only: verify every record and ConsumeQueue entry
+    store recover [DIR]     open the store (running recovery) and report what it did
+
+The store directory comes from --store, else $ROCKETSPARK_STORE, else the
+storePathRootDir of the broker.conf given with --config (or conf/broker.conf).
+Exit status: 0 fine, 1 a problem found (check), 2 bad usage or a rocketspark error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from rocketspark.errors import RocketSparkError
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, or forced)."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None,
+                 force: bool = False):
+        self.total = max(total, 1)
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = force or self.stream.isatty()
+        self._last = 0.0
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and done < self.total:
+            return
+        self._last = now
+        frac = min(done / self.total, 1.0)
+        width = 30
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        self.stream.write(f"\r{self.label} [{bar}] {frac * 100:5.1f}%")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.update(self.total)
+            self.stream.write("\n")
+
+
+def _store_dir(args: argparse.Namespace) -> str | None:
+    return getattr(args, "dir", None) or args.store or os.environ.get("ROCKETSPARK_STORE")
+
+
+def _open(args: argparse.Namespace):
+    from rocketspark.store import MessageStore
+
+    return MessageStore.open(_store_dir(args), config_file=args.config)
+
+
+def cmd_topic_create(args, out) -> int:
+    with _open(args) as store:
+        info = store.create_topic(args.name, args.queues, order=args.order)
+    print(f"topic {info.name}: {info.write_queue_nums} queues", file=out)
+    return 0
+
+
+def cmd_topic_list(args, out) -> int:
+    with _open(args) as store:
+        rows = []
+        for info in store.list_topics():
+            total = sum(store.max_offset(info.name, q) for q in range(info.read_queue_nums))
+            rows.append((info.name, info.read_queue_nums, total))
+    _table(out, ["topic", "queues", "messages"], rows)
+    return 0
+
+
+def cmd_send(args, out) -> int:
+    from rocketspark.store import Message
+
+    props = {}
+    for item in args.property or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--property {item!r}: expected name=value")
+        props[name] = value
+    msg = Message(args.topic, args.body.encode("utf-8"), tags=args.tags,
+                  keys=tuple(args.keys or ()), properties=props, queue_id=args.queue,
+                  sharding_key=args.sharding_key, delay_level=args.delay_level)
+    with _open(args) as store:
+        r = store.put(msg)
+    print(f"{r.status.value} topic={r.topic} queue={r.queue_id} offset={r.queue_offset} "
+          f"msgId={r.msg_id} uniqKey={r.uniq_key}", file=out)
+    return 0
+
+
+def cmd_tail(args, out) -> int:
+    from rocketspark.store import PullStatus
+
+    with _open(args) as store:
+        info = store.topic(args.topic)
+        queues = [args.queue] if args.queue is not None else list(range(info.read_queue_nums))
+        offsets = {}
+        for q in queues:
+            if args.group and args.start == "group":
+                offsets[q] = store.committed_offset(args.group, args.topic, q) or \
+                    store.min_offset(args.topic, q)
+            elif args.start == "earliest":
+                offsets[q] = store.min_offset(args.topic, q)
+            elif args.start == "latest":
+                offsets[q] = store.max_offset(args.topic, q)
+            else:
+                offsets[q] = int(args.start)
+        shown = 0
+        while True:
+            got = False
+            for q in queues:
+                res = store.pull(args.topic, q, offsets[q], max_msgs=64,
+                                 expression=args.expression,
+                                 timeout_ms=100 if args.follow else 0)
+                if res.status is PullStatus.OFFSET_ILLEGAL:
+                    print(f"# queue {q}: offset {offsets[q]} out of range "
+                          f"[{res.min_offset}, {res.max_offset}], moving to {res.next_offset}",
+                          file=out)
+                for m in res.messages:
+                    print(json.dumps({
+                        "queue": m.queue_id, "offset": m.queue_offset, "msgId": m.msg_id,
+                        "tags": m.tags, "keys": m.keys,
+                        "body": m.body.decode("utf-8", "backslashreplace"),
+                        "storeTimestamp": m.store_timestamp,
+                        "reconsumeTimes": m.reconsume_times}, ensure_ascii=False), file=out)
+                    shown += 1
+                    if args.max and shown >= args.max:
+                        break
+                offsets[q] = res.next_offset
+                got = got or bool(res.messages)
+                if args.group:
+                    store.commit_offset(args.group, args.topic, q, offsets[q])
+                if args.max and shown >= args.max:
+                    return 0
+            if not args.follow and not got:
+                return 0
+
+
+def cmd_group_offsets(args, out) -> int:
+    with _open(args) as store:
+        topics = [args.topic] if args.topic else sorted(
+            {t for (t, _q) in store.offsets.offsets_of_group(args.group)})
+        rows = []
+        for t in topics:
+            info = store.topic(t)
+            for q in range(info.read_queue_nums):
+                committed = store.committed_offset(args.group, t, q)
+                hi = store.max_offset(t, q)
+                lag = hi - (committed if committed is not None else store.min_offset(t, q))
+                rows.append((t, q, "-" if committed is None else committed, hi, lag))
+    _table(out, ["topic", "queue", "committed", "max", "lag"], rows)
+    if rows:
+        print(f"total lag: {sum(r[4] for r in rows)}", file=out)
+    else:
+        print(f"group {args.group!r} has committed no offsets", file=out)
+    return 0
+
+
+def cmd_query(args, out) -> int:
+    with _open(args) as store:
+        found = store.query_by_key(args.topic, args.key, args.begin_ms, args.end_ms)
+    for m in found:
+        print(json.dumps({"queue": m.queue_id, "offset": m.queue_offset, "msgId": m.msg_id,
+                          "keys": m.keys, "uniqKey": m.uniq_key,
+                          "body": m.body.decode("utf-8", "backslashreplace"),
+                          "storeTimestamp": m.store_timestamp}, ensure_ascii=False), file=out)
+    print(f"{len(found)} message(s)", file=out)
+    return 0
+
+
+def cmd_schedule_run(args, out) -> int:
+    with _open(args) as store:
+        n = store.run_schedule()
+    print(f"delivered {n} due message(s)", file=out)
+    return 0
+
+
+def cmd_store_check(args, out) -> int:
+    from rocketspark.store.store_check import check_store
+
+    path = _store_dir(args)
+    if not path:
+        raise SystemExit("store check: give the store directory (or --store)")
+    report = check_store(path, progress=lambda total: Progress(total, "checking"))
+    print(report.render(), file=out)
+    return 0 if report.ok else 1
+
+
+def cmd_store_recover(args, out) -> int:
+    with _open(args) as store:
+        rep = store.recovery_report
+    if rep is None:
+        print("the store is open in another process; it was recovered when first opened",
+              file=out)
+        return 0
+    if rep.scanned_from is None:
+        print(f"clean: the last shutdown was orderly; CommitLog ends at {rep.commit_end}",
+              file=out)
+        return 0
+    print(f"{'abnormal exit found; ' if rep.abnormal_exit else ''}scanned the CommitLog from "
+          f"{rep.scanned_from} to {rep.commit_end}", file=out)
+    if rep.reason:
+        print(f"  the data ends at {rep.commit_end}: {rep.reason}", file=out)
+    if rep.discarded_bytes:
+        print(f"  discarded {rep.discarded_bytes} bytes of torn tail", file=out)
+    if rep.truncated_queue_entries:
+        print(f"  removed {rep.truncated_queue_entries} ConsumeQueue entries past the end",
+              file=out)
+    return 0
+
+
+def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rocketspark", description="Operate a rocketspark store.")
+    p.add_argument("--store", help="store directory (storePathRootDir)")
+    p.add_argument("--config", help="broker.conf to read (default conf/broker.conf if present)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    topic = sub.add_parser("topic", help="create and list topics")
+    tsub = topic.add_subparsers(dest="action", required=True)
+    c = tsub.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--queues", type=int)
+    c.add_argument("--order", action="store_true")
+    c.set_defaults(func=cmd_topic_create)
+    tsub.add_parser("list").set_defaults(func=cmd_topic_list)
+
+    s = sub.add_parser("send", help="put one message")
+    s.add_argument("topic")
+    s.add_argument("body")
+    s.add_argument("--tags")
+    s.add_argument("--keys", nargs="*")
+    s.add_argument("--property", action="append", metavar="NAME=VALUE")
+    s.add_argument("--queue", type=int)
+    s.add_argument("--sharding-key")
+    s.add_argument("--delay-level", type=int, default=0)
+    s.set_defaults(func=cmd_send)
+
+    t = sub.add_parser("tail", help="print the messages of a topic (optionally as a group)")
+    t.add_argument("topic")
+    t.add_argument("--queue", type=int)
+    t.add_argument("--from", dest="start", default="earliest",
+                   help="earliest, latest, group (with --group) or an offset")
+    t.add_argument("--group", help="commit offsets for this consumer group as it reads")
+    t.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB'")
+    t.add_argument("--max", type=int, default=0, help="stop after this many messages")
+    t.add_argument("--follow", action="store_true", help="keep waiting for new messages")
+    t.set_defaults(func=cmd_tail)
+
+    g = sub.add_parser("group", help="consumer group offsets and lag")
+    gsub = g.add_subparsers(dest="action", required=True)
+    o = gsub.add_parser("offsets")
+    o.add_argument("group")
+    o.add_argument("--topic")
+    o.set_defaults(func=cmd_group_offsets)
+
+    q = sub.add_parser("query", help="find messages by key or UNIQ_KEY")
+    q.add_argument("topic")
+    q.add_argument("key")
+    q.add_argument("--begin-ms", type=int, default=0)
+    q.add_argument("--end-ms", type=int)
+    q.set_defaults(func=cmd_query)
+
+    sch = sub.add_parser("schedule", help="delay levels")
+    schsub = sch.add_subparsers(dest="action", required=True)
+    schsub.add_parser("run", help="deliver due delayed messages").set_defaults(
+        func=cmd_schedule_run)
+
+    st = sub.add_parser("store", help="check or recover a store directory")
+    stsub = st.add_subparsers(dest="action", required=True)
+    ck = stsub.add_parser("check")
+    ck.add_argument("dir", nargs="?")
+    ck.set_defaults(func=cmd_store_check)
+    rc = stsub.add_parser("recover")
+    rc.add_argument("dir", nargs="?")
+    rc.set_defaults(func=cmd_store_recover)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    if getattr(args, "dir", None):
+        args.store = args.dir
+    try:
+        return args.func(args, out)
+    except RocketSparkError as exc:
+        print(f"rocketspark: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

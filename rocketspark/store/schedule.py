@@ -1,0 +1,153 @@
+"""Delay levels: SCHEDULE_TOPIC_XXXX and the step that delivers what is due.
+
+A message put with delay level L is stored in ``SCHEDULE_TOPIC_XXXX`` queue
+L - 1, keeping its destination in REAL_TOPIC / REAL_QID; its ConsumeQueue tags
+code holds the delivery time. :meth:`ScheduleService.run` delivers every
+message that is due to its real topic and records progress per level in
+``config/delayOffset.json``, as RocketMQ's ScheduleMessageService does.
+
+There may be no long-lived daemon in embedded use, so any open store can run
+the step, and it must be idempotent and crash-safe: it runs under the store's
+write lock, and before it delivers a range of a level it records the range and
+the CommitLog position in the shared state (the *intent*). If the process dies
+between the put and the progress write, the next step finds the intent, looks
+at the record at that position and knows whether the range was delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from rocketspark.store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    MessageExt,
+)
+from rocketspark.store.message_codec import RECORD_END, RECORD_INVALID
+
+if TYPE_CHECKING:
+    from rocketspark.store.commit_log import PreparedRecord
+    from rocketspark.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+MAX_DELIVER_PER_LEVEL = 10_000
+
+
+class ScheduleService:
+    """Delivers due messages of SCHEDULE_TOPIC_XXXX for one open store."""
+
+    def __init__(self, store: MessageStore):
+        self.store = store
+
+    def run(self, now_ms: int | None = None, *, limit_per_level: int = MAX_DELIVER_PER_LEVEL
+            ) -> int:
+        """Deliver every message due at ``now_ms`` (the store clock by default); return the count."""
+        store = self.store
+        now = store.clock() if now_ms is None else now_ms
+        if not store.has_topic(SCHEDULE_TOPIC):
+            return 0
+        delivered = 0
+        results = []
+        with store._write_lock:
+            store._sync_with_writers()
+            self._resolve_intent()
+            for level in range(1, len(store._delay_ms) + 1):
+                results += self._deliver_level(level, now, limit_per_level)
+            delivered = len(results)
+        store._after_append(results)
+        return delivered
+
+    def _start_offset(self, level: int) -> int:
+        store = self.store
+        cq = store._cq(SCHEDULE_TOPIC, level - 1)
+        done = store.delay_offsets.get(level)
+        low = cq.min_offset(store.commit_log.min_offset)
+        return low if done is None or done < low else done
+
+    def _deliver_level(self, level: int, now: int, limit: int) -> list:
+        store = self.store
+        cq = store._cq(SCHEDULE_TOPIC, level - 1)
+        start = self._start_offset(level)
+        entries = cq.read(start, limit)
+        if not len(entries):
+            return []
+        # Entries of one level are in delivery order (same delay, rising store time):
+        # deliver the due prefix.
+        due = 0
+        for deliver_at in entries["tags"].tolist():
+            if deliver_at > now:
+                break
+            due += 1
+        if not due:
+            return []
+        prepared: list[PreparedRecord] = []
+        for phy in entries["offset"][:due].tolist():
+            rec = self._rebuild(store.commit_log.read(int(phy)), now)
+            if rec is not None:
+                prepared.append(rec)
+        state = store.state
+        state.set_intent(level, start, start + due, state.commit_pos)
+        results = store._append_locked(prepared, now) if prepared else []
+        store.delay_offsets.set(level, start + due)
+        state.clear_intent()
+        return results
+
+    def _rebuild(self, msg: MessageExt, now: int) -> PreparedRecord | None:
+        store = self.store
+        props = dict(msg.properties)
+        topic = props.get(PROPERTY_REAL_TOPIC)
+        try:
+            queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
+        except ValueError:
+            queue_id = 0
+        if not topic:
+            log.error("scheduled message at offset %d has no REAL_TOPIC; dropped",
+                      msg.commitlog_offset)
+            return None
+        if not store.has_topic(topic):
+            log.error("scheduled message at offset %d is due for topic %r, which no longer "
+                      "exists; dropped", msg.commitlog_offset, topic)
+            return None
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        return store._prepare_raw(
+            topic, queue_id, msg.body, props, now, sys_flag=msg.sys_flag, flag=msg.flag,
+            born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host),
+            reconsume_times=msg.reconsume_times)
+
+    def _resolve_intent(self) -> None:
+        """Finish the bookkeeping of a step that died between its put and its progress write."""
+        store = self.store
+        state = store.state
+        level, start, end, commit_before = state.intent()
+        if level == 0:
+            return
+        delivered = False
+        if state.commit_pos > commit_before:
+            first = self._first_due_message(level, start)
+            for pos, check in store.commit_log.scan(commit_before, verify_crc=False):
+                if check.size in (RECORD_END, RECORD_INVALID):
+                    break
+                delivered = first is not None and (
+                    check.topic == first.properties.get(PROPERTY_REAL_TOPIC)
+                    and check.uniq_key == first.uniq_key)
+                break
+        if delivered:
+            store.delay_offsets.set(level, end)
+        log.warning("schedule step of level %d [%d, %d) was interrupted; %s", level, start, end,
+                    "it had delivered, progress recorded" if delivered
+                    else "nothing was delivered, it will run again")
+        state.clear_intent()
+
+    def _first_due_message(self, level: int, start: int) -> MessageExt | None:
+        entry = self.store._cq(SCHEDULE_TOPIC, level - 1).entry(start)
+        return None if entry is None else self.store.commit_log.read(entry[0])
+
+
+def _host(text: str):
+    from rocketspark.store.message_store import _parse_host
+
+    return _parse_host(text)

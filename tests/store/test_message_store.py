@@ -1,0 +1,230 @@
+"""MessageStore end to end on real files: put, pull, segments, offsets, queries."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from rocketspark.errors import (
+    ConfigError,
+    InvalidNameError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    PropertiesTooLargeError,
+    StoreClosedError,
+    UnknownTopicError,
+)
+from rocketspark.store import Message, MessageStore, PullStatus, PutStatus
+from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketspark.store.message import java_string_hash
+from rocketspark.store.message_codec import BLANK_MAGIC_CODE, decode_record
+
+SMALL = dict(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=20 * 16,
+             maxHashSlotNum=64, maxIndexNum=256)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with MessageStore.open(tmp_path / "store", **SMALL) as s:
+        s.create_topic("orders", queues=4)
+        yield s
+
+
+def test_put_returns_placement_and_pull_reads_it_back(store):
+    r = store.put(Message("orders", b"body", tags="created", keys=["o-1"],
+                          properties={"k": "v"}, queue_id=2))
+    assert r.status is PutStatus.PUT_OK
+    assert (r.queue_id, r.queue_offset, r.commitlog_offset) == (2, 0, 0)
+    assert len(r.msg_id) == 32 and len(r.uniq_key) == 32
+    res = store.pull("orders", queue_id=2, offset=0, max_msgs=32)
+    assert res.status is PullStatus.FOUND
+    (m,) = res.messages
+    assert (m.body, m.tags, m.keys, m.properties["k"]) == (b"body", "created", ["o-1"], "v")
+    assert m.msg_id == r.msg_id and m.uniq_key == r.uniq_key
+    assert (m.queue_id, m.queue_offset, m.commitlog_offset) == (2, 0, 0)
+    assert res.next_offset == 1 and (res.min_offset, res.max_offset) == (0, 1)
+    assert store.pull("orders", 2, 1).status is PullStatus.NO_NEW_MSG
+    assert store.pull("orders", 2, 5).status is PullStatus.OFFSET_ILLEGAL
+
+
+def test_round_robin_sharding_key_and_explicit_queue(store):
+    rs = store.put_batch([Message("orders", b"x") for _ in range(8)])
+    assert [r.queue_id for r in rs] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [r.queue_offset for r in rs] == [0, 0, 0, 0, 1, 1, 1, 1]
+    a = store.put(Message("orders", b"y", sharding_key="customer-7"))
+    b = store.put(Message("orders", b"z", sharding_key="customer-7"))
+    assert a.queue_id == b.queue_id == abs(java_string_hash("customer-7")) % 4
+    with pytest.raises(OffsetOutOfRangeError, match="queue_id 9"):
+        store.put(Message("orders", b"q", queue_id=9))
+
+
+def test_segments_roll_with_blank_filler_and_reads_cross_them(store, tmp_path):
+    bodies = [os.urandom(150 + i) for i in range(100)]
+    rs = store.put_batch([Message("orders", b, queue_id=0) for b in bodies[:50]])
+    rs += [store.put(Message("orders", b, queue_id=0)) for b in bodies[50:]]
+    files = sorted(os.listdir(tmp_path / "store" / "commitlog"))
+    assert len(files) > 3
+    assert files[1] == "00000000000000004096"
+    # Each segment that is followed by another ends with the blank filler.
+    raw = (tmp_path / "store" / "commitlog" / files[0]).read_bytes()
+    last = max(r for r in rs if r.commitlog_offset < 4096)
+    end = last.commitlog_offset + last.store_size
+    assert int.from_bytes(raw[end + 4:end + 8], "big", signed=True) == BLANK_MAGIC_CODE
+    assert int.from_bytes(raw[end:end + 4], "big") == 4096 - end
+    got = []
+    off = 0
+    while True:
+        res = store.pull("orders", 0, off, max_msgs=7)
+        if res.status is not PullStatus.FOUND:
+            break
+        got += [m.body for m in res.messages]
+        off = res.next_offset
+    assert got == bodies
+    # ConsumeQueue entries are 20 bytes; 16 per file here, so it rolled too.
+    cq_files = sorted(os.listdir(tmp_path / "store" / "consumequeue" / "orders" / "0"))
+    assert cq_files[:2] == ["00000000000000000000", f"{16 * CQ_STORE_UNIT_SIZE:020d}"]
+
+
+def test_consume_queue_entry_bytes(store, tmp_path):
+    r = store.put(Message("orders", b"abc", tags="TagA", queue_id=1))
+    raw = (tmp_path / "store" / "consumequeue" / "orders" / "1" / f"{0:020d}").read_bytes()
+    want = (r.commitlog_offset.to_bytes(8, "big") + r.store_size.to_bytes(4, "big")
+            + (2598919).to_bytes(8, "big", signed=True))
+    assert raw[:20] == want
+    assert raw[20:40] == bytes(20)
+
+
+def test_tag_filter_leaves_gaps(store):
+    tags = ["a", "b", "c", "a", "b", "a"]
+    store.put_batch([Message("orders", t.encode(), tags=t, queue_id=0) for t in tags])
+    res = store.pull("orders", 0, 0, expression="a || c")
+    assert [m.body for m in res.messages] == [b"a", b"c", b"a", b"a"]
+    assert [m.queue_offset for m in res.messages] == [0, 2, 3, 5]
+    assert res.next_offset == 6
+    res = store.pull("orders", 0, 0, expression="zzz")
+    assert res.status is PullStatus.NO_MATCHED_MSG and res.next_offset == 6
+
+
+def test_offsets_min_max_timestamp_and_groups(tmp_path, clock):
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as store:
+        store.create_topic("t", queues=1)
+        for _ in range(5):
+            store.put(Message("t", b"x"))
+            clock.advance(1000)
+        t0 = clock.now - 5000
+        assert store.min_offset("t", 0) == 0 and store.max_offset("t", 0) == 5
+        assert store.offset_for_timestamp("t", 0, t0) == 0
+        assert store.offset_for_timestamp("t", 0, t0 + 2500) == 3
+        assert store.offset_for_timestamp("t", 0, t0 + 10_000) == 5
+        assert store.committed_offset("g", "t", 0) is None
+        assert store.lag("g", "t") == {("t", 0): 5}
+        store.commit_offset("g", "t", 0, 3)
+        assert store.committed_offset("g", "t", 0) == 3
+        assert store.lag("g", "t") == {("t", 0): 2}
+        assert store.lag("g") == {("t", 0): 2}
+
+
+def test_query_by_key_and_uniq_key(store):
+    r1 = store.put(Message("orders", b"one", keys=["o-1", "shared"]))
+    store.put(Message("orders", b"two", keys="o-2 shared"))
+    assert [m.body for m in store.query_by_key("orders", "o-1")] == [b"one"]
+    assert sorted(m.body for m in store.query_by_key("orders", "shared")) == [b"one", b"two"]
+    assert [m.body for m in store.query_by_key("orders", r1.uniq_key)] == [b"one"]
+    assert store.query_by_key("orders", "nope") == []
+
+
+def test_bad_input_is_rejected_before_writing(store, tmp_path):
+    with pytest.raises(UnknownTopicError, match="nope"):
+        store.put(Message("nope", b"x"))
+    with pytest.raises(InvalidNameError):
+        store.create_topic("../escape")
+    with pytest.raises(MessageTooLargeError):
+        store.put(Message("orders", b"x" * 5000))  # larger than the 4 KiB segment
+    with pytest.raises(PropertiesTooLargeError):
+        store.put(Message("orders", b"x", properties={"big": "v" * 40000}))
+    with pytest.raises(ConfigError):
+        Message("orders", b"x", properties={"bad\x01name": "v"})
+    with pytest.raises(ConfigError):
+        store.pull("orders", 0, 0, max_msgs=0)
+    # A batch with one bad message writes nothing at all.
+    with pytest.raises(UnknownTopicError):
+        store.put_batch([Message("orders", b"ok"), Message("missing", b"x")])
+    assert all(store.max_offset("orders", q) == 0 for q in range(4))
+    assert not os.path.exists(tmp_path / "store" / "commitlog")
+
+
+def test_closed_store_raises(tmp_path):
+    s = MessageStore.open(tmp_path / "s", **SMALL)
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.put(Message("t", b"x"))
+
+
+def test_reopen_after_clean_close_reads_nothing_again(tmp_path):
+    with MessageStore.open(tmp_path / "s", **SMALL) as s:
+        s.create_topic("t", queues=2)
+        s.put_batch([Message("t", str(i).encode()) for i in range(40)])
+    assert not os.path.exists(tmp_path / "s" / "abort")
+    with MessageStore.open(tmp_path / "s", **SMALL) as s:
+        assert s.recovery_report.scanned_from is None
+        assert s.max_offset("t", 0) == 20 and s.max_offset("t", 1) == 20
+        r = s.put(Message("t", b"next", queue_id=0))
+        assert r.queue_offset == 20
+        assert os.path.exists(tmp_path / "s" / "abort")
+
+
+def test_long_poll_wakes_on_put(store):
+    out = {}
+
+    def consumer():
+        t0 = time.perf_counter()
+        out["res"] = store.pull("orders", 3, 0, timeout_ms=5000)
+        out["waited"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=consumer)
+    t.start()
+    time.sleep(0.1)
+    store.put(Message("orders", b"wake", queue_id=3))
+    t.join()
+    assert out["res"].status is PullStatus.FOUND
+    assert 0.09 < out["waited"] < 1.0
+    t0 = time.perf_counter()
+    assert store.pull("orders", 3, 1, timeout_ms=200).status is PullStatus.NO_NEW_MSG
+    assert time.perf_counter() - t0 >= 0.19
+
+
+def test_read_batches_matches_pull(store):
+    msgs = [Message("orders", os.urandom(i % 40), tags=["x", "y"][i % 2], keys=[f"k{i}"],
+                    properties={"n": str(i)}, queue_id=0) for i in range(300)]
+    store.put_batch(msgs)
+    batches, nxt = store.read_batches("orders", 0, 10, 250)
+    assert nxt == 250
+    table_rows = [row for b in batches for row in b.to_pylist()]
+    pulled = []
+    off = 10
+    while off < 250:
+        res = store.pull("orders", 0, off, max_msgs=32)
+        pulled += [m for m in res.messages if m.queue_offset < 250]
+        off = res.next_offset
+    assert len(table_rows) == len(pulled) == 240
+    for row, m in zip(table_rows, pulled):
+        assert row["body"] == m.body and row["msgId"] == m.msg_id
+        assert row["queueOffset"] == m.queue_offset and row["tags"] == m.tags
+        assert row["keys"] == m.keys and dict(row["properties"]) == dict(m.properties)
+        assert row["uniqKey"] == m.uniq_key and row["commitLogOffset"] == m.commitlog_offset
+        assert row["storeHost"] == m.store_host and row["bornHost"] == m.born_host
+        assert int(row["storeTimestamp"].timestamp() * 1000) == m.store_timestamp
+    ys, _ = store.read_batches("orders", 0, 0, None, expression="y")
+    assert [r["tags"] for b in ys for r in b.to_pylist()] == ["y"] * 150
+    with pytest.raises(OffsetOutOfRangeError):
+        store.read_batches("orders", 0, 301)
+
+
+def test_records_decode_as_spec_says(store, tmp_path):
+    r = store.put(Message("orders", b"payload", tags="t", queue_id=0))
+    raw = (tmp_path / "store" / "commitlog" / f"{0:020d}").read_bytes()
+    m = decode_record(raw, r.commitlog_offset)
+    assert m.msg_id == r.msg_id and m.store_size == r.store_size

@@ -1,0 +1,108 @@
+"""Delay levels, send-back to %RETRY%group, dead letters, with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketspark.store import Message, MessageStore, PullStatus
+from rocketspark.store.message import SCHEDULE_TOPIC
+
+SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("orders", queues=2)
+        yield s
+
+
+def only(store, topic, queue=0, offset=0):
+    res = store.pull(topic, queue, offset, max_msgs=100)
+    return res.messages
+
+
+def test_delayed_message_is_held_then_delivered_once(store, clock):
+    r = store.put(Message("orders", b"later", delay_level=2, queue_id=1, tags="T"))
+    assert r.topic == SCHEDULE_TOPIC and r.queue_id == 1
+    assert store.pull("orders", 1, 0).status is PullStatus.NO_NEW_MSG
+    clock.advance(4_999)
+    assert store.run_schedule() == 0
+    clock.advance(1)
+    assert store.run_schedule() == 1
+    assert store.run_schedule() == 0  # idempotent
+    (m,) = only(store, "orders", 1)
+    assert m.body == b"later" and m.tags == "T" and "DELAY" not in m.properties
+    assert m.properties["REAL_TOPIC"] == "orders"
+    assert store.delay_offsets.get(2) == 1
+
+
+def test_schedule_progress_survives_reopen(tmp_path, clock):
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([Message("t", b"%d" % i, delay_level=1) for i in range(5)])
+        clock.advance(1000)
+        assert s.run_schedule() == 5
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        assert s.run_schedule() == 0
+        assert [m.body for m in only(s, "t")] == [b"%d" % i for i in range(5)]
+
+
+def test_interrupted_schedule_step_neither_duplicates_nor_loses(tmp_path, clock):
+    """A step that died between its put and its progress write is finished, not redone."""
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([Message("t", b"%d" % i, delay_level=1) for i in range(3)])
+        clock.advance(1000)
+        real_set = s.delay_offsets.set
+        s.delay_offsets.set = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
+        with pytest.raises(RuntimeError):
+            s.run_schedule()
+        s.delay_offsets.set = real_set
+        assert s.state.intent()[0] == 1  # the intent is still recorded
+        assert s.run_schedule() == 0
+        assert [m.body for m in only(s, "t")] == [b"0", b"1", b"2"]
+        assert s.delay_offsets.get(1) == 3
+
+
+def test_retry_path_to_dlq_over_16_reconsumes(store, clock):
+    store.put(Message("orders", b"poison", keys=["p-1"], queue_id=0))
+    (msg,) = only(store, "orders")
+    delays = [10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
+    retry_offset = 0
+    for attempt in range(16):
+        r = store.send_back("g1", msg)
+        assert r.topic == SCHEDULE_TOPIC and r.queue_id == 3 + attempt - 1
+        clock.advance(delays[attempt] * 1000 - 1)
+        assert store.run_schedule() == 0
+        clock.advance(1)
+        assert store.run_schedule() == 1
+        (msg,) = only(store, "%RETRY%g1", 0, retry_offset)
+        retry_offset += 1
+        assert msg.reconsume_times == attempt + 1
+        assert msg.properties["RETRY_TOPIC"] == "orders"
+        assert msg.body == b"poison" and msg.keys == ["p-1"]
+    first_id = only(store, "orders")[0].msg_id
+    assert msg.properties["ORIGIN_MESSAGE_ID"] == first_id
+    r = store.send_back("g1", msg)  # the 17th failure: dead letter
+    assert r.topic == "%DLQ%g1" and r.queue_id == 0
+    (dead,) = only(store, "%DLQ%g1")
+    assert dead.reconsume_times == 17  # RocketMQ stores reconsumeTimes + 1
+    assert dead.properties["ORIGIN_MESSAGE_ID"] == first_id
+    assert dead.properties["RETRY_TOPIC"] == "orders"
+    assert "DELAY" not in dead.properties
+    assert store.topic("%DLQ%g1").read_queue_nums == 1
+
+
+def test_negative_delay_level_goes_straight_to_dlq(store):
+    store.put(Message("orders", b"bad", queue_id=0))
+    (msg,) = only(store, "orders")
+    r = store.send_back("g2", msg, delay_level=-1)
+    assert r.topic == "%DLQ%g2"
+
+
+def test_group_max_reconsume_times_is_per_group(store):
+    store.put(Message("orders", b"x", queue_id=0))
+    (msg,) = only(store, "orders")
+    r = store.send_back("g3", msg, max_reconsume_times=0)
+    assert r.topic == "%DLQ%g3"

@@ -1,0 +1,85 @@
+"""Transactional half messages: prepare, commit, rollback, check."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketspark.errors import TransactionError
+from rocketspark.store import Message, MessageStore, PullStatus, SysFlag
+from rocketspark.store.message import TRANS_HALF_TOPIC
+
+SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("out", queues=1)
+        yield s
+
+
+def test_prepared_is_invisible_until_commit(store):
+    half = store.prepare(Message("out", b"tx", tags="T", keys=["k"]), producer_group="pg")
+    assert half.topic == TRANS_HALF_TOPIC
+    assert store.pull("out", 0, 0).status is PullStatus.NO_NEW_MSG
+    assert store.transaction_status(half) == "open"
+    (final,) = store.commit_transaction(half)
+    res = store.pull("out", 0, 0)
+    (m,) = res.messages
+    assert m.body == b"tx" and m.tags == "T" and m.keys == ["k"]
+    assert m.sys_flag & 0xC == SysFlag.TRANSACTION_COMMIT
+    assert m.prepared_transaction_offset == half.commitlog_offset
+    assert "REAL_TOPIC" not in m.properties and "TRAN_MSG" not in m.properties
+    assert m.properties["PGROUP"] == "pg"
+    assert store.transaction_status(half) == "committed"
+    assert store.commit_transaction(half) == []  # idempotent
+    assert store.max_offset("out", 0) == 1
+    with pytest.raises(TransactionError, match="already committed"):
+        store.rollback_transaction(half)
+
+
+def test_rollback_discards(store):
+    half = store.prepare(Message("out", b"no"))
+    store.rollback_transaction(half)
+    store.rollback_transaction(half)
+    assert store.max_offset("out", 0) == 0
+    assert store.transaction_status(half) == "rolled_back"
+    with pytest.raises(TransactionError):
+        store.commit_transaction(half)
+
+
+def test_resolution_is_seen_by_another_store_instance(tmp_path, clock):
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as a:
+        a.create_topic("out", queues=1)
+        half = a.prepare(Message("out", b"x"))
+        with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as b:
+            b.commit_transaction(half.queue_offset)
+        assert a.commit_transaction(half) == []
+        assert a.max_offset("out", 0) == 1
+
+
+def test_check_resolves_old_halves_through_the_callback(store, clock):
+    keep = store.prepare(Message("out", b"keep", properties={"batch": "1"}))
+    drop = store.prepare(Message("out", b"drop", properties={"batch": "2"}))
+    unsure = store.prepare(Message("out", b"unsure", properties={"batch": "3"}))
+    asked = []
+
+    def callback(half):
+        asked.append(half.body)
+        return {"1": "COMMIT", "2": "ROLLBACK", "3": None}[half.properties["batch"]]
+
+    assert store.check_transactions(callback) == {"commit": 0, "rollback": 0,
+                                                  "unknown": 0, "discarded": 0}
+    clock.advance(6001)
+    counts = store.check_transactions(callback)
+    assert counts == {"commit": 1, "rollback": 1, "unknown": 1, "discarded": 0}
+    assert [m.body for m in store.pull("out", 0, 0).messages] == [b"keep"]
+    assert store.transaction_status(keep) == "committed"
+    assert store.transaction_status(drop) == "rolled_back"
+    # The unknown one comes back with its check count raised, 15 times at most.
+    for _ in range(20):
+        clock.advance(6001)
+        store.check_transactions(callback)
+    assert asked.count(b"unsure") == 15
+    assert [m.body for m in store.pull("out", 0, 0).messages] == [b"keep"]
+    del unsure
