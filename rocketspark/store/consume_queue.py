@@ -56,7 +56,9 @@ class ConsumeQueue:
     def _size_at(self, n: int) -> int:
         """Return the SIZE field of entry n, 0 when it lies past the mapped files."""
         pos = n * CQ_STORE_UNIT_SIZE
-        f = self.files.find(pos, refresh=False)
+        # Refresh when n lies past the mapped files: another process may have
+        # started the next file.
+        f = self.files.find(pos)
         if f is None:
             return 0
         return _SIZE.unpack_from(f.mm, pos - f.start_offset + SIZE_FIELD_OFFSET)[0]
@@ -68,9 +70,8 @@ class ConsumeQueue:
             n = self._find_end()
         else:
             # Another process may have appended: step over what it wrote.
-            if self.files.find(n * CQ_STORE_UNIT_SIZE, refresh=True) is not None:
-                while self._size_at(n):
-                    n += 1
+            while self._size_at(n):
+                n += 1
         self._max = n
         return n
 

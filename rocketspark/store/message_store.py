@@ -213,7 +213,7 @@ class MessageStore:
             config_dir = os.path.join(self.root, "config")
             self.topics = TopicConfigTable(config_dir)
             self.offsets = ConsumerOffsetTable(config_dir)
-            self.groups = SubscriptionGroupTable(config_dir)
+            self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
             self.delay_offsets = DelayOffsetTable(config_dir)
             self._write_lock = WriteLock(self.root)
             self._queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -808,8 +808,7 @@ class MessageStore:
         """
         self._check_open()
         topics = [topic] if topic is not None else sorted(
-            {t for t, _ in self.offsets.offsets_of_group(group)} if isinstance(
-                self.offsets.offsets_of_group(group), dict) else set())
+            {t for t, _q in self.offsets.offsets_of_group(group)})
         out: dict[tuple[str, int], int] = {}
         for t in topics:
             info = self.topic(t)
@@ -930,7 +929,8 @@ class MessageStore:
         self.index.refresh()
         hi = end_ms if end_ms is not None else (1 << 63) - 1
         found: list[MessageExt] = []
-        for phy in self.index.query(topic, key, max_num * 4, begin_ms, hi):
+        # The index keeps seconds: ask it with a second of slack, then filter exactly.
+        for phy in self.index.query(topic, key, max_num * 4, max(0, begin_ms - 1000), hi):
             if phy >= self.state.commit_pos:
                 continue
             msg = self.commit_log.read(phy)

@@ -70,7 +70,7 @@ def test_segments_roll_with_blank_filler_and_reads_cross_them(store, tmp_path):
     assert files[1] == "00000000000000004096"
     # Each segment that is followed by another ends with the blank filler.
     raw = (tmp_path / "store" / "commitlog" / files[0]).read_bytes()
-    last = max(r for r in rs if r.commitlog_offset < 4096)
+    last = max((r for r in rs if r.commitlog_offset < 4096), key=lambda r: r.commitlog_offset)
     end = last.commitlog_offset + last.store_size
     assert int.from_bytes(raw[end + 4:end + 8], "big", signed=True) == BLANK_MAGIC_CODE
     assert int.from_bytes(raw[end:end + 4], "big") == 4096 - end
