@@ -1,248 +1,605 @@
-"""Store configuration: ``broker.conf`` with RocketMQ's property names, typed.
+"""Store configuration (``broker.conf``) and topic / group name rules.
 
-Every key lives in ``_KEYS`` with its RocketMQ name, its type and its default.
-:meth:`MessageStoreConfig.load` reads a Java-properties file, applies keyword
-overrides (camelCase or snake_case), converts and validates each value, and
+:class:`MessageStoreConfig` is the one place where every option lives: each
+field carries RocketMQ's property name (``flushDiskType``), its default, its
+type (``int``, ``bool``, ``str`` or a ``Literal`` of choices) and its bounds.
+:meth:`MessageStoreConfig.load` reads a Java-properties ``broker.conf``, applies
+keyword overrides (RocketMQ camelCase or snake_case), converts every value and
 rejects unknown keys with a "did you mean".
 
-Also here: topic and group name validation (TopicValidator's rules), which is
-what keeps every name inside the store directory.
+The defaults are those of RocketMQ's ``MessageStoreConfig`` / ``BrokerConfig``
+except where an embedded store on one machine wants something else; each such
+field says so.
+
+``validate_topic`` / ``validate_group`` apply RocketMQ's ``TopicValidator``
+rules. Their charset has no ``/``, ``\\`` or ``.``, which is what keeps every
+topic directory (``consumequeue/<topic>/``) inside the store.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import os
 import re
-from dataclasses import dataclass
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rocketspark.errors import ConfigError, InvalidNameError
 
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "DEFAULT_MESSAGE_DELAY_LEVEL",
+    "GROUP_MAX_LENGTH",
+    "RETRY_OR_DLQ_TOPIC_MAX_LENGTH",
+    "TOPIC_MAX_LENGTH",
+    "BrokerRole",
+    "FlushDiskType",
+    "MessageStoreConfig",
+    "validate_group",
+    "validate_topic",
+]
+
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
+# SLAVE is left out on purpose: an embedded store is always the master of its data.
+BrokerRole = Literal["ASYNC_MASTER", "SYNC_MASTER"]
+
+# Read by load() when no path is given and this file exists, relative to the
+# current directory.
 DEFAULT_CONFIG_FILE = os.path.join("conf", "broker.conf")
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+_DELAY_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_ITEM = re.compile(r"(\d+)([smhd])")
+_DELETE_WHEN = re.compile(r"\d{1,2}(;\d{1,2})*")
+_INT = re.compile(r"[+-]?\d+")
 
 
-@dataclass(frozen=True)
+def _parse_delay_levels(text: str) -> tuple[int, ...]:
+    levels = []
+    for item in text.split():
+        m = _DELAY_ITEM.fullmatch(item)
+        if m is None:
+            raise ValueError(
+                f"delay {item!r} is not a whole number followed by s, m, h or d (e.g. 10s, 2h)"
+            )
+        levels.append(int(m.group(1)) * _DELAY_UNIT_MS[m.group(2)])
+    if not levels:
+        raise ValueError("expected at least one delay level, got none")
+    return tuple(levels)
+
+
+def _check_delay_levels(value: str) -> None:
+    _parse_delay_levels(value)
+
+
+def _check_multiple_of_20(value: int) -> None:
+    if value % 20:
+        raise ValueError(f"must be a multiple of 20 (the ConsumeQueue entry size), got {value}")
+
+
+def _check_ip(value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"expected an IPv4 or IPv6 address (it is written into every record as the "
+            f"store host), got {value!r}"
+        ) from None
+
+
+def _check_delete_when(value: str) -> None:
+    if not _DELETE_WHEN.fullmatch(value) or any(int(h) > 23 for h in value.split(";")):
+        raise ValueError(f"expected hours of the day such as 04 or 04;16, got {value!r}")
+
+
+def _check_not_blank(value: str) -> None:
+    if not value.strip():
+        raise ValueError("must not be empty")
+
+
+def _option(
+    key: str,
+    default: Any,
+    doc: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    check: Callable[[Any], None] | None = None,
+) -> Any:
+    """Declare one option: RocketMQ's property name, default, bounds, one line of doc."""
+    return field(
+        default=default,
+        metadata={"key": key, "doc": doc, "minimum": minimum, "maximum": maximum, "check": check},
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class MessageStoreConfig:
-    """The settings of one store (RocketMQ's MessageStoreConfig + the broker's bits we use)."""
+    """The settings of one store: RocketMQ's MessageStoreConfig plus the broker settings it uses.
 
-    store_path_root_dir: str = "./store"
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 20_000_000
-    flush_disk_type: FlushDiskType = "ASYNC_FLUSH"
-    flush_interval_commit_log: int = 500
-    flush_commit_log_least_pages: int = 4
-    flush_commit_log_thorough_interval: int = 10_000
-    sync_flush_timeout: int = 5_000
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
-    max_message_size: int = 4 * 1024 * 1024
-    broker_name: str = "broker-a"
-    broker_ip1: str = "127.0.0.1"
-    listen_port: int = 10911
-    default_topic_queue_nums: int = 4
-    # An embedded store that creates topics on first put hides typos; off by default.
-    auto_create_topic_enable: bool = False
-    max_reconsume_times: int = 16
-    transaction_timeout: int = 6_000
-    transaction_check_max: int = 15
-    long_polling_enable: bool = True
-    file_reserved_time: int = 72
+    Build it with :meth:`load`; constructing it directly validates the same way
+    and raises ConfigError. Times are milliseconds unless a field says otherwise.
+    """
+
+    store_path_root_dir: str = _option(
+        "storePathRootDir",
+        "./store",
+        "root directory of the store; a relative path resolves against the current "
+        "directory of the process that opens the store (RocketMQ: ~/store)",
+        check=_check_not_blank,
+    )
+    mapped_file_size_commit_log: int = _option(
+        "mappedFileSizeCommitLog",
+        1024 * 1024 * 1024,
+        "size of one CommitLog segment in bytes (1 GiB)",
+        minimum=4096,
+        maximum=JAVA_INT_MAX,
+    )
+    mapped_file_size_consume_queue: int = _option(
+        "mappedFileSizeConsumeQueue",
+        300_000 * 20,
+        "size of one ConsumeQueue file in bytes (300000 entries of 20 bytes)",
+        minimum=20,
+        maximum=JAVA_INT_MAX,
+        check=_check_multiple_of_20,
+    )
+    max_hash_slot_num: int = _option(
+        "maxHashSlotNum", 5_000_000, "hash slots per IndexFile", minimum=1, maximum=JAVA_INT_MAX
+    )
+    max_index_num: int = _option(
+        "maxIndexNum",
+        5_000_000 * 4,
+        "index entries per IndexFile (entry 0 is never used, so at least 2)",
+        minimum=2,
+        maximum=JAVA_INT_MAX,
+    )
+    flush_disk_type: FlushDiskType = _option(
+        "flushDiskType",
+        "ASYNC_FLUSH",
+        "ASYNC_FLUSH acknowledges puts in the page cache; SYNC_FLUSH forces them to disk first",
+    )
+    flush_interval_commit_log: int = _option(
+        "flushIntervalCommitLog",
+        500,
+        "ASYNC_FLUSH: how often the flusher runs (ms)",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+    )
+    flush_commit_log_least_pages: int = _option(
+        "flushCommitLogLeastPages",
+        4,
+        "ASYNC_FLUSH: dirty 4 KiB pages needed before a periodic flush",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+    )
+    flush_commit_log_thorough_interval: int = _option(
+        "flushCommitLogThoroughInterval",
+        10_000,
+        "ASYNC_FLUSH: flush everything at least this often (ms)",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+    )
+    sync_flush_timeout: int = _option(
+        "syncFlushTimeout",
+        5_000,
+        "SYNC_FLUSH: longest wait for the disk before FLUSH_DISK_TIMEOUT (ms)",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+    )
+    message_delay_level: str = _option(
+        "messageDelayLevel",
+        DEFAULT_MESSAGE_DELAY_LEVEL,
+        "delay of levels 1, 2, ...: whole numbers with unit s, m, h or d",
+        check=_check_delay_levels,
+    )
+    max_message_size: int = _option(
+        "maxMessageSize",
+        4 * 1024 * 1024,
+        "largest message body in bytes (4 MiB)",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+    )
+    broker_cluster_name: str = _option(
+        "brokerClusterName",
+        "DefaultCluster",
+        "cluster name (accepted so that a broker's broker.conf loads; the store does not use it)",
+        check=_check_not_blank,
+    )
+    broker_name: str = _option(
+        "brokerName",
+        "broker-a",
+        "broker name that queues are reported under",
+        check=_check_not_blank,
+    )
+    broker_id: int = _option(
+        "brokerId", 0, "broker id, 0 for a master (recorded only)", minimum=0, maximum=JAVA_LONG_MAX
+    )
+    broker_role: BrokerRole = _option(
+        "brokerRole",
+        "ASYNC_MASTER",
+        "ASYNC_MASTER or SYNC_MASTER (the same here: an embedded store has no replicas)",
+    )
+    broker_ip1: str = _option(
+        "brokerIP1",
+        "127.0.0.1",
+        "store host IP written into every record and msgId (RocketMQ: the first local address)",
+        check=_check_ip,
+    )
+    listen_port: int = _option(
+        "listenPort",
+        10911,
+        "store host port written into every record and msgId",
+        minimum=0,
+        maximum=65535,
+    )
+    default_topic_queue_nums: int = _option(
+        "defaultTopicQueueNums",
+        4,
+        "queues of a topic created without a count (RocketMQ's BrokerConfig: 8)",
+        minimum=1,
+        maximum=JAVA_INT_MAX,
+    )
+    # RocketMQ defaults to true. In an embedded store a typo in a topic name would
+    # silently create a new topic, so puts to an unknown topic fail instead.
+    auto_create_topic_enable: bool = _option(
+        "autoCreateTopicEnable",
+        False,
+        "create a topic on its first put (RocketMQ: true; off here so typos fail)",
+    )
+    # Not a broker.conf property in RocketMQ: there it is each subscription group's
+    # retryMaxTimes (16), which this value seeds for groups the store creates.
+    max_reconsume_times: int = _option(
+        "maxReconsumeTimes",
+        16,
+        "retryMaxTimes of new consumer groups: deliveries before a message goes to %DLQ%",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+    )
+    transaction_timeout: int = _option(
+        "transactionTimeOut",
+        6_000,
+        "age before an unresolved half message is checked (ms)",
+        minimum=0,
+        maximum=JAVA_LONG_MAX,
+    )
+    transaction_check_max: int = _option(
+        "transactionCheckMax",
+        15,
+        "checks of a half message before it is discarded",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+    )
+    long_polling_enable: bool = _option(
+        "longPollingEnable",
+        True,
+        "hold a pull that finds nothing until a message arrives or it times out",
+    )
+    file_reserved_time: int = _option(
+        "fileReservedTime",
+        72,
+        "hours to keep a CommitLog segment before it may be deleted",
+        minimum=0,
+        maximum=JAVA_INT_MAX,
+    )
+    delete_when: str = _option(
+        "deleteWhen",
+        "04",
+        "hours of the day when expired files are deleted, e.g. 04;16",
+        check=_check_delete_when,
+    )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            spec = _BY_FIELD[f.name]
-            value = getattr(self, f.name)
-            spec.check(value, "")
-        if self.mapped_file_size_consume_queue % 20:
-            raise ConfigError(
-                f"mappedFileSizeConsumeQueue must be a multiple of 20, got "
-                f"{self.mapped_file_size_consume_queue}")
-        if self.max_message_size + 1024 > self.mapped_file_size_commit_log:
-            # A record must fit in one segment with room for its header.
-            object.__setattr__(self, "max_message_size",
-                               max(0, self.mapped_file_size_commit_log - 1024))
-        self.delay_levels_ms()
+        for opt in _OPTIONS:
+            try:
+                opt.check(getattr(self, opt.field))
+            except ValueError as exc:
+                raise ConfigError(f"{opt.key}: {exc}") from None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None, **overrides: Any
-             ) -> MessageStoreConfig:
-        """Read ``path`` (default conf/broker.conf when it exists), then apply overrides.
+    def load(
+        cls, path: str | os.PathLike[str] | None = None, /, **overrides: Any
+    ) -> MessageStoreConfig:
+        """Read a ``broker.conf``, apply ``overrides`` on top, and validate everything.
 
-        Overrides use RocketMQ's names (``flushDiskType``) or snake_case
-        (``flush_disk_type``). Raises ConfigError naming the key (and file and
-        line) for an unknown key or a bad value.
+        ``path`` defaults to ``conf/broker.conf`` under the current directory
+        when that file exists, else built-in defaults only. The file uses
+        RocketMQ's camelCase names; overrides may use camelCase
+        (``flushDiskType="SYNC_FLUSH"``) or snake_case (``flush_disk_type=...``),
+        as Python values or as strings, which are parsed like the file's.
+        Raises ConfigError naming the key and where it came from (``file:line``
+        or the keyword) for an unknown key, with a "did you mean", and for a bad
+        value.
         """
         values: dict[str, Any] = {}
-        source = None
-        if path is None and os.path.exists(DEFAULT_CONFIG_FILE):
+        if path is None and os.path.isfile(DEFAULT_CONFIG_FILE):
             path = DEFAULT_CONFIG_FILE
         if path is not None:
             source = os.fspath(path)
             for lineno, key, raw in _read_properties(source):
-                spec = _lookup(key, f"{source}:{lineno}")
-                values[spec.field] = spec.parse(raw, f"{source}:{lineno}")
-        for key, raw in overrides.items():
-            spec = _lookup(key, "keyword argument")
-            values[spec.field] = spec.parse(raw, "keyword argument") if isinstance(raw, str) \
-                else spec.check(raw, "keyword argument")
+                where = f"{source}:{lineno}"
+                opt = _lookup(key, where, allow_snake_case=False)
+                values[opt.field] = opt.parse(raw, where)
+        given: dict[str, str] = {}
+        for key, value in overrides.items():
+            where = f"keyword argument {key}"
+            opt = _lookup(key, where, allow_snake_case=True)
+            if opt.field in given:
+                raise ConfigError(f"{opt.key} is given twice, as {given[opt.field]} and as {key}")
+            given[opt.field] = key
+            if isinstance(value, str):
+                values[opt.field] = opt.parse(value, where)
+            elif opt.kind is str and isinstance(value, os.PathLike):
+                values[opt.field] = opt.parse(os.fspath(value), where)
+            else:
+                values[opt.field] = opt.check_at(value, where)
         return cls(**values)
 
     def delay_levels_ms(self) -> tuple[int, ...]:
-        """Return messageDelayLevel as milliseconds, level 1 first."""
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        out = []
-        for item in self.message_delay_level.split():
-            m = re.fullmatch(r"(\d+)([smhd])", item)
-            if not m:
-                raise ConfigError(
-                    f"messageDelayLevel: {item!r} is not a delay like 10s, 1m, 2h or 1d")
-            out.append(int(m.group(1)) * units[m.group(2)])
-        if not out:
-            raise ConfigError("messageDelayLevel names no delay level")
-        return tuple(out)
+        """Return messageDelayLevel in milliseconds: element 0 is level 1.
 
-    def to_properties(self) -> str:
-        """Render as broker.conf text (RocketMQ names)."""
+        Raises ConfigError naming messageDelayLevel when the value does not parse.
+        """
+        try:
+            return _parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise ConfigError(f"messageDelayLevel: {exc}") from None
+
+    def to_properties(self, *, comments: bool = True) -> str:
+        """Render as ``broker.conf`` text with RocketMQ's names; :meth:`load` reads it back."""
         lines = []
-        for spec in _KEYS:
-            value = getattr(self, spec.field)
-            lines.append(f"{spec.name}={str(value).lower() if isinstance(value, bool) else value}")
+        for opt in _OPTIONS:
+            if comments:
+                lines.append(f"# {opt.doc}")
+            lines.append(f"{opt.key}={_escape_property(opt.render(getattr(self, opt.field)))}")
         return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class _Key:
-    name: str  # RocketMQ's camelCase name
-    field: str
-    kind: type
-    choices: tuple[str, ...] = ()
-    minimum: int | None = None
+@dataclass(frozen=True, slots=True)
+class _Option:
+    key: str  # RocketMQ's camelCase property name
+    field: str  # our snake_case field name
+    kind: type  # int, bool or str
+    choices: tuple[str, ...]
+    minimum: int | None
+    maximum: int | None
+    extra_check: Callable[[Any], None] | None
+    doc: str
 
     def parse(self, raw: str, where: str) -> Any:
-        raw = raw.strip()
+        """Convert the text of a property (or a string override) and check it."""
+        text = raw.strip()
         if self.kind is bool:
-            if raw.lower() in ("true", "false"):
-                return raw.lower() == "true"
-            raise ConfigError(f"{self.name} ({where}): expected true or false, got {raw!r}")
+            if text.lower() not in ("true", "false"):
+                raise ConfigError(f"{where}: {self.key}: expected true or false, got {raw!r}")
+            return text.lower() == "true"
         if self.kind is int:
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigError(f"{self.name} ({where}): expected an integer, got {raw!r}") \
-                    from None
-            return self.check(value, where)
-        return self.check(raw, where)
+            if not _INT.fullmatch(text):
+                raise ConfigError(f"{where}: {self.key}: expected an integer, got {raw!r}")
+            return self.check_at(int(text), where)
+        return self.check_at(text, where)
 
-    def check(self, value: Any, where: str) -> Any:
-        at = f" ({where})" if where else ""
-        if self.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{self.name}{at}: expected an integer, got {value!r}")
-        if self.kind is bool and not isinstance(value, bool):
-            raise ConfigError(f"{self.name}{at}: expected true or false, got {value!r}")
-        if self.kind is str and not isinstance(value, str):
-            raise ConfigError(f"{self.name}{at}: expected a string, got {value!r}")
+    def check_at(self, value: Any, where: str) -> Any:
+        try:
+            return self.check(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {self.key}: {exc}") from None
+
+    def check(self, value: Any) -> Any:
+        """Return ``value`` if it is of the right type and in range, else raise ValueError."""
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expected an integer, got {value!r}")
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"must be at least {self.minimum}, got {value}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"must be at most {self.maximum}, got {value}")
+        elif self.kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"expected true or false, got {value!r}")
+        elif not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
         if self.choices and value not in self.choices:
-            raise ConfigError(f"{self.name}{at}: expected one of {', '.join(self.choices)}, "
-                              f"got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            raise ConfigError(f"{self.name}{at}: must be >= {self.minimum}, got {value}")
+            raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
+        if self.extra_check is not None:
+            self.extra_check(value)
         return value
 
-
-_KEYS = (
-    _Key("storePathRootDir", "store_path_root_dir", str),
-    _Key("mappedFileSizeCommitLog", "mapped_file_size_commit_log", int, minimum=4096),
-    _Key("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", int, minimum=20),
-    _Key("maxHashSlotNum", "max_hash_slot_num", int, minimum=1),
-    _Key("maxIndexNum", "max_index_num", int, minimum=2),
-    _Key("flushDiskType", "flush_disk_type", str, ("ASYNC_FLUSH", "SYNC_FLUSH")),
-    _Key("flushIntervalCommitLog", "flush_interval_commit_log", int, minimum=1),
-    _Key("flushCommitLogLeastPages", "flush_commit_log_least_pages", int, minimum=0),
-    _Key("flushCommitLogThoroughInterval", "flush_commit_log_thorough_interval", int,
-         minimum=1),
-    _Key("syncFlushTimeout", "sync_flush_timeout", int, minimum=1),
-    _Key("messageDelayLevel", "message_delay_level", str),
-    _Key("maxMessageSize", "max_message_size", int, minimum=1),
-    _Key("brokerName", "broker_name", str),
-    _Key("brokerIP1", "broker_ip1", str),
-    _Key("listenPort", "listen_port", int, minimum=0),
-    _Key("defaultTopicQueueNums", "default_topic_queue_nums", int, minimum=1),
-    _Key("autoCreateTopicEnable", "auto_create_topic_enable", bool),
-    _Key("maxReconsumeTimes", "max_reconsume_times", int, minimum=0),
-    _Key("transactionTimeOut", "transaction_timeout", int, minimum=0),
-    _Key("transactionCheckMax", "transaction_check_max", int, minimum=0),
-    _Key("longPollingEnable", "long_polling_enable", bool),
-    _Key("fileReservedTime", "file_reserved_time", int, minimum=0),
-)
-_BY_NAME = {k.name: k for k in _KEYS}
-_BY_FIELD = {k.field: k for k in _KEYS}
-assert set(_BY_FIELD) == {f.name for f in dataclasses.fields(MessageStoreConfig)}
+    def render(self, value: Any) -> str:
+        return ("true" if value else "false") if self.kind is bool else str(value)
 
 
-def _lookup(key: str, where: str) -> _Key:
-    spec = _BY_NAME.get(key) or _BY_FIELD.get(key)
-    if spec is not None:
-        return spec
-    names = list(_BY_NAME) + list(_BY_FIELD)
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown store configuration key {key!r} ({where}){hint}")
+def _build_options() -> tuple[_Option, ...]:
+    hints = typing.get_type_hints(MessageStoreConfig)
+    options = []
+    for f in dataclasses.fields(MessageStoreConfig):
+        hint = hints[f.name]
+        choices: tuple[str, ...] = ()
+        if typing.get_origin(hint) is Literal:
+            choices = typing.get_args(hint)
+            hint = str
+        options.append(
+            _Option(
+                key=f.metadata["key"],
+                field=f.name,
+                kind=hint,
+                choices=choices,
+                minimum=f.metadata["minimum"],
+                maximum=f.metadata["maximum"],
+                extra_check=f.metadata["check"],
+                doc=f.metadata["doc"],
+            )
+        )
+    return tuple(options)
+
+
+_OPTIONS = _build_options()
+_BY_KEY = {opt.key: opt for opt in _OPTIONS}
+_BY_FIELD = {opt.field: opt for opt in _OPTIONS}
+
+
+def _normalised(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+_BY_NORMALISED = {_normalised(opt.key): opt for opt in _OPTIONS}
+
+
+def _lookup(key: str, where: str, *, allow_snake_case: bool) -> _Option:
+    """Return the option named ``key``; raise ConfigError with a suggestion if there is none."""
+    opt = _BY_KEY.get(key)
+    if opt is None and allow_snake_case:
+        opt = _BY_FIELD.get(key)
+    if opt is not None:
+        return opt
+    # Suggest in the style the caller used: snake_case only where it is allowed.
+    snake = allow_snake_case and ("_" in key or key.islower())
+    close = _BY_NORMALISED.get(_normalised(key))
+    if close is None:
+        matches = difflib.get_close_matches(
+            _normalised(key), list(_BY_NORMALISED), n=1, cutoff=0.75
+        )
+        close = _BY_NORMALISED[matches[0]] if matches else None
+    hint = ""
+    if close is not None:
+        hint = f"; did you mean {(close.field if snake else close.key)!r}?"
+    raise ConfigError(f"{where}: unknown store configuration key {key!r}{hint}")
+
+
+# --- Java properties files ---------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _unescape(text: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 == len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
+            out.append(chr(int(text[i + 2 : i + 6], 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def _escape_property(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Yield (first line number, logical line) per java.util.Properties.load.
+
+    Blank and comment (``#``, ``!``) lines are skipped; a line that ends in an
+    odd number of backslashes continues on the next one, whose leading blanks
+    are dropped.
+    """
+    lines = _LINE_BREAK.split(text)  # not str.splitlines(): Java breaks lines at \n and \r only
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip(" \t\f")
+            i += 1
+        yield lineno, line
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t\f":
+            break
+        i += 1
+    # The key ends at the first unescaped "=", ":" or blank; blanks, then at most
+    # one "=" or ":", then blanks separate it from the value.
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:]
+    return _unescape(line[:i]), _unescape(rest.lstrip(" \t\f"))
 
 
 def _read_properties(path: str) -> list[tuple[int, str, str]]:
+    """Return (line number, key, raw value) of each property in ``path``, in file order."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as exc:
-        raise ConfigError(f"cannot read store configuration {path}: {exc}") from None
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", stripped)
-        if not m:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
-        out.append((lineno, m.group(1), m.group(2)))
-    return out
+        raise ConfigError(f"cannot read store configuration {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return [(lineno, *_split_property(line)) for lineno, line in _logical_lines(text)]
 
 
-# --- names (TopicValidator) ---------------------------------------------------------
+# --- names (RocketMQ's TopicValidator) -----------------------------------------------
 
-_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255
+# 120 leaves room for the %RETRY% / %DLQ% prefix in the group's own topics.
 GROUP_MAX_LENGTH = 120
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+NAME_CHARSET = "^[%|a-zA-Z0-9_-]+$"
+_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would accept a final \n
 
 
-def validate_topic(name: object) -> str:
-    """Return ``name`` if it is a legal topic name, else raise InvalidNameError."""
-    if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"topic name must be a non-empty string, got {name!r}")
-    if not _NAME_RE.match(name):
+def _validate_name(what: str, name: object, limit: int) -> str:
+    if not isinstance(name, str):
+        raise InvalidNameError(f"{what} name must be a string, got {name!r}")
+    if not name:
+        raise InvalidNameError(f"{what} name is empty")
+    if not _NAME.fullmatch(name):
         raise InvalidNameError(
-            f"topic name {name!r} may only contain letters, digits, '%', '|', '_' and '-'")
-    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if name.startswith(("%RETRY%", "%DLQ%")) \
-        else TOPIC_MAX_LENGTH
+            f"{what} name {name!r} contains illegal characters; only {NAME_CHARSET} is allowed"
+        )
     if len(name) > limit:
-        raise InvalidNameError(f"topic name {name[:20]!r}... has {len(name)} characters, "
-                               f"more than {limit}")
-    return name
-
-
-def validate_group(name: object) -> str:
-    """Return ``name`` if it is a legal consumer/producer group name, else raise."""
-    if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"group name must be a non-empty string, got {name!r}")
-    if not _NAME_RE.match(name):
         raise InvalidNameError(
-            f"group name {name!r} may only contain letters, digits, '%', '|', '_' and '-'")
-    if len(name) > GROUP_MAX_LENGTH:
-        raise InvalidNameError(f"group name {name[:20]!r}... has {len(name)} characters, "
-                               f"more than {GROUP_MAX_LENGTH}")
+            f"{what} name {name!r} is {len(name)} characters long; at most {limit} are allowed"
+        )
     return name
+
+
+def validate_topic(name: str) -> str:
+    """Return ``name`` if RocketMQ accepts it as a topic, else raise InvalidNameError.
+
+    Rules: characters ``^[%|a-zA-Z0-9_-]+$``, at most 127 of them, or 255 for
+    ``%RETRY%...`` and ``%DLQ%...`` topics.
+    """
+    is_group_topic = isinstance(name, str) and name.startswith(
+        (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
+    )
+    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if is_group_topic else TOPIC_MAX_LENGTH
+    return _validate_name("topic", name, limit)
+
+
+def validate_group(name: str) -> str:
+    """Return ``name`` if RocketMQ accepts it as a group, else raise InvalidNameError.
+
+    Rules: characters ``^[%|a-zA-Z0-9_-]+$``, at most 120 of them.
+    """
+    return _validate_name("group", name, GROUP_MAX_LENGTH)

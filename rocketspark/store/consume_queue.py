@@ -124,13 +124,17 @@ class ConsumeQueue:
                 break
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
             take = min(remaining, self.entries_per_file - first)
-            block = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
-                                  offset=first * CQ_STORE_UNIT_SIZE).copy()
-            empty = np.flatnonzero(block["size"] == 0)
-            if len(empty):
-                out.append(block[: int(empty[0])])
+            view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
+                                 offset=first * CQ_STORE_UNIT_SIZE)
+            # SIZE fields first: a writer fills SIZE last, so every entry whose SIZE
+            # we saw is whole when we copy it afterwards (copying in address order
+            # could read an entry's offset before its writer stored it).
+            empty = np.flatnonzero(view["size"] == 0)
+            valid = int(empty[0]) if len(empty) else take
+            out.append(view[:valid].copy())
+            del view
+            if valid < take:
                 break
-            out.append(block)
             n += take
             remaining -= take
         if not out:
@@ -143,8 +147,11 @@ class ConsumeQueue:
         f = self.files.find(pos)
         if f is None:
             return None
-        off, size, tags = CQ_ENTRY.unpack_from(f.mm, pos - f.start_offset)
-        return (off, size, tags) if size else None
+        rel = pos - f.start_offset
+        if not _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]:  # SIZE first (see read)
+            return None
+        off, size, tags = CQ_ENTRY.unpack_from(f.mm, rel)
+        return off, size, tags
 
     # -- writing (callers hold the store's write lock) -----------------------------
 

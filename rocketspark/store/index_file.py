@@ -4,246 +4,599 @@ File grammar (big-endian)::
 
     file   := header slot{hashSlotNum} entry{indexNum}
     header := beginTimestamp:i64 endTimestamp:i64 beginPhyOffset:i64 endPhyOffset:i64
-              hashSlotCount:i32 indexCount:i32          (indexCount starts at 1)
-    slot   := entryNumber:i32                           (0: empty)
-    entry  := keyHash:i32 phyOffset:i64 timeDiff:i32 prevIndex:i32
+              hashSlotCount:i32 indexCount:i32                           (40 bytes)
+    slot   := headIndex:i32                                  (0: empty)   (4 bytes)
+    entry  := keyHash:i32 phyOffset:i64 timeDiff:i32 prevIndex:i32       (20 bytes)
 
-keyHash is abs(Java hashCode of the key) (0 for Integer.MIN_VALUE); the slot is
-keyHash % hashSlotNum; a new entry links to the slot's previous entry and
-becomes the slot's head. timeDiff is in seconds from beginTimestamp.
+Entry n sits at byte ``40 + hashSlotNum * 4 + n * 20``. Entry 0 is never
+written: indexCount starts at 1 and is the number of the next entry, so 0 can
+mean "none" in a slot or a prevIndex. A file is full when indexCount reaches
+indexNum. Files are sparse: untouched slots and entries read as zero.
 
-Writers (under the store's write lock) write entries first, then slots, then
-the header's indexCount, so readers in other processes never follow a link to
-an unwritten entry. :meth:`IndexFile.put_hashes` writes a whole batch with
-numpy and yields the same bytes as one put per key.
+Putting a key (RocketMQ's ``IndexFile.putKey``):
+
+- keyHash = abs(Java ``String.hashCode()``), 0 when abs overflows (Integer.MIN_VALUE);
+  the slot is keyHash % hashSlotNum;
+- the slot's old value becomes the entry's prevIndex when 0 < value <= indexCount;
+  otherwise (empty, or left over from a torn write) prevIndex is 0 and
+  hashSlotCount grows by one; the slot then holds the new entry's number;
+- timeDiff = (storeTimestamp - beginTimestamp) / 1000 in seconds, 0 while
+  beginTimestamp <= 0, clamped to [0, 2**31 - 1]. beginTimestamp is read before
+  the first entry sets it, so the first entry of a rolled file is measured from
+  the previous file's endTimestamp, which the new file inherited;
+- the first entry sets beginTimestamp and beginPhyOffset; every entry sets
+  endTimestamp and endPhyOffset.
+
+Readers in other processes never lock. The writer (one at a time, under the
+store's lock) writes the entry bytes, then the slots, then the header with
+indexCount last; a reader ignores a slot or prevIndex above the indexCount it
+reads, so it never follows a link to an entry that is not written yet.
+
+Index files live in ``<root>/index/`` and are named by their creation time,
+``yyyyMMddHHmmssSSS`` in local time (RocketMQ's ``UtilAll.timeMillisToHumanString``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import itertools
 import mmap
 import os
 import struct
 import time
-from collections.abc import Sequence
-from functools import lru_cache
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from rocketspark.errors import CorruptRecordError
-from rocketspark.store.message import java_string_hash
+from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
+
+__all__ = [
+    "INDEX_HEADER",
+    "INDEX_HEADER_SIZE",
+    "HASH_SLOT_SIZE",
+    "INDEX_ENTRY",
+    "INDEX_ENTRY_SIZE",
+    "INVALID_INDEX",
+    "IndexHeader",
+    "IndexFile",
+    "IndexService",
+    "index_file_name",
+    "index_file_size",
+    "index_key_hash",
+    "java_hash_many",
+]
 
 INDEX_HEADER = struct.Struct(
-    ">q"  # beginTimestamp
-    "q"  # endTimestamp
+    ">q"  # beginTimestamp (ms)
+    "q"  # endTimestamp (ms)
     "q"  # beginPhyOffset
     "q"  # endPhyOffset
     "i"  # hashSlotCount
     "i"  # indexCount
 )
 INDEX_HEADER_SIZE = INDEX_HEADER.size
-HASH_SLOT_SIZE = 4
-INDEX_ENTRY = struct.Struct(">iqii")
-INDEX_ENTRY_SIZE = INDEX_ENTRY.size
-INVALID_INDEX = 0
+BEGIN_TIMESTAMP_OFFSET = 0
+END_TIMESTAMP_OFFSET = struct.calcsize(">q")
+BEGIN_PHY_OFFSET_OFFSET = struct.calcsize(">qq")
+END_PHY_OFFSET_OFFSET = struct.calcsize(">qqq")
 HASH_SLOT_COUNT_OFFSET = struct.calcsize(">qqqq")
-INDEX_COUNT_OFFSET = HASH_SLOT_COUNT_OFFSET + 4
-ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"),
-                        ("prev", ">i4")])
-assert INDEX_HEADER_SIZE == 40 and INDEX_ENTRY_SIZE == ENTRY_DTYPE.itemsize == 20
-INT_MAX = 2**31 - 1
-INT_MIN = -(2**31)
-_I32 = struct.Struct(">i")
+INDEX_COUNT_OFFSET = struct.calcsize(">qqqqi")
+# Everything in the header but indexCount, which is written last to publish entries.
+_HEADER_BEFORE_COUNT = struct.Struct(INDEX_HEADER.format[:-1])
+
+HASH_SLOT = struct.Struct(">i")
+HASH_SLOT_SIZE = HASH_SLOT.size
+
+INDEX_ENTRY = struct.Struct(
+    ">i"  # keyHash
+    "q"  # phyOffset
+    "i"  # timeDiff (s since beginTimestamp)
+    "i"  # prevIndex
+)
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size
+INDEX_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+assert INDEX_ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
+
+INVALID_INDEX = 0
+INDEX_FILE_NAME_LENGTH = len("yyyyMMddHHmmssSSS")
+DEFAULT_HASH_SLOT_NUM = 5_000_000
+DEFAULT_INDEX_NUM = 5_000_000 * 4
+
+JAVA_INT_MIN = -(2**31)
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")
 
 
-def key_hash(key: str) -> int:
-    """Return RocketMQ's index hash of ``key``: abs(hashCode), 0 when that overflows."""
-    h = java_string_hash(key)
-    return 0 if h == INT_MIN else abs(h)
+# --- hashing ------------------------------------------------------------------------
+
+
+def index_key_hash(key: str) -> int:
+    """Return the keyHash RocketMQ stores for ``key``: abs(hashCode), 0 when that overflows."""
+    return _abs_java_hash(java_string_hash(key))
+
+
+def _abs_java_hash(h: int) -> int:
+    # Java's Math.abs(Integer.MIN_VALUE) stays negative; IndexFile then uses 0.
+    return 0 if h == JAVA_INT_MIN else abs(h)
+
+
+def _build_powers_of_31(size: int) -> np.ndarray:
+    p = np.full(size, 31, dtype=np.uint32)
+    p[0] = 1
+    return np.cumprod(p, dtype=np.uint32)  # uint32 wrap-around: 31**k mod 2**32
+
+
+_POW31 = _build_powers_of_31(256)
+
+
+def _powers_of_31(n: int) -> np.ndarray:
+    """Return at least n weights 31**k mod 2**32, k = 0, 1, ... (grown on demand)."""
+    global _POW31
+    if len(_POW31) < n:
+        _POW31 = _build_powers_of_31(max(n, 2 * len(_POW31)))
+    return _POW31
 
 
 def java_hash_many(strings: Sequence[str]) -> np.ndarray:
-    """Return Java ``String.hashCode()`` of each string as int32 (vectorised for ASCII)."""
-    out = np.empty(len(strings), dtype=np.int32)
-    by_len: dict[int, list[int]] = {}
-    for i, s in enumerate(strings):
-        if s.isascii():
-            by_len.setdefault(len(s), []).append(i)
+    """Return Java ``String.hashCode()`` of each string as an int32 array.
+
+    Equal to :func:`~rocketspark.store.message.java_string_hash` one by one.
+    ASCII strings are hashed with numpy; others fall back to ``java_string_hash``
+    (Java hashes UTF-16 code units).
+    """
+    # Hot path (once per put batch): the ASCII strings are laid end to end in one
+    # byte array; each group of one length L is gathered into an (m, L) matrix and
+    # hashCode = chars @ [31**(L-1), ..., 31, 1] in uint32, whose wrap-around is
+    # Java's int overflow. One loop turn per distinct length, none per string.
+    n = len(strings)
+    out = np.zeros(n, dtype=np.uint32)
+    joined = "".join(strings)
+    ascii_at: np.ndarray | None = None
+    if joined.isascii():
+        ascii_strings: Sequence[str] = strings
+    else:
+        is_ascii = [s.isascii() for s in strings]
+        for i, (s, ok) in enumerate(zip(strings, is_ascii, strict=True)):
+            if not ok:
+                out[i] = java_string_hash(s) & 0xFFFFFFFF
+        ascii_strings = [s for s, ok in zip(strings, is_ascii, strict=True) if ok]
+        ascii_at = np.flatnonzero(is_ascii)
+        joined = "".join(ascii_strings)
+    if joined:
+        lengths = np.fromiter(map(len, ascii_strings), dtype=np.int64, count=len(ascii_strings))
+        chars = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        starts = np.cumsum(lengths) - lengths
+        by_length = np.argsort(lengths, kind="stable")
+        group_starts = np.flatnonzero(np.diff(lengths[by_length])) + 1
+        weights = _powers_of_31(int(lengths[by_length[-1]]))
+        hashes = np.zeros(len(lengths), dtype=np.uint32)
+        for group in np.split(by_length, group_starts):
+            length = int(lengths[group[0]])
+            if length:
+                matrix = chars[starts[group, None] + np.arange(length)].astype(np.uint32)
+                hashes[group] = matrix @ weights[length - 1 :: -1]
+        if ascii_at is None:
+            out = hashes
         else:
-            out[i] = java_string_hash(s)
-    for length, idx in by_len.items():
-        if length == 0:
-            out[idx] = 0
-            continue
-        data = np.frombuffer("".join(strings[i] for i in idx).encode("ascii"),
-                            dtype=np.uint8).reshape(len(idx), length).astype(np.uint32)
-        powers = _powers_of_31(length)
-        with np.errstate(over="ignore"):
-            h = (data * powers).sum(axis=1, dtype=np.uint32)
-        out[idx] = h.view(np.int32)
-    return out
+            out[ascii_at] = hashes
+    return out.view(np.int32)
 
 
-@lru_cache(maxsize=256)
-def _powers_of_31(length: int) -> np.ndarray:
-    """31**(length-1-j) mod 2**32 for j in 0..length-1: the weights of String.hashCode."""
-    return np.array([pow(31, length - 1 - j, 1 << 32) for j in range(length)], dtype=np.uint32)
+# --- file geometry and names ------------------------------------------------------
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Return the byte size of an index file with these dimensions."""
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def _check_dimensions(hash_slot_num: int, index_num: int) -> None:
+    if isinstance(hash_slot_num, bool) or not isinstance(hash_slot_num, int) or hash_slot_num < 1:
+        raise ConfigError(f"maxHashSlotNum must be an int >= 1, got {hash_slot_num!r}")
+    if isinstance(index_num, bool) or not isinstance(index_num, int) or index_num < 2:
+        raise ConfigError(
+            f"maxIndexNum must be an int >= 2 (entry 0 is never used), got {index_num!r}"
+        )
+    size = index_file_size(hash_slot_num, index_num)
+    if size > JAVA_INT_MAX:
+        # RocketMQ computes the file size in a Java int: it could not open such a file.
+        raise ConfigError(
+            f"an index file with maxHashSlotNum {hash_slot_num} and maxIndexNum {index_num} "
+            f"would be {size} bytes, more than {JAVA_INT_MAX}"
+        )
+
+
+def index_file_name(millis: int) -> str:
+    """Return RocketMQ's index file name for a creation time: ``yyyyMMddHHmmssSSS``, local time."""
+    seconds, ms = divmod(millis, 1000)
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(seconds)) + f"{ms:03d}"
+
+
+def _name_after(name: str) -> str:
+    """Return the file name one millisecond after ``name``."""
+    try:
+        t = datetime.datetime.strptime(name[:14], "%Y%m%d%H%M%S")
+    except ValueError:  # digits but not a date: any larger name keeps the order
+        return f"{int(name) + 1:0{INDEX_FILE_NAME_LENGTH}d}"
+    t += datetime.timedelta(milliseconds=int(name[14:]) + 1)
+    return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+
+
+def _is_index_file_name(name: str) -> bool:
+    return len(name) == INDEX_FILE_NAME_LENGTH and name.isdigit()
+
+
+# --- time arithmetic as Java does it ------------------------------------------------
+
+
+def _time_diff(store_timestamp: int, begin_timestamp: int) -> int:
+    """Return the stored timeDiff (s): Java long arithmetic, clamped to [0, INT_MAX]."""
+    if begin_timestamp <= 0:
+        return 0
+    diff = (store_timestamp - begin_timestamp + 2**63) % 2**64 - 2**63  # long wrap-around
+    # Java's / truncates toward zero; negative results become 0 either way.
+    return 0 if diff < 0 else min(diff // 1000, JAVA_INT_MAX)
+
+
+def _time_diffs(store_timestamps: np.ndarray, begin_timestamp: int) -> np.ndarray:
+    """Vectorised :func:`_time_diff`; int64 subtraction wraps like Java's long."""
+    if begin_timestamp <= 0:
+        return np.zeros(len(store_timestamps), dtype=np.int64)
+    diff = store_timestamps - np.int64(begin_timestamp)
+    return np.clip(diff // 1000, 0, JAVA_INT_MAX)
+
+
+# --- one file ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHeader:
+    """The 40-byte header of an index file, as read at one moment."""
+
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int  # the next entry's number; a stored 0 reads as 1, like RocketMQ's load()
 
 
 class IndexFile:
-    """One mapped index file."""
+    """One memory-mapped index file; build it with :meth:`create` or :meth:`open`."""
 
-    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool,
-                 begin_phy: int = 0, begin_ts: int = 0):
+    def __init__(
+        self, path: str, mm: mmap.mmap, *, hash_slot_num: int, index_num: int, writable: bool
+    ):
         self.path = path
+        self.name = os.path.basename(path)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self.size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
-        self.entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        self.size = index_file_size(hash_slot_num, index_num)
+        self.writable = writable
+        self._mm = mm
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self._slots: np.ndarray | None = np.frombuffer(
+            mm, dtype=">i4", count=hash_slot_num, offset=INDEX_HEADER_SIZE
+        )
+        self._entries: np.ndarray | None = np.frombuffer(
+            mm, dtype=INDEX_ENTRY_DTYPE, count=index_num, offset=self._entries_at
+        )
+
+    @classmethod
+    def create(
+        cls,
+        path: str,
+        *,
+        hash_slot_num: int,
+        index_num: int,
+        prev_end_phy_offset: int = 0,
+        prev_end_timestamp: int = 0,
+    ) -> IndexFile:
+        """Create a new, empty index file at ``path``; FileExistsError if it exists.
+
+        ``prev_end_*`` are the previous file's endPhyOffset / endTimestamp, which
+        the new file takes as its begin and end fields (each only when > 0).
+        The file appears at ``path`` complete: it is sized and its header written
+        under a hidden temporary name first.
+        """
+        _check_dimensions(hash_slot_num, index_num)
+        size = index_file_size(hash_slot_num, index_num)
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        mm = None
         try:
-            actual = os.fstat(fd).st_size
-            if create:
-                os.ftruncate(fd, self.size)
-            elif actual != self.size:
-                raise CorruptRecordError(
-                    f"index file is {actual} bytes, expected {self.size} for maxHashSlotNum "
-                    f"{hash_slot_num} and maxIndexNum {index_num}", file=path)
-            self.mm = mmap.mmap(fd, self.size)
+            os.ftruncate(fd, size)  # sparse: slots and entries are never written as zeros
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+            phy = prev_end_phy_offset if prev_end_phy_offset > 0 else 0
+            ts = prev_end_timestamp if prev_end_timestamp > 0 else 0
+            INDEX_HEADER.pack_into(mm, 0, ts, ts, phy, phy, 0, 1)
+            _publish(tmp, path)
+        except BaseException:
+            if mm is not None:
+                mm.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         finally:
             os.close(fd)
-        if create:
-            INDEX_HEADER.pack_into(self.mm, 0, max(begin_ts, 0), max(begin_ts, 0),
-                                   max(begin_phy, 0), max(begin_phy, 0), 0, 1)
+        return cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=True)
 
-    # header fields, read from the mapping every time (other processes write them)
-    def header(self) -> tuple[int, int, int, int, int, int]:
-        return INDEX_HEADER.unpack_from(self.mm, 0)
+    @classmethod
+    def open(
+        cls, path: str, *, hash_slot_num: int, index_num: int, writable: bool = True
+    ) -> IndexFile:
+        """Map an existing index file; CorruptRecordError if its size or header is wrong."""
+        _check_dimensions(hash_slot_num, index_num)
+        size = index_file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise CorruptRecordError(
+                    f"index file is {actual} bytes, expected {size} for maxHashSlotNum "
+                    f"{hash_slot_num} and maxIndexNum {index_num}",
+                    file=path,
+                )
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        f = cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=writable)
+        try:
+            f._index_count()
+        except CorruptRecordError:
+            f.close()
+            raise
+        return f
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.path!r}, index_count={self.index_count})"
+
+    def __enter__(self) -> IndexFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- header (read from the mapping each time: another process may write it) ------
+
+    def _index_count(self) -> int:
+        count = _INT.unpack_from(self._mm, INDEX_COUNT_OFFSET)[0]
+        if count > self.index_num:
+            raise CorruptRecordError(
+                f"indexCount is {count}, expected at most maxIndexNum {self.index_num}",
+                file=self.path,
+                offset=INDEX_COUNT_OFFSET,
+            )
+        return count if count > 0 else 1
+
+    @property
+    def header(self) -> IndexHeader:
+        begin_ts, end_ts, begin_phy, end_phy, slot_count, _ = INDEX_HEADER.unpack_from(self._mm)
+        return IndexHeader(begin_ts, end_ts, begin_phy, end_phy, slot_count, self._index_count())
 
     @property
     def begin_timestamp(self) -> int:
-        return self.header()[0]
+        return _LONG.unpack_from(self._mm, BEGIN_TIMESTAMP_OFFSET)[0]
 
     @property
     def end_timestamp(self) -> int:
-        return self.header()[1]
+        return _LONG.unpack_from(self._mm, END_TIMESTAMP_OFFSET)[0]
 
     @property
     def begin_phy_offset(self) -> int:
-        return self.header()[2]
+        return _LONG.unpack_from(self._mm, BEGIN_PHY_OFFSET_OFFSET)[0]
 
     @property
     def end_phy_offset(self) -> int:
-        return self.header()[3]
+        return _LONG.unpack_from(self._mm, END_PHY_OFFSET_OFFSET)[0]
 
     @property
     def hash_slot_count(self) -> int:
-        return self.header()[4]
+        return _INT.unpack_from(self._mm, HASH_SLOT_COUNT_OFFSET)[0]
 
     @property
     def index_count(self) -> int:
-        return _I32.unpack_from(self.mm, INDEX_COUNT_OFFSET)[0]
+        """The number the next entry gets (1 while the file is empty)."""
+        return self._index_count()
+
+    @property
+    def entry_count(self) -> int:
+        """How many entries the file holds."""
+        return self._index_count() - 1
 
     @property
     def is_full(self) -> bool:
-        return self.index_count >= self.index_num
+        return self._index_count() >= self.index_num
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Say whether [begin_ms, end_ms] overlaps the file's [beginTimestamp, endTimestamp]."""
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin_ms < b and end_ms > e) or b <= begin_ms <= e or b <= end_ms <= e
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise RocketSparkError(f"index file {self.path} is open read-only")
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Index one key; False when the file is full."""
-        return self.put_hashes(np.array([java_string_hash(key)], dtype=np.int32),
-                               np.array([phy_offset], dtype=np.int64),
-                               np.array([store_timestamp], dtype=np.int64)) == 1
+        """Index ``key`` (already ``topic#key``); False when the file is full."""
+        return self.put_hash(java_string_hash(key), phy_offset, store_timestamp)
 
-    def put_hashes(self, hashes: np.ndarray, phy_offsets: np.ndarray,
-                   store_timestamps: np.ndarray) -> int:
-        """Index a batch of Java key hashes; return how many fit (the rest: file full)."""
-        begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = self.header()
+    def put_hash(self, java_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Index a key given its Java hashCode (signed int32); False when the file is full."""
+        self._check_writable()
+        mm = self._mm
+        begin_ts, _, begin_phy, _, slot_count, _ = INDEX_HEADER.unpack_from(mm)
+        count = self._index_count()
+        if count >= self.index_num:
+            return False
+        key_hash = _abs_java_hash(java_hash)
+        slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        prev = HASH_SLOT.unpack_from(mm, slot_at)[0]
+        if prev <= INVALID_INDEX or prev > count:
+            prev = INVALID_INDEX
+        time_diff = _time_diff(store_timestamp, begin_ts)
+        INDEX_ENTRY.pack_into(
+            mm, self._entries_at + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev
+        )
+        HASH_SLOT.pack_into(mm, slot_at, count)
+        if count <= 1:
+            begin_ts, begin_phy = store_timestamp, phy_offset
+        if prev == INVALID_INDEX:
+            slot_count = _wrap_i32(slot_count + 1)
+        _HEADER_BEFORE_COUNT.pack_into(
+            mm, 0, begin_ts, store_timestamp, begin_phy, phy_offset, slot_count
+        )
+        _INT.pack_into(mm, INDEX_COUNT_OFFSET, count + 1)
+        return True
+
+    def put_hashes(
+        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray
+    ) -> int:
+        """Index a batch of keys given their Java hashCodes (signed int32), in order.
+
+        Writes the same bytes as :meth:`put_hash` called once per key. Returns
+        how many keys were written: fewer than given when the file filled up.
+        """
+        # Hot path: a whole batch in a few numpy passes, no per-key Python work.
+        # Within the batch an entry links to the previous batch entry of its
+        # slot (found by a stable sort on the slot), the first one of a slot to
+        # the slot's old value, and each slot ends up holding its last entry.
+        self._check_writable()
+        assert self._slots is not None and self._entries is not None
+        hashes = np.asarray(key_hashes, dtype=np.int32)
+        phys = np.asarray(phy_offsets, dtype=np.int64)
+        stamps = np.asarray(store_timestamps, dtype=np.int64)
+        if not len(hashes) == len(phys) == len(stamps):
+            raise ValueError(
+                f"batch arrays differ in length: {len(hashes)} hashes, {len(phys)} offsets, "
+                f"{len(stamps)} timestamps"
+            )
+        begin_ts, _, begin_phy, _, slot_count, _ = INDEX_HEADER.unpack_from(self._mm)
+        count = self._index_count()
         n = min(len(hashes), self.index_num - count)
         if n <= 0:
             return 0
-        h = np.asarray(hashes[:n], dtype=np.int64)
-        kh = np.where(h == INT_MIN, 0, np.abs(h))
-        phy = np.asarray(phy_offsets[:n], dtype=np.int64)
-        ts = np.asarray(store_timestamps[:n], dtype=np.int64)
-        slots = (kh % self.hash_slot_num).astype(np.int64)
-        # timeDiff as Java computes it: the first entry of a fresh file is measured
-        # against the inherited begin, then the begin becomes its own timestamp.
-        td = np.empty(n, dtype=np.int64)
-        td[0] = _time_diff(ts[:1], begin_ts)[0]
-        if count <= 1:
-            begin_ts, begin_phy = int(ts[0]), int(phy[0])
-        td[1:] = _time_diff(ts[1:], begin_ts)
-        numbers = np.arange(count, count + n, dtype=np.int64)
-        slot_view = np.frombuffer(self.mm, dtype=">i4", count=self.hash_slot_num,
-                                  offset=INDEX_HEADER_SIZE)
-        old = slot_view[slots].astype(np.int64)
-        old = np.where((old <= INVALID_INDEX) | (old > count), INVALID_INDEX, old)
-        order = np.argsort(slots, kind="stable")
-        s_sorted = slots[order]
-        first_of_group = np.ones(n, dtype=bool)
-        first_of_group[1:] = s_sorted[1:] != s_sorted[:-1]
-        prev_sorted = np.empty(n, dtype=np.int64)
-        prev_sorted[first_of_group] = old[order][first_of_group]
-        prev_sorted[~first_of_group] = numbers[order][:-1][~first_of_group[1:]]
+        h = hashes[:n].astype(np.int64)
+        phys, stamps = phys[:n], stamps[:n]
+        key_hash = np.abs(h)
+        key_hash[h == JAVA_INT_MIN] = 0
+        slot = key_hash % self.hash_slot_num
+        number = np.arange(count, count + n, dtype=np.int64)
+
+        time_diff = np.empty(n, dtype=np.int64)
+        time_diff[:1] = _time_diffs(stamps[:1], begin_ts)
+        if count <= 1:  # the first entry sets the begin fields, after its own timeDiff
+            begin_ts, begin_phy = int(stamps[0]), int(phys[0])
+        time_diff[1:] = _time_diffs(stamps[1:], begin_ts)
+
+        order = np.argsort(slot, kind="stable")
+        sorted_slot = slot[order]
+        sorted_number = number[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(sorted_slot[1:], sorted_slot[:-1], out=first[1:])
+        last = np.empty(n, dtype=bool)
+        last[-1] = True
+        last[:-1] = first[1:]
+        old = self._slots[sorted_slot[first]].astype(np.int64)
+        # Valid as putKey sees it: 0 < old <= indexCount at the time of that put.
+        old_valid = (old > INVALID_INDEX) & (old <= sorted_number[first])
+        sorted_prev = np.empty(n, dtype=np.int64)
+        sorted_prev[1:] = sorted_number[:-1]
+        sorted_prev[first] = np.where(old_valid, old, INVALID_INDEX)
         prev = np.empty(n, dtype=np.int64)
-        prev[order] = prev_sorted
-        new_slots = int(np.count_nonzero(old[order][first_of_group] == INVALID_INDEX))
-        block = np.empty(n, dtype=ENTRY_DTYPE)
-        block["hash"] = kh
-        block["phy"] = phy
-        block["time_diff"] = td
-        block["prev"] = prev
-        entries = np.frombuffer(self.mm, dtype=ENTRY_DTYPE, count=n,
-                                offset=self.entries_at + count * INDEX_ENTRY_SIZE)
-        entries[:] = block
-        last_of_group = np.ones(n, dtype=bool)
-        last_of_group[:-1] = s_sorted[1:] != s_sorted[:-1]
-        slot_view[s_sorted[last_of_group]] = numbers[order][last_of_group]
-        del entries, slot_view
-        INDEX_HEADER.pack_into(self.mm, 0, begin_ts, int(ts[n - 1]), begin_phy, int(phy[n - 1]),
-                               slot_count + new_slots, count)
-        _I32.pack_into(self.mm, INDEX_COUNT_OFFSET, count + n)  # last: publishes the batch
+        prev[order] = sorted_prev
+        new_slots = len(old) - int(np.count_nonzero(old_valid))
+
+        entries = self._entries[count : count + n]
+        entries["key_hash"] = key_hash
+        entries["phy_offset"] = phys
+        entries["time_diff"] = time_diff
+        entries["prev_index"] = prev
+        del entries
+        self._slots[sorted_slot[last]] = sorted_number[last]
+        _HEADER_BEFORE_COUNT.pack_into(
+            self._mm,
+            0,
+            begin_ts,
+            int(stamps[-1]),
+            begin_phy,
+            int(phys[-1]),
+            _wrap_i32(slot_count + new_slots),
+        )
+        _INT.pack_into(self._mm, INDEX_COUNT_OFFSET, count + n)  # publishes the batch
         return n
 
-    def select_phy_offsets(self, key: str, max_num: int, begin_ms: int, end_ms: int
-                           ) -> list[int]:
-        """Walk ``key``'s chain, newest first; keep matching hashes stored in [begin, end]."""
-        begin_ts, _e, _bp, _ep, _sc, count = self.header()
-        kh = key_hash(key)
-        slot = kh % self.hash_slot_num
-        value = _I32.unpack_from(self.mm, INDEX_HEADER_SIZE + slot * HASH_SLOT_SIZE)[0]
-        out: list[int] = []
-        if value <= INVALID_INDEX or value > count or count <= 1:
-            return out
-        nxt = value
-        steps = 0
-        while len(out) < max_num and steps <= count:
-            steps += 1
-            h, phy, td, prev = INDEX_ENTRY.unpack_from(
-                self.mm, self.entries_at + nxt * INDEX_ENTRY_SIZE)
-            if td < 0:
-                break
-            t = begin_ts + td * 1000
-            if h == kh and begin_ms <= t <= end_ms:
-                out.append(phy)
-            if prev <= INVALID_INDEX or prev > count or prev == nxt or t < begin_ms:
-                break
-            nxt = prev
-        return out
+    # -- reading -----------------------------------------------------------------------
 
-    def is_time_matched(self, begin: int, end: int) -> bool:
-        b, e = self.begin_timestamp, self.end_timestamp
-        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+    def select_phy_offsets(
+        self, key: str, max_num: int, begin_ms: int = 0, end_ms: int = JAVA_LONG_MAX
+    ) -> list[int]:
+        """Return up to ``max_num`` CommitLog offsets indexed under ``key``, newest first.
+
+        ``key`` is the full ``topic#key``. Keeps entries whose keyHash matches
+        and whose time (beginTimestamp + timeDiff s) lies in [begin_ms, end_ms];
+        different keys can share a keyHash, so callers compare the real key.
+        """
+        if max_num <= 0:
+            return []
+        return list(itertools.islice(self.walk(index_key_hash(key), begin_ms, end_ms), max_num))
+
+    def walk(self, key_hash: int, begin_ms: int, end_ms: int) -> Iterator[int]:
+        """Yield CommitLog offsets of entries with ``key_hash`` in [begin_ms, end_ms], newest first.
+
+        Follows the slot's chain as RocketMQ's ``selectPhyOffset`` does: it stops
+        at an entry older than ``begin_ms`` or at a link that is not valid.
+        """
+        mm = self._mm
+        begin_ts = _LONG.unpack_from(mm, BEGIN_TIMESTAMP_OFFSET)[0]
+        count = self._index_count()
+        if count <= 1:
+            return
+        at = HASH_SLOT.unpack_from(
+            mm, INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        )[0]
+        if at <= INVALID_INDEX or at > count:
+            return
+        entries_at = self._entries_at
+        for _ in range(count):  # a chain visits an entry at most once unless the file is corrupt
+            stored_hash, phy, time_diff, prev = INDEX_ENTRY.unpack_from(
+                mm, entries_at + at * INDEX_ENTRY_SIZE
+            )
+            if time_diff < 0:
+                return
+            stored_at = begin_ts + time_diff * 1000
+            if stored_hash == key_hash and begin_ms <= stored_at <= end_ms:
+                yield phy
+            if prev <= INVALID_INDEX or prev > count or prev == at or stored_at < begin_ms:
+                return
+            at = prev
+
+    # -- lifecycle ---------------------------------------------------------------------
 
     def flush(self) -> None:
-        self.mm.flush()
+        """Force the mapped pages to disk."""
+        self._mm.flush()
 
     def close(self) -> None:
-        try:
-            self.mm.close()
-        except BufferError:
-            pass
+        """Unmap the file (idempotent)."""
+        self._slots = self._entries = None
+        if not self._mm.closed:
+            self._mm.close()
 
     def destroy(self) -> None:
+        """Unmap and delete the file."""
         self.close()
         try:
             os.unlink(self.path)
@@ -251,149 +604,291 @@ class IndexFile:
             pass
 
 
-def _time_diff(ts: np.ndarray, begin: int) -> np.ndarray:
-    if begin <= 0:
-        return np.zeros(len(ts), dtype=np.int64)
-    d = (ts - begin) // 1000
-    # Java divides with truncation toward zero; negative diffs clamp to 0 anyway.
-    return np.clip(d, 0, INT_MAX)
+def _wrap_i32(v: int) -> int:
+    return (v + 2**31) % 2**32 - 2**31
+
+
+def _publish(tmp: str, path: str) -> None:
+    """Give the finished temporary file its real name; FileExistsError if taken."""
+    try:
+        os.link(tmp, path)  # atomic and exclusive
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise
+        # No hard links on this file system; writers are serialised by the store lock.
+        if os.path.exists(path):
+            raise FileExistsError(errno.EEXIST, "index file exists", path) from e
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+# --- the files of one store --------------------------------------------------------
 
 
 class IndexService:
-    """The index files of one store (``<root>/index``)."""
+    """The index files of one store (``<root>/index``), oldest first.
 
-    def __init__(self, index_dir: str, *, hash_slot_num: int = 5_000_000,
-                 index_num: int = 20_000_000):
+    Several processes may map the same directory. Writers (``build_*``,
+    ``truncate``) must hold the store's lock; readers do not lock and call
+    :meth:`refresh` to see files that another process created.
+    """
+
+    def __init__(
+        self,
+        index_dir: str,
+        *,
+        hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+        index_num: int = DEFAULT_INDEX_NUM,
+        writable: bool = True,
+    ):
+        _check_dimensions(hash_slot_num, index_num)
         self.directory = index_dir
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self.files: list[IndexFile] = []
+        self.writable = writable
+        self._files: list[IndexFile] = []
+        self._flushed_count: dict[str, int] = {}
         self.refresh()
 
+    @property
+    def files(self) -> tuple[IndexFile, ...]:
+        """The mapped index files, oldest first."""
+        return tuple(self._files)
+
     def refresh(self) -> None:
-        """Map index files another process created; forget deleted ones."""
+        """Map index files another process created and forget ones it deleted."""
         try:
-            names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+            names = sorted(n for n in os.listdir(self.directory) if _is_index_file_name(n))
         except FileNotFoundError:
             names = []
-        known = {os.path.basename(f.path): f for f in self.files}
-        files = []
-        for name in names:
-            f = known.pop(name, None)
-            if f is None:
-                f = IndexFile(os.path.join(self.directory, name), self.hash_slot_num,
-                              self.index_num, create=False)
-            files.append(f)
-        for stale in known.values():
-            stale.close()
-        self.files = files
+        if names == [f.name for f in self._files]:
+            return
+        known = {f.name: f for f in self._files}
+        files: list[IndexFile] = []
+        try:
+            for name in names:
+                f = known.pop(name, None)
+                if f is None:
+                    f = IndexFile.open(
+                        os.path.join(self.directory, name),
+                        hash_slot_num=self.hash_slot_num,
+                        index_num=self.index_num,
+                        writable=self.writable,
+                    )
+                files.append(f)
+        except BaseException:
+            for f in files:
+                if f not in self._files:
+                    f.close()
+            raise
+        for gone in known.values():
+            gone.close()
+            self._flushed_count.pop(gone.name, None)
+        self._files = files
 
+    @property
     def max_phy_offset(self) -> int:
-        """The highest CommitLog offset indexed so far (-1 when none)."""
-        for f in reversed(self.files):
+        """The endPhyOffset of the newest file holding entries; -1 when nothing is indexed.
+
+        Records at or below it are indexed already: ``build_*`` skip them.
+        """
+        for f in reversed(self._files):
             if f.index_count > 1:
                 return f.end_phy_offset
         return -1
 
-    def _new_file(self) -> IndexFile:
-        os.makedirs(self.directory, exist_ok=True)
-        last = self.files[-1] if self.files else None
-        now = time.time()
-        while True:
-            name = time.strftime("%Y%m%d%H%M%S", time.localtime(now)) + f"{int(now * 1000) % 1000:03d}"
-            path = os.path.join(self.directory, name)
-            if not os.path.exists(path) and (not self.files or name > os.path.basename(
-                    self.files[-1].path)):
-                break
-            now += 0.001
-        f = IndexFile(path, self.hash_slot_num, self.index_num, create=True,
-                      begin_phy=last.end_phy_offset if last else 0,
-                      begin_ts=last.end_timestamp if last else 0)
-        self.files.append(f)
-        return f
+    # -- writing -----------------------------------------------------------------------
 
-    def build_index_batch(self, topics: Sequence[str], uniq_keys: Sequence[str | None],
-                          keys: Sequence[Sequence[str]], phy_offsets: Sequence[int],
-                          store_timestamps: Sequence[int]) -> int:
-        """Index ``topic#UNIQ_KEY`` and ``topic#key`` of each record; return entries written.
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise RocketSparkError(f"index directory {self.directory} is open read-only")
 
-        Records at or below the highest offset already indexed are skipped, so
-        re-dispatching after a crash does not index twice.
+    def build_index(
+        self,
+        topic: str,
+        phy_offset: int,
+        store_timestamp: int,
+        uniq_key: str | None,
+        keys: str | Sequence[str] | None,
+    ) -> int:
+        """Index one record under ``topic#uniq_key`` and ``topic#<each key>``.
+
+        ``keys`` is the KEYS property (keys separated by one space) or a
+        sequence of keys; empty keys are skipped. Returns the entries written
+        (0 when ``phy_offset`` is at or below :attr:`max_phy_offset`).
         """
+        return self.build_index_batch([topic], [uniq_key], [keys], [phy_offset], [store_timestamp])
+
+    def build_index_batch(
+        self,
+        topics: str | Sequence[str],
+        uniq_keys: Sequence[str | None],
+        keys: Sequence[str | Sequence[str] | None],
+        phy_offsets: Sequence[int] | np.ndarray,
+        store_timestamps: Sequence[int] | np.ndarray,
+    ) -> int:
+        """Index a batch of records in order, as :meth:`build_index` one by one would.
+
+        ``topics`` is one topic for every record or one per record. Records at
+        or below :attr:`max_phy_offset` are skipped, so re-dispatching after a
+        crash does not index twice. Rolls to a new file when one fills up.
+        Returns the entries written.
+        """
+        self._check_writable()
         self.refresh()
-        floor = self.max_phy_offset()
+        floor = self.max_phy_offset
+        topic_of = [topics] * len(uniq_keys) if isinstance(topics, str) else topics
         strings: list[str] = []
-        phys: list[int] = []
-        times: list[int] = []
-        for topic, uniq, ks, phy, ts in zip(topics, uniq_keys, keys, phy_offsets,
-                                            store_timestamps):
+        owner: list[int] = []
+        for i, (topic, uniq, ks, phy) in enumerate(
+            zip(topic_of, uniq_keys, keys, phy_offsets, strict=True)
+        ):
             if phy <= floor:
                 continue
-            if uniq:
-                strings.append(f"{topic}#{uniq}")
-                phys.append(phy)
-                times.append(ts)
-            for k in ks:
-                strings.append(f"{topic}#{k}")
-                phys.append(phy)
-                times.append(ts)
+            prefix = topic + "#"
+            if uniq is not None:  # RocketMQ indexes an empty UNIQ_KEY too
+                strings.append(prefix + uniq)
+                owner.append(i)
+            if ks:
+                for k in ks.split(KEY_SEPARATOR) if isinstance(ks, str) else ks:
+                    if k:
+                        strings.append(prefix + k)
+                        owner.append(i)
         if not strings:
             return 0
-        hashes = java_hash_many(strings)
-        phy_arr = np.asarray(phys, dtype=np.int64)
-        ts_arr = np.asarray(times, dtype=np.int64)
+        at = np.asarray(owner, dtype=np.intp)
+        return self._put(
+            java_hash_many(strings),
+            np.asarray(phy_offsets, dtype=np.int64)[at],
+            np.asarray(store_timestamps, dtype=np.int64)[at],
+        )
+
+    def _put(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> int:
         done = 0
-        while done < len(strings):
-            f = self.files[-1] if self.files and not self.files[-1].is_full else self._new_file()
-            done += f.put_hashes(hashes[done:], phy_arr[done:], ts_arr[done:])
+        while done < len(hashes):
+            f = self._files[-1] if self._files and not self._files[-1].is_full else None
+            if f is None:
+                f = self._new_file()
+            done += f.put_hashes(hashes[done:], phys[done:], stamps[done:])
         return done
 
-    def query(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
-              end_ms: int = 2**63 - 1) -> list[int]:
-        """Return CommitLog offsets indexed under ``topic#key``, newest file first.
-
-        Hash collisions are possible: callers compare the real key.
-        """
-        self.refresh()
-        full = f"{topic}#{key}"
-        out: list[int] = []
-        seen: set[int] = set()
-        for f in reversed(self.files):
-            if len(out) >= max_num:
-                break
-            if f.index_count <= 1 or not f.is_time_matched(begin_ms, end_ms):
+    def _new_file(self) -> IndexFile:
+        """Create the next file, named by the current time and after every existing one."""
+        os.makedirs(self.directory, exist_ok=True)
+        prev = self._files[-1] if self._files else None
+        name = index_file_name(time.time_ns() // 1_000_000)
+        if prev is not None and name <= prev.name:
+            name = _name_after(prev.name)  # same millisecond, or the clock went back
+        while True:
+            try:
+                f = IndexFile.create(
+                    os.path.join(self.directory, name),
+                    hash_slot_num=self.hash_slot_num,
+                    index_num=self.index_num,
+                    prev_end_phy_offset=prev.end_phy_offset if prev else 0,
+                    prev_end_timestamp=prev.end_timestamp if prev else 0,
+                )
+            except FileExistsError:
+                name = _name_after(name)
                 continue
-            for phy in f.select_phy_offsets(full, max_num - len(out), begin_ms, end_ms):
-                if phy not in seen:
-                    seen.add(phy)
-                    out.append(phy)
-        return out
+            self._files.append(f)
+            return f
 
     def truncate(self, phy_offset: int) -> int | None:
-        """Drop index files holding entries at or past ``phy_offset`` (recovery).
+        """Delete the index files that reach ``phy_offset`` or past it (recovery).
 
-        Returns the CommitLog offset from which the caller must re-index, or
-        None when nothing was dropped.
+        A file is deleted when its begin or end phyOffset is at or past
+        ``phy_offset``. Returns the lowest beginPhyOffset below ``phy_offset`` of
+        a deleted file that held entries: the caller must re-index from there
+        (entries of that file below ``phy_offset`` are gone too). None when no
+        such file was deleted.
         """
+        self._check_writable()
         self.refresh()
-        rebuild = None
-        keep = []
-        for f in self.files:
-            if f.index_count > 1 and f.end_phy_offset >= phy_offset:
-                if f.begin_phy_offset < phy_offset:
-                    rebuild = f.begin_phy_offset if rebuild is None else min(rebuild,
-                                                                              f.begin_phy_offset)
-                f.destroy()
-            else:
+        rebuild: int | None = None
+        keep: list[IndexFile] = []
+        for f in self._files:
+            begin, end = f.begin_phy_offset, f.end_phy_offset
+            if begin < phy_offset and end < phy_offset:
                 keep.append(f)
-        self.files = keep
+                continue
+            if f.index_count > 1 and begin < phy_offset:
+                rebuild = begin if rebuild is None else min(rebuild, begin)
+            f.destroy()
+            self._flushed_count.pop(f.name, None)
+        self._files = keep
+        self._remove_temporaries()
         return rebuild
 
+    def _remove_temporaries(self) -> None:
+        """Delete half-created files a crashed writer left behind (recovery only)."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith(".") and name.endswith(".tmp"):
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                except FileNotFoundError:
+                    pass
+
+    # -- reading -----------------------------------------------------------------------
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = JAVA_LONG_MAX,
+    ) -> list[int]:
+        """Return up to ``max_num`` CommitLog offsets indexed under ``topic#key``.
+
+        Newest file first, newest entry first within a file, without duplicates.
+        Times are matched at the index's one-second resolution, [begin_ms, end_ms]
+        inclusive. Hash collisions are possible: callers compare the real key.
+        Call :meth:`refresh` first to see files another process created.
+        """
+        out: list[int] = []
+        if max_num <= 0:
+            return out
+        key_hash = index_key_hash(f"{topic}#{key}")
+        seen: set[int] = set()
+        for f in reversed(self._files):
+            if f.index_count > 1 and f.is_time_matched(begin_ms, end_ms):
+                for phy in f.walk(key_hash, begin_ms, end_ms):
+                    if phy not in seen:
+                        seen.add(phy)
+                        out.append(phy)
+                        if len(out) >= max_num:
+                            return out
+            if f.begin_timestamp < begin_ms:  # older files end before begin_ms
+                break
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------
+
     def flush(self) -> None:
-        for f in self.files:
-            f.flush()
+        """Force every file that gained entries since its last flush."""
+        for f in self._files:
+            count = f.index_count
+            if self._flushed_count.get(f.name) != count:
+                f.flush()
+                self._flushed_count[f.name] = count
 
     def close(self) -> None:
-        for f in self.files:
+        """Unmap every file."""
+        for f in self._files:
             f.close()
-        self.files = []
+        self._files = []
+        self._flushed_count.clear()
+
+    def __enter__(self) -> IndexService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,16 +1,33 @@
-"""The config/ JSON files: topics, consumer offsets, subscription groups, delay offsets.
+"""The JSON files under ``<storePathRootDir>/config/``, as RocketMQ's broker writes them.
 
-RocketMQ writes them with fastjson, which leaves integer map keys bare
-(``{"offsetTable":{"TopicA@GroupA":{0:120,1:98}}}``): not strict JSON. We read
-them leniently and write integer keys the same way, so a real broker reads
-what we write.
+    topics.json             {"dataVersion": DV, "topicConfigTable": {topic: TopicConfig}}
+    TopicConfig             {"order": false, "perm": 6, "readQueueNums": 4,
+                             "topicFilterType": "SINGLE_TAG", "topicName": topic,
+                             "topicSysFlag": 0, "writeQueueNums": 4, ...}
+    consumerOffset.json     {"offsetTable": {"topic@group": {queueId: nextOffset}}}
+    subscriptionGroup.json  {"dataVersion": DV, "subscriptionGroupTable": {group: GroupConfig}}
+    GroupConfig             {"groupName": group, "retryMaxTimes": 16, "retryQueueNums": 1, ...}
+    delayOffset.json        {"offsetTable": {delayLevel: nextOffset}}
+    DV (DataVersion)        {"counter": n, "stateVersion": 0, "timestamp": ms}
 
-Persistence follows ``MixAll.string2File``: write ``<file>.tmp`` and force it,
-keep the previous file as ``<file>.bak``, rename the new one in place, force
-the directory; loading falls back to ``.bak`` when the file is missing or
-unreadable. Several processes share these files, so every change is a
-read-modify-write under ``flock`` on ``<file>.lock`` that re-reads the file
-first; reads re-load a file whose size or mtime changed.
+RocketMQ serialises with fastjson, which writes integer map keys bare
+(``{0:120,1:98}``), so these files are not strict JSON. :func:`loads_lenient`
+reads them (and strict JSON); :func:`dumps_fastjson` writes integer keys bare
+again, compact rather than in fastjson's pretty layout, which every fastjson
+reader accepts. Fields this module does not know (``attributes``,
+``forbiddenTable``, a 5.x ``dataVersion`` in consumerOffset.json ...) are kept
+as they are.
+
+Persistence (:func:`write_json`): write ``<file>.tmp`` and fsync it, keep the
+current file as ``<file>.bak``, rename the ``.tmp`` over the file, fsync the
+directory. Loading (:func:`read_json`) falls back to ``.bak`` when the file is
+missing or unreadable, like RocketMQ's ConfigManager.
+
+Several processes open one store at once (a Spark driver and its workers), so
+each table changes its file only under ``flock`` on ``<file>.lock`` and re-reads
+the file inside that lock before changing it: updates from different processes
+never overwrite each other. Readers check the file's identity (inode, mtime,
+size) on every call and re-read it when another process has replaced it.
 """
 
 from __future__ import annotations
@@ -19,335 +36,625 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from rocketspark.errors import CorruptRecordError
+from rocketspark.store.config import validate_group, validate_topic
 
-_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+__all__ = [
+    "TOPICS_FILE",
+    "CONSUMER_OFFSET_FILE",
+    "SUBSCRIPTION_GROUP_FILE",
+    "DELAY_OFFSET_FILE",
+    "TOPIC_GROUP_SEPARATOR",
+    "ConsumerOffsetTable",
+    "DelayOffsetTable",
+    "SubscriptionGroupTable",
+    "TopicConfigTable",
+    "dumps_fastjson",
+    "loads_lenient",
+    "read_json",
+    "write_json",
+]
+
+TOPICS_FILE = "topics.json"
+CONSUMER_OFFSET_FILE = "consumerOffset.json"
+SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
+DELAY_OFFSET_FILE = "delayOffset.json"
+TMP_SUFFIX = ".tmp"
+BAK_SUFFIX = ".bak"
+LOCK_SUFFIX = ".lock"
+TOPIC_GROUP_SEPARATOR = "@"
+
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+
+# --- lenient reading and fastjson-style writing ------------------------------------
+
+# One pass over the text: a string literal is matched whole (and kept), so a
+# "{0:" inside a string is never touched; outside strings, a number right after
+# "{" or "," and right before ":" is an object key and gets quoted.
+_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(?=\s*:)', re.DOTALL)
+
+
+def _quote_bare_key(m: re.Match[str]) -> str:
+    if m.group(2) is None:
+        return m.group(0)
+    return f'{m.group(1)}"{m.group(2)}"'
 
 
 def loads_lenient(text: str) -> Any:
-    """Parse JSON that may have bare integer object keys (fastjson's output)."""
-    out = []
-    pos = 0
-    for m in _STRING.finditer(text):
-        out.append(_BARE_KEY.sub(r'\1"\2"\3', text[pos:m.start()]))
-        out.append(m.group(0))
-        pos = m.end()
-    out.append(_BARE_KEY.sub(r'\1"\2"\3', text[pos:]))
-    return json.loads("".join(out))
+    """Parse fastjson output: JSON whose object keys may be bare integers.
+
+    Bare keys come back as strings, as quoted ones do. Strict JSON parses
+    unchanged. Raises ValueError (json.JSONDecodeError) on anything else.
+    """
+    return json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
 
 
-def dumps_fastjson(obj: Any) -> str:
-    """Serialise like fastjson: compact, integer map keys written bare."""
+def dumps_fastjson(obj: Any, *, bare_int_keys: bool = True) -> str:
+    """Serialise compactly, writing ``int`` dict keys bare like fastjson (``{0:120}``).
+
+    With ``bare_int_keys=False`` the output is strict JSON. Keys must be
+    ``str`` or ``int``; non-ASCII text is written as UTF-8, not escaped.
+    """
     if isinstance(obj, dict):
-        items = []
-        for k, v in obj.items():
-            key = str(k) if isinstance(k, int) and not isinstance(k, bool) else json.dumps(str(k))
-            items.append(f"{key}:{dumps_fastjson(v)}")
-        return "{" + ",".join(items) + "}"
+        parts = []
+        for key, value in obj.items():
+            if isinstance(key, str):
+                name = json.dumps(key, ensure_ascii=False)
+            elif isinstance(key, int) and not isinstance(key, bool):
+                name = str(key) if bare_int_keys else f'"{key}"'
+            else:
+                raise TypeError(f"JSON object keys must be str or int, got {key!r}")
+            parts.append(f"{name}:{dumps_fastjson(value, bare_int_keys=bare_int_keys)}")
+        return "{" + ",".join(parts) + "}"
     if isinstance(obj, (list, tuple)):
-        return "[" + ",".join(dumps_fastjson(v) for v in obj) + "]"
-    return json.dumps(obj, ensure_ascii=False)
+        return "[" + ",".join(dumps_fastjson(v, bare_int_keys=bare_int_keys) for v in obj) + "]"
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+# --- atomic files with a backup ----------------------------------------------------
+
+FileStamp = tuple[int, int, int, int]  # (device, inode, mtime_ns, size)
+_STALE: FileStamp = (-1, -1, -1, -1)  # matches no file: forces a re-read
+
+
+def _stamp(st: os.stat_result) -> FileStamp:
+    # Every write renames a new inode into place, so the inode changes even when
+    # two writes fall in the same mtime tick and leave the same size.
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _stat_stamp(path: str) -> FileStamp | None:
+    try:
+        return _stamp(os.stat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` crash-safely, keeping the old file as ``.bak``."""
-    directory = os.path.dirname(path) or "."
+def _keep_backup(path: str) -> None:
+    """Make ``<path>.bak`` a copy of ``path`` as it is now (``path`` must exist)."""
+    bak = path + BAK_SUFFIX
+    try:
+        os.unlink(bak)
+    except FileNotFoundError:
+        pass
+    try:
+        # A hard link costs nothing and stays the old content once the file is replaced.
+        os.link(path, bak)
+    except OSError:
+        # File systems without hard links: copy, then force the copy.
+        shutil.copyfile(path, bak)
+        with open(bak, "rb+") as f:
+            os.fsync(f.fileno())
+
+
+def _replace(path: str, data: bytes, *, backup: bool) -> None:
+    """Write ``data`` to ``path`` crash-safely (tmp, fsync, .bak, rename, fsync dir).
+
+    ``backup`` keeps the current file as ``.bak``: pass False when the current
+    file is known to be unreadable, so that a good ``.bak`` is not replaced by it.
+    Writers of one path must be serialised by the caller (they share ``.tmp``).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    if os.path.exists(path):
-        os.replace(path, path + ".bak")
+    tmp = path + TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if backup and os.path.exists(path):
+        _keep_backup(path)
     os.replace(tmp, path)
     _fsync_dir(directory)
 
 
-def read_with_backup(path: str) -> Any | None:
-    """Return the parsed file, or its ``.bak`` when the file is missing or unreadable.
+def write_json(path: str | os.PathLike[str], obj: Any, *, bare_int_keys: bool = True) -> None:
+    """Persist ``obj`` to ``path`` as RocketMQ does, keeping the previous file as ``.bak``.
 
-    None when neither exists; CorruptRecordError when what exists is unreadable.
+    Integer dict keys are written bare (fastjson's form) unless
+    ``bare_int_keys`` is False. The previous file becomes ``.bak`` only if it
+    parses, so a damaged file never replaces a good backup. Not safe against a
+    concurrent writer of the same path: the tables below serialise writers with
+    a file lock.
     """
-    errors = []
-    for candidate in (path, path + ".bak"):
-        try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue
-        try:
-            if not text.strip():
-                raise ValueError("empty file")
-            return loads_lenient(text)
-        except ValueError as exc:
-            errors.append(f"{candidate}: {exc}")
-    if errors:
-        raise CorruptRecordError("metadata file and its backup are unreadable: "
-                                 + "; ".join(errors), file=path)
-    return None
+    path = os.fspath(path)
+    data = dumps_fastjson(obj, bare_int_keys=bare_int_keys).encode("utf-8")
+    _replace(path, data, backup=_parses(path))
 
 
-class JsonTable:
-    """One config/ JSON file shared by processes; subclasses give it meaning."""
-
-    file_name = ""
-
-    def __init__(self, config_dir: str):
-        self.path = os.path.join(config_dir, self.file_name)
-        self._lock_path = self.path + ".lock"
-        self._guard = threading.RLock()
-        self._stamp: tuple[int, int] | None = None
-        self.data: dict[str, Any] = self.empty()
-        self._reload(force=True)
-
-    def empty(self) -> dict[str, Any]:
-        return {}
-
-    def _current_stamp(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def _reload(self, force: bool = False) -> None:
-        stamp = self._current_stamp()
-        if not force and stamp == self._stamp and stamp is not None:
-            return
-        data = read_with_backup(self.path)
-        self.data = self.normalise(data) if data is not None else self.empty()
-        self._stamp = stamp
-
-    def normalise(self, data: Any) -> dict[str, Any]:
-        return data
-
-    def view(self) -> dict[str, Any]:
-        """Return the current contents (re-read if another process changed the file)."""
-        with self._guard:
-            self._reload()
-            return self.data
-
-    @contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with self._guard:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                self._reload(force=True)
-                yield self.data
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-
-    def update(self, change: Callable[[dict[str, Any]], bool | None]) -> None:
-        """Apply ``change`` under the inter-process lock; persist unless it returns False."""
-        with self._locked() as data:
-            if change(data) is False:
-                return
-            self.before_persist(data)
-            write_atomically(self.path, self.render(data))
-            self._stamp = self._current_stamp()
-
-    def before_persist(self, data: dict[str, Any]) -> None:
-        pass
-
-    def render(self, data: dict[str, Any]) -> str:
-        return dumps_fastjson(data)
+def _parses(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        loads_lenient(text)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
-def _bump_version(data: dict[str, Any]) -> None:
-    version = data.setdefault("dataVersion", {"counter": 0, "timestamp": 0})
+def _read_one(path: str, decode: Callable[[Any], Any]) -> tuple[Any, FileStamp]:
+    """Return (decoded content, stamp) of ``path``; OSError / ValueError when unusable."""
+    with open(path, "rb") as f:
+        stamp = _stamp(os.fstat(f.fileno()))
+        raw = f.read()
+    text = raw.decode("utf-8")
+    if not text.strip():
+        raise ValueError("the file is empty")
+    try:
+        return decode(loads_lenient(text)), stamp
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"unexpected content: {exc!r}") from None
+
+
+def _read_with_backup(
+    path: str, decode: Callable[[Any], Any]
+) -> tuple[Any | None, FileStamp | None, bool]:
+    """Return (content or None, stamp of ``path``, whether ``path`` itself was usable).
+
+    Falls back to ``.bak`` when ``path`` is missing or unusable. Content is
+    None when neither file exists. Raises CorruptRecordError when the file is
+    unusable and so is its backup (or there is none), naming both.
+    """
+    problems = []
+    try:
+        content, stamp = _read_one(path, decode)
+        return content, stamp, True
+    except FileNotFoundError:
+        main_missing = True
+    except (OSError, ValueError) as exc:
+        main_missing = False
+        problems.append(f"{path}: {exc}")
+    main_stamp = _stat_stamp(path)
+    bak = path + BAK_SUFFIX
+    try:
+        content, _ = _read_one(bak, decode)
+        return content, main_stamp, False
+    except FileNotFoundError:
+        if main_missing:
+            return None, None, False
+        problems.append(f"{bak}: there is no backup")
+    except (OSError, ValueError) as exc:
+        problems.append(f"{bak}: {exc}")
+    raise CorruptRecordError(
+        f"metadata file {os.path.basename(path)} and its backup are unreadable: "
+        + "; ".join(problems),
+        file=path,
+    )
+
+
+def read_json(path: str | os.PathLike[str]) -> Any | None:
+    """Return the parsed content of ``path``, or of ``path.bak`` when ``path`` is unreadable.
+
+    Returns None when neither exists. Raises CorruptRecordError naming the file
+    when it cannot be read (missing, empty, garbage) and neither can its backup.
+    """
+    content, _, _ = _read_with_backup(os.fspath(path), lambda obj: obj)
+    return content
+
+
+# --- tables ------------------------------------------------------------------------
+
+
+def _new_data_version() -> dict[str, int]:
+    return {"counter": 0, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
+
+
+def _next_version(data: dict[str, Any]) -> None:
+    """Advance ``dataVersion`` as RocketMQ's DataVersion.nextVersion does."""
+    version = data.get("dataVersion")
+    if not isinstance(version, dict):
+        version = data["dataVersion"] = _new_data_version()
     version["counter"] = int(version.get("counter", 0)) + 1
     version["timestamp"] = int(time.time() * 1000)
 
 
-class TopicConfigTable(JsonTable):
-    """topics.json: ``{"topicConfigTable": {name: TopicConfig}, "dataVersion": ...}``."""
+def _as_dict(value: Any, what: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is not an object")
+    return value
 
-    file_name = "topics.json"
 
-    def empty(self) -> dict[str, Any]:
-        return {"topicConfigTable": {}, "dataVersion": {"counter": 0, "timestamp": 0}}
+def _int_keyed(table: Any, what: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in _as_dict(table, what).items()}
 
-    def normalise(self, data: Any) -> dict[str, Any]:
-        data.setdefault("topicConfigTable", {})
+
+class _JsonTable:
+    """One config/ JSON file shared by threads and processes.
+
+    The content is a dict kept in memory and re-read whenever the file on disk
+    has changed. Subclasses say what an empty file holds, how to check and
+    normalise what was read (``_decode``) and whether a change advances
+    ``dataVersion``.
+    """
+
+    file_name = ""
+    versioned = False
+
+    def __init__(self, config_dir: str | os.PathLike[str]):
+        self.config_dir = os.fspath(config_dir)
+        self.path = os.path.join(self.config_dir, self.file_name)
+        self.lock_path = self.path + LOCK_SUFFIX
+        self._lock = threading.RLock()
+        self._data: dict[str, Any] = self._empty()
+        self._stamp: FileStamp | None = None
+        self._file_ok = False
+        self.load()
+
+    # -- to override --
+
+    def _empty(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        """Check and normalise parsed content; raise KeyError/TypeError/ValueError if wrong."""
+        raise NotImplementedError
+
+    # -- reading --
+
+    def load(self) -> None:
+        """Re-read the file now, from ``.bak`` if it is unreadable.
+
+        Raises CorruptRecordError when neither the file nor its backup is readable.
+        """
+        with self._lock:
+            content, stamp, ok = _read_with_backup(self.path, self._decode)
+            self._data = content if content is not None else self._empty()
+            self._stamp = stamp
+            self._file_ok = ok
+
+    def _current(self) -> dict[str, Any]:
+        """Return the content, re-read first if another process replaced the file."""
+        with self._lock:
+            if _stat_stamp(self.path) != self._stamp:
+                self.load()
+            return self._data
+
+    # -- writing --
+
+    @contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        # A fresh descriptor for every lock: flock belongs to the open file, and
+        # one inherited across fork() would be shared with the parent process.
+        os.makedirs(self.config_dir, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _modify(self, change: Callable[[dict[str, Any]], bool]) -> None:
+        """Apply ``change`` to the file's latest content and persist it if it returns True.
+
+        Runs under the thread lock and the inter-process file lock, and re-reads
+        the file inside them, so concurrent changes from other processes are kept.
+        """
+        with self._lock, self._file_lock():
+            self.load()
+            try:
+                if not change(self._data):
+                    return
+                if self.versioned:
+                    _next_version(self._data)
+                self._write()
+            except BaseException:
+                self._stamp = _STALE  # the content in memory was not written: re-read it
+                raise
+
+    def _write(self) -> None:
+        data = dumps_fastjson(self._data).encode("utf-8")
+        _replace(self.path, data, backup=self._file_ok)
+        self._stamp = _stat_stamp(self.path)
+        self._file_ok = True
+
+    def persist(self) -> None:
+        """Write the file now (every change is already written as it is made).
+
+        Creates the file when it does not exist yet and rewrites one read from
+        ``.bak`` or from strict JSON in RocketMQ's form. Re-reads it under the
+        inter-process lock first, so nothing another process wrote is lost.
+        """
+        with self._lock, self._file_lock():
+            self.load()
+            self._write()
+
+
+class TopicConfigTable(_JsonTable):
+    """topics.json: each topic's queue counts, permission and flags."""
+
+    file_name = TOPICS_FILE
+    versioned = True
+
+    def _empty(self) -> dict[str, Any]:
+        return {"dataVersion": _new_data_version(), "topicConfigTable": {}}
+
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        data = _as_dict(obj, TOPICS_FILE)
+        table = data["topicConfigTable"] = _as_dict(
+            data.get("topicConfigTable"), "topicConfigTable"
+        )
+        for name, cfg in table.items():
+            _as_dict(cfg, f"topic {name}")
         return data
 
-    def get(self, name: str) -> dict[str, Any] | None:
-        return self.view()["topicConfigTable"].get(name)
+    def get(self, topic: str) -> dict[str, Any] | None:
+        """Return a copy of the topic's TopicConfig, or None if there is no such topic."""
+        cfg = self._current()["topicConfigTable"].get(topic)
+        return dict(cfg) if cfg is not None else None
 
     def names(self) -> list[str]:
-        return list(self.view()["topicConfigTable"])
+        """Return the names of all topics, in file order."""
+        return list(self._current()["topicConfigTable"])
 
-    def create(self, name: str, read_queues: int, write_queues: int, *, perm: int = 6,
-               order: bool = False) -> None:
-        """Create or change a topic (no write when nothing changes)."""
-        cfg = {"topicName": name, "readQueueNums": read_queues, "writeQueueNums": write_queues,
-               "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-               "order": order, "attributes": {}}
+    def create(
+        self, topic: str, read_queues: int, write_queues: int, *, perm: int = 6, order: bool = False
+    ) -> None:
+        """Create the topic, or change its queue counts, permission and order flag.
+
+        ``perm`` is PERM_READ | PERM_WRITE | PERM_INHERIT bits. Other fields of
+        an existing topic (topicSysFlag, attributes, ...) are kept. Nothing is
+        written when nothing changes. Raises InvalidNameError for a topic name
+        RocketMQ would refuse.
+        """
+        validate_topic(topic)
+        wanted = {
+            "order": order,
+            "perm": perm,
+            "readQueueNums": read_queues,
+            "topicName": topic,
+            "writeQueueNums": write_queues,
+        }
+        existing = self.get(topic)
+        if existing is not None and all(existing.get(k) == v for k, v in wanted.items()):
+            return
 
         def change(data: dict[str, Any]) -> bool:
-            old = data["topicConfigTable"].get(name)
-            if old is not None and all(old.get(k) == v for k, v in cfg.items()
-                                       if k != "attributes"):
+            table = data["topicConfigTable"]
+            old = table.get(topic)
+            if old is not None and all(old.get(k) == v for k, v in wanted.items()):
                 return False
-            data["topicConfigTable"][name] = cfg
+            # New entries take fastjson's (alphabetical) field order.
+            cfg = (
+                old
+                if old is not None
+                else {
+                    "attributes": {},
+                    "order": False,
+                    "perm": PERM_READ | PERM_WRITE,
+                    "readQueueNums": 0,
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicName": topic,
+                    "topicSysFlag": 0,
+                    "writeQueueNums": 0,
+                }
+            )
+            cfg.update(wanted)
+            table[topic] = cfg
             return True
 
-        existing = self.get(name)
-        if existing is not None and all(existing.get(k) == v for k, v in cfg.items()
-                                        if k != "attributes"):
-            return
-        self.update(change)
-
-    def before_persist(self, data: dict[str, Any]) -> None:
-        _bump_version(data)
+        self._modify(change)
 
 
-class ConsumerOffsetTable(JsonTable):
-    """consumerOffset.json: ``{"offsetTable": {"topic@group": {queueId: nextOffset}}}``."""
+class ConsumerOffsetTable(_JsonTable):
+    """consumerOffset.json: per ``topic@group`` and queue, the next offset to consume."""
 
-    file_name = "consumerOffset.json"
+    file_name = CONSUMER_OFFSET_FILE
 
-    def empty(self) -> dict[str, Any]:
+    def _empty(self) -> dict[str, Any]:
         return {"offsetTable": {}}
 
-    def normalise(self, data: Any) -> dict[str, Any]:
-        table = data.get("offsetTable") or {}
-        data["offsetTable"] = {k: {int(q): int(o) for q, o in v.items()}
-                               for k, v in table.items()}
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        data = _as_dict(obj, CONSUMER_OFFSET_FILE)
+        data["offsetTable"] = {
+            key: _int_keyed(queues, key)
+            for key, queues in _as_dict(data.get("offsetTable"), "offsetTable").items()
+        }
         return data
 
+    @staticmethod
+    def key(group: str, topic: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        key = f"{topic}@{group}"
+        """Record ``offset`` as the group's next offset to consume in the queue."""
+        self.commit_many(group, {(topic, queue_id): offset})
+
+    def commit_many(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Record several ``(topic, queue_id) -> next offset`` of one group in one write.
+
+        Raises InvalidNameError for a group or topic name RocketMQ would refuse
+        (which also keeps the ``topic@group`` keys unambiguous).
+        """
+        validate_group(group)
+        for topic, _ in offsets:
+            validate_topic(topic)
+        wanted = {(self.key(group, topic), int(q)): int(o) for (topic, q), o in offsets.items()}
+        current = self._current()["offsetTable"]
+        if all(current.get(k, {}).get(q) == o for (k, q), o in wanted.items()):
+            return
 
         def change(data: dict[str, Any]) -> bool:
-            queues = data["offsetTable"].setdefault(key, {})
-            if queues.get(queue_id) == offset:
-                return False
-            queues[queue_id] = offset
-            return True
+            table = data["offsetTable"]
+            changed = False
+            for (key, queue_id), offset in wanted.items():
+                queues = table.setdefault(key, {})
+                if queues.get(queue_id) != offset:
+                    queues[queue_id] = offset
+                    changed = True
+            return changed
 
-        self.update(change)
-
-    def commit_many(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        """Commit several (topic, queue) offsets in one write."""
-
-        def change(data: dict[str, Any]) -> None:
-            for (topic, queue_id), offset in offsets.items():
-                data["offsetTable"].setdefault(f"{topic}@{group}", {})[queue_id] = offset
-
-        self.update(change)
+        self._modify(change)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
-        return self.view()["offsetTable"].get(f"{topic}@{group}", {}).get(queue_id)
+        """Return the group's next offset in the queue, or None if it never committed one."""
+        return self._current()["offsetTable"].get(self.key(group, topic), {}).get(queue_id)
 
     def offsets_of_group(self, group: str) -> dict[tuple[str, int], int]:
+        """Return every ``(topic, queue_id) -> next offset`` the group committed."""
         out = {}
-        suffix = f"@{group}"
-        for key, queues in self.view()["offsetTable"].items():
-            if key.endswith(suffix):
-                topic = key[: -len(suffix)]
-                for q, off in queues.items():
-                    out[(topic, q)] = off
+        for key, queues in self._current()["offsetTable"].items():
+            topic, sep, owner = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            if sep and owner == group:
+                for queue_id, offset in queues.items():
+                    out[(topic, queue_id)] = offset
         return out
 
     def groups(self) -> list[str]:
-        return sorted({k.rpartition("@")[2] for k in self.view()["offsetTable"]})
+        """Return the groups that committed any offset, sorted."""
+        return sorted(
+            {
+                key.rpartition(TOPIC_GROUP_SEPARATOR)[2]
+                for key in self._current()["offsetTable"]
+                if TOPIC_GROUP_SEPARATOR in key
+            }
+        )
 
 
-class SubscriptionGroupTable(JsonTable):
-    """subscriptionGroup.json: per group its retry settings."""
+class SubscriptionGroupTable(_JsonTable):
+    """subscriptionGroup.json: each consumer group's settings, among them retryMaxTimes."""
 
-    file_name = "subscriptionGroup.json"
+    file_name = SUBSCRIPTION_GROUP_FILE
+    versioned = True
 
-    def __init__(self, config_dir: str, default_retry_max_times: int = 16):
+    def __init__(self, config_dir: str | os.PathLike[str], default_retry_max_times: int = 16):
         self.default_retry_max_times = default_retry_max_times
         super().__init__(config_dir)
 
-    def empty(self) -> dict[str, Any]:
-        return {"subscriptionGroupTable": {}, "dataVersion": {"counter": 0, "timestamp": 0}}
+    def _empty(self) -> dict[str, Any]:
+        return {"dataVersion": _new_data_version(), "subscriptionGroupTable": {}}
 
-    def normalise(self, data: Any) -> dict[str, Any]:
-        data.setdefault("subscriptionGroupTable", {})
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        data = _as_dict(obj, SUBSCRIPTION_GROUP_FILE)
+        table = data["subscriptionGroupTable"] = _as_dict(
+            data.get("subscriptionGroupTable"), "subscriptionGroupTable"
+        )
+        for name, cfg in table.items():
+            _as_dict(cfg, f"group {name}")
         return data
 
-    def get(self, group: str) -> dict[str, Any] | None:
-        return self.view()["subscriptionGroupTable"].get(group)
+    def _new_group(self, group: str) -> dict[str, Any]:
+        # SubscriptionGroupConfig's defaults, in fastjson's (alphabetical) field order.
+        return {
+            "brokerId": 0,
+            "consumeBroadcastEnable": True,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "groupName": group,
+            "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": self.default_retry_max_times,
+            "retryQueueNums": 1,
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
 
-    def get_or_create(self, group: str, *, retry_max_times: int | None = None
-                      ) -> dict[str, Any]:
+    def get(self, group: str) -> dict[str, Any] | None:
+        """Return a copy of the group's config, or None if the group does not exist."""
+        cfg = self._current()["subscriptionGroupTable"].get(group)
+        return dict(cfg) if cfg is not None else None
+
+    def names(self) -> list[str]:
+        """Return the names of all groups, in file order."""
+        return list(self._current()["subscriptionGroupTable"])
+
+    def get_or_create(self, group: str) -> dict[str, Any]:
+        """Return a copy of the group's config, creating it with the defaults if needed."""
+        validate_group(group)
         cfg = self.get(group)
-        if cfg is not None and retry_max_times is None:
+        if cfg is not None:
             return cfg
-        new = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-               "consumeBroadcastEnable": True, "retryQueueNums": 1,
-               "retryMaxTimes": self.default_retry_max_times if retry_max_times is None
-               else retry_max_times,
-               "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-               "notifyConsumerIdsChangedEnable": True}
+        result: dict[str, Any] = {}
 
         def change(data: dict[str, Any]) -> bool:
-            old = data["subscriptionGroupTable"].get(group)
-            if old is not None and (retry_max_times is None
-                                    or old.get("retryMaxTimes") == retry_max_times):
-                return False
-            if old is not None:
-                old["retryMaxTimes"] = retry_max_times
-            else:
-                data["subscriptionGroupTable"][group] = new
-            return True
+            table = data["subscriptionGroupTable"]
+            created = group not in table
+            if created:
+                table[group] = self._new_group(group)
+            result.update(table[group])
+            return created
 
-        self.update(change)
-        return self.get(group) or new
+        self._modify(change)
+        return result
 
     def retry_max_times(self, group: str) -> int:
+        """Return the group's retryMaxTimes, or the default for a group that does not exist."""
         cfg = self.get(group)
-        if cfg is None:
+        if cfg is None or "retryMaxTimes" not in cfg:
             return self.default_retry_max_times
-        return int(cfg.get("retryMaxTimes", self.default_retry_max_times))
-
-    def before_persist(self, data: dict[str, Any]) -> None:
-        _bump_version(data)
+        return int(cfg["retryMaxTimes"])
 
 
-class DelayOffsetTable(JsonTable):
-    """delayOffset.json: ``{"offsetTable": {delayLevel: nextOffset}}``."""
+class DelayOffsetTable(_JsonTable):
+    """delayOffset.json: per delay level, the next SCHEDULE_TOPIC_XXXX offset to deliver."""
 
-    file_name = "delayOffset.json"
+    file_name = DELAY_OFFSET_FILE
 
-    def empty(self) -> dict[str, Any]:
+    def _empty(self) -> dict[str, Any]:
         return {"offsetTable": {}}
 
-    def normalise(self, data: Any) -> dict[str, Any]:
-        data["offsetTable"] = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        data = _as_dict(obj, DELAY_OFFSET_FILE)
+        data["offsetTable"] = _int_keyed(data.get("offsetTable"), "offsetTable")
         return data
 
     def get(self, level: int) -> int | None:
-        return self.view()["offsetTable"].get(level)
+        """Return the next offset to deliver of the level, or None if none was recorded."""
+        return self._current()["offsetTable"].get(level)
 
     def set(self, level: int, offset: int) -> None:
+        """Record ``offset`` as the next offset to deliver of the level."""
+        level, offset = int(level), int(offset)
+        if self.get(level) == offset:
+            return
+
         def change(data: dict[str, Any]) -> bool:
             if data["offsetTable"].get(level) == offset:
                 return False
             data["offsetTable"][level] = offset
             return True
 
-        self.update(change)
+        self._modify(change)
+
+    def offsets(self) -> dict[int, int]:
+        """Return a copy of every level's next offset."""
+        return dict(self._current()["offsetTable"])
