@@ -584,16 +584,19 @@ def _validate_name(what: str, name: object, limit: int) -> str:
     return name
 
 
-def validate_topic(name: str) -> str:
+def validate_topic(name: str, *, on_disk: bool = False) -> str:
     """Return ``name`` if RocketMQ accepts it as a topic, else raise InvalidNameError.
 
     Rules: characters ``^[%|a-zA-Z0-9_-]+$``, at most 127 of them, or 255 for
-    ``%RETRY%...`` and ``%DLQ%...`` topics.
+    ``%RETRY%...`` and ``%DLQ%...`` topics. ``on_disk`` is for topics a
+    RocketMQ store already holds (its store module writes longer names with v2
+    records): the charset still applies, so no name escapes the store
+    directory, and the limit is 255 for every topic.
     """
     is_group_topic = isinstance(name, str) and name.startswith(
         (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
     )
-    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if is_group_topic else TOPIC_MAX_LENGTH
+    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if is_group_topic or on_disk else TOPIC_MAX_LENGTH
     return _validate_name("topic", name, limit)
 
 

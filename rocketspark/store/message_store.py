@@ -232,6 +232,7 @@ class MessageStore:
             self._transactions = TransactionService(self)
             if first:
                 self.recovery_report = self._recover()
+                self._adopt_unlisted_topics()
                 self._lock.downgrade()
             self._closed = False
             self._flusher: _Flusher | None = None
@@ -991,6 +992,32 @@ class MessageStore:
             pass
         self._known_commit_pos = -1
         return report
+
+    def _adopt_unlisted_topics(self) -> None:
+        """List topics that have ConsumeQueues but no entry in topics.json.
+
+        A store written by RocketMQ's store module alone (or whose topics.json
+        was lost) still has its queues on disk; a user expects to read them.
+        Each such topic gets as many queues as its highest queue directory + 1.
+        """
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            if self.topics.get(topic) is not None:
+                continue
+            try:
+                validate_topic(topic, on_disk=True)
+            except ConfigError:
+                log.warning("store %s: ignoring ConsumeQueue directory %r (not a topic name)",
+                            self.root, topic)
+                continue
+            qids = [int(q) for q in os.listdir(os.path.join(base, topic)) if q.isdigit()]
+            if qids:
+                n = max(qids) + 1
+                self.topics.create(topic, n, n, perm=6, order=False, on_disk=True)
+                log.info("store %s: adopted topic %r with %d queue(s) found on disk",
+                         self.root, topic, n)
 
     def _is_empty(self) -> bool:
         return not self.commit_log.files.files

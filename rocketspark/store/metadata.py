@@ -429,16 +429,17 @@ class TopicConfigTable(_JsonTable):
         return list(self._current()["topicConfigTable"])
 
     def create(
-        self, topic: str, read_queues: int, write_queues: int, *, perm: int = 6, order: bool = False
+        self, topic: str, read_queues: int, write_queues: int, *, perm: int = 6, order: bool = False,
+        on_disk: bool = False,
     ) -> None:
         """Create the topic, or change its queue counts, permission and order flag.
 
         ``perm`` is PERM_READ | PERM_WRITE | PERM_INHERIT bits. Other fields of
         an existing topic (topicSysFlag, attributes, ...) are kept. Nothing is
         written when nothing changes. Raises InvalidNameError for a topic name
-        RocketMQ would refuse.
+        RocketMQ would refuse (``on_disk``: see ``validate_topic``).
         """
-        validate_topic(topic)
+        validate_topic(topic, on_disk=on_disk)
         wanted = {
             "order": order,
             "perm": perm,
