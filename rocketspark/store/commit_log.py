@@ -25,6 +25,8 @@ from rocketspark.store.message_codec import (
     BLANK,
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    HEADER_V4,
+    HEADER_V4_DTYPE,
     HEADERS,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -78,6 +80,47 @@ class Appended:
     queue_offset: int
 
 
+@dataclass(slots=True)
+class ColumnBatch:
+    """Messages of one put_batch, column by column, encoded before the lock is taken.
+
+    Every record has IPv4 born and store hosts, is dispatched to a
+    ConsumeQueue and is not transactional: the common put, which the CommitLog
+    appends without a per-record ``struct`` call. ``rests`` hold TOPICLENGTH,
+    TOPIC, PROPERTIESLENGTH and PROPERTIES of each record. Scalars stand for
+    a value every record shares.
+    """
+
+    topics: list[str] | str
+    queue_ids: np.ndarray  # int32
+    bodies: list[bytes]
+    rests: list[bytes]
+    crcs: np.ndarray  # int64
+    magics: np.ndarray | int
+    tags_codes: np.ndarray  # int64
+    born_host: HostAddress
+    born_ts: np.ndarray | int
+    flags: np.ndarray | int = 0
+    reconsume: np.ndarray | int = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def topic_of(self, i: int) -> str:
+        return self.topics if isinstance(self.topics, str) else self.topics[i]
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where the records of a ColumnBatch landed."""
+
+    phys: np.ndarray  # int64 CommitLog offsets
+    sizes: np.ndarray  # int64 record sizes
+    queue_offsets: np.ndarray  # int64
+    groups: list[tuple[str, int, np.ndarray]]  # (topic, queue id, record indexes in order)
+    end: int
+
+
 class CommitLog:
     """The CommitLog of one store directory."""
 
@@ -121,13 +164,15 @@ class CommitLog:
         store_v6 = self.store_host.is_v6
         blank = BLANK.pack
         for r in records:
+            total = headers[(r.born_host.is_v6, store_v6)].size + len(r.tail)
+            if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
+                raise MessageTooLargeError(
+                    f"a record of {total} bytes does not fit in a CommitLog segment of "
+                    f"{seg_size} bytes (mappedFileSizeCommitLog)")
+        for r in records:
             header = headers[(r.born_host.is_v6, store_v6)]
             total = header.size + len(r.tail)
             if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
-                if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
-                    raise MessageTooLargeError(
-                        f"a record of {total} bytes does not fit in a CommitLog segment of "
-                        f"{seg_size} bytes (mappedFileSizeCommitLog)")
                 chunks.append(blank(seg_end - pos, BLANK_MAGIC_CODE))
                 writes.append((chunk_start, chunks))
                 chunks = []
@@ -150,6 +195,101 @@ class CommitLog:
             off = at - f.start_offset
             f.mm[off:off + len(data)] = data
         return placed, pos
+
+    def append_columns(self, start: int, batch: ColumnBatch, store_timestamp: int,
+                       next_queue_offset: Callable[[str, int, int], int],
+                       set_pending_end: Callable[[int], None]) -> Placement:
+        """Write a ColumnBatch from CommitLog offset ``start`` (the vectorised append).
+
+        Sizes are checked before any queue offset is reserved or byte written.
+        Headers are built for the whole batch in one numpy array; each segment's
+        bytes are then one ``bytes.join`` of header slices, bodies and rests.
+        """
+        n = len(batch)
+        seg_size = self.segment_size
+        header_size = HEADER_V4.size
+        body_len = np.fromiter(map(len, batch.bodies), dtype=np.int64, count=n)
+        totals = header_size + body_len + np.fromiter(map(len, batch.rests), dtype=np.int64,
+                                                      count=n)
+        biggest = int(totals.max())
+        if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
+            raise MessageTooLargeError(
+                f"a record of {biggest} bytes does not fit in a CommitLog segment of "
+                f"{seg_size} bytes (mappedFileSizeCommitLog)")
+        # Queue offsets: each (topic, queue) gets a consecutive run, in batch order.
+        if isinstance(batch.topics, str):
+            keys = batch.queue_ids
+            uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+            group_names = [(batch.topics, int(q)) for q in uniq]
+        else:
+            ids: dict[tuple[str, int], int] = {}
+            inverse = np.fromiter(
+                (ids.setdefault(k, len(ids)) for k in zip(batch.topics,
+                                                         batch.queue_ids.tolist())),
+                dtype=np.int64, count=n)
+            counts = np.bincount(inverse, minlength=len(ids))
+            group_names = list(ids)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        queue_offsets = np.empty(n, dtype=np.int64)
+        groups = []
+        for g, (topic, qid) in enumerate(group_names):
+            idx = order[bounds[g]:bounds[g + 1]]
+            base = next_queue_offset(topic, qid, len(idx))
+            queue_offsets[idx] = base + np.arange(len(idx), dtype=np.int64)
+            groups.append((topic, qid, idx))
+        # Positions, rolling to the next segment (after a blank filler) as needed.
+        phys = np.empty(n, dtype=np.int64)
+        chunks: list[tuple[int, int, int, int]] = []  # (at, first, stop, blank length)
+        pos = start
+        i = 0
+        while i < n:
+            seg_end = (pos // seg_size + 1) * seg_size
+            ends = pos + np.cumsum(totals[i:])
+            k = int(np.searchsorted(ends, seg_end - END_FILE_MIN_BLANK_LENGTH, side="right"))
+            phys[i:i + k] = ends[:k] - totals[i:i + k]
+            stop = int(ends[k - 1]) if k else pos
+            if i + k < n:
+                chunks.append((pos, i, i + k, seg_end - stop))
+                pos = seg_end
+            else:
+                chunks.append((pos, i, i + k, 0))
+                pos = stop
+            i += k
+        hdr = np.empty(n, dtype=HEADER_V4_DTYPE)
+        hdr["total"] = totals
+        hdr["magic"] = batch.magics
+        hdr["crc"] = batch.crcs
+        hdr["queue_id"] = batch.queue_ids
+        hdr["flag"] = batch.flags
+        hdr["queue_offset"] = queue_offsets
+        hdr["phy"] = phys
+        hdr["sys_flag"] = 0
+        hdr["born_ts"] = batch.born_ts
+        hdr["born_ip"] = int.from_bytes(batch.born_host.ip, "big")
+        hdr["born_port"] = batch.born_host.port
+        hdr["store_ts"] = store_timestamp
+        hdr["store_ip"] = int.from_bytes(self.store_host.ip, "big")
+        hdr["store_port"] = self.store_host.port
+        hdr["reconsume"] = batch.reconsume
+        hdr["prepared"] = 0
+        hdr["body_len"] = body_len
+        heads = memoryview(hdr.tobytes())
+        set_pending_end(pos)
+        bodies, rests = batch.bodies, batch.rests
+        for at, first, stop, blank in chunks:
+            parts: list[bytes | memoryview] = [b""] * (3 * (stop - first))
+            parts[0::3] = [heads[j:j + header_size]
+                           for j in range(first * header_size, stop * header_size, header_size)]
+            parts[1::3] = bodies[first:stop]
+            parts[2::3] = rests[first:stop]
+            if blank:
+                parts.append(BLANK.pack(blank, BLANK_MAGIC_CODE))
+            data = b"".join(parts)
+            f = self.files.get_or_create(at)
+            off = at - f.start_offset
+            f.mm[off:off + len(data)] = data
+        return Placement(phys, totals, queue_offsets, groups, pos)
 
     def wipe(self, start: int, end: int) -> None:
         """Zero [start, end): the leftovers of a writer that died mid-append."""

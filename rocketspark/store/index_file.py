@@ -190,6 +190,23 @@ def java_hash_many(strings: Sequence[str]) -> np.ndarray:
     return out.view(np.int32)
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).astype(np.uint32)
+
+
+def java_hash_hex_suffixed(prefix: str, counters: np.ndarray) -> np.ndarray:
+    """Return ``hashCode(prefix + f"{c:04X}")`` for each 16-bit counter c, as int32.
+
+    The UNIQ_KEYs of one put batch share a 28-character prefix and differ in
+    their last four hex digits, so their ``topic#UNIQ_KEY`` hashes are the
+    prefix hash times 31**4 plus the hash of the digits: no string is built.
+    """
+    c = np.asarray(counters, dtype=np.uint32) & 0xFFFF
+    h = np.full(len(c), java_string_hash(prefix) & 0xFFFFFFFF, dtype=np.uint32)
+    for shift in (12, 8, 4, 0):
+        h = h * np.uint32(31) + _HEX_DIGITS[(c >> shift) & 0xF]
+    return h.view(np.int32)
+
+
 # --- file geometry and names ------------------------------------------------------
 
 
@@ -765,6 +782,18 @@ class IndexService:
             np.asarray(phy_offsets, dtype=np.int64)[at],
             np.asarray(store_timestamps, dtype=np.int64)[at],
         )
+
+    def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> int:
+        """Index keys given their Java hashCodes (``topic#key`` hashed), in order.
+
+        The fast path of a put: the caller holds the store's write lock, has
+        called :meth:`refresh` since another process last wrote, and passes
+        records above :attr:`max_phy_offset` only. Rolls to a new file when
+        one fills up; returns the entries written.
+        """
+        self._check_writable()
+        return self._put(np.asarray(hashes, dtype=np.int32), np.asarray(phys, dtype=np.int64),
+                         np.asarray(stamps, dtype=np.int64))
 
     def _put(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> int:
         done = 0

@@ -28,6 +28,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from rocketspark.errors import (
     CorruptRecordError,
     MessageTooLargeError,
@@ -94,10 +96,18 @@ def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
     )
 
 
+# The fixed part of a record with IPv4 hosts as one numpy record (vectorised paths).
+HEADER_V4_DTYPE = np.dtype([
+    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("phy", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+    ("born_ip", ">u4"), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", ">u4"),
+    ("store_port", ">i4"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
+])
+
 # HEADERS[(born_v6, store_v6)]: the fixed part up to and including BODYLENGTH.
 HEADERS = {(b, s): _header_struct(b, s) for b in (False, True) for s in (False, True)}
 HEADER_V4 = HEADERS[(False, False)]
-assert HEADER_V4.size == 88
+assert HEADER_V4.size == 88 == HEADER_V4_DTYPE.itemsize
 # Fixed overhead of a v1 record with IPv4 hosts: header + topic length byte + properties length.
 FIXED_OVERHEAD_V4 = HEADER_V4.size + 1 + 2
 
@@ -202,6 +212,14 @@ class UniqueIdGenerator:
 
     def next_ids(self, n: int, now_ms: int) -> list[str]:
         """Return ``n`` fresh ids."""
+        prefix, start = self.next_block(n, now_ms)
+        return [f"{prefix}{(start + i) & 0xFFFF:04X}" for i in range(n)]
+
+    def next_block(self, n: int, now_ms: int) -> tuple[str, int]:
+        """Reserve ``n`` ids; return their common 28-character prefix and first counter.
+
+        Id i is ``prefix + f"{(start + i) & 0xFFFF:04X}"``.
+        """
         with self._lock:
             if os.getpid() != self._pid:  # forked: a new process needs a new prefix
                 self.__init__(bytes.fromhex(self._prefix[:8]))  # type: ignore[misc]
@@ -210,8 +228,7 @@ class UniqueIdGenerator:
             diff = (now_ms - self._month_start_ms) & 0xFFFFFFFF
             start = self._counter
             self._counter = (start + n) & 0xFFFF
-        prefix = self._prefix + f"{diff:08X}"
-        return [f"{prefix}{(start + i) & 0xFFFF:04X}" for i in range(n)]
+        return self._prefix + f"{diff:08X}", start
 
 
 def decompress_body(body: bytes, sys_flag: int, *, offset: int | None = None) -> bytes:

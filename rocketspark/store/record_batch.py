@@ -32,6 +32,7 @@ from rocketspark.store.message import (
 )
 from rocketspark.store.message_codec import (
     HEADER_V4,
+    HEADER_V4_DTYPE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     V1_MAX_TOPIC_LENGTH,
@@ -62,13 +63,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("sysFlag", pa.int32()),
 ])
 
-# The fixed part of a v1/v2 record with IPv4 hosts, as one numpy record.
-HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phy", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_ip", ">u4"), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", ">u4"),
-    ("store_port", ">i4"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
-])
+HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
 _HEADER_SPAN = np.arange(HEADER_V4.size, dtype=np.int64)
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)

@@ -1,0 +1,119 @@
+"""The columnar put_batch writes the same bytes as the per-record path."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rocketspark.store import Message, MessageStore, PutStatus
+from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
+from rocketspark.store.message_store import PutResults
+
+SMALL = dict(mappedFileSizeCommitLog=8192, mappedFileSizeConsumeQueue=20 * 32,
+             maxHashSlotNum=64, maxIndexNum=512)
+
+
+def _files(root: str, sub: str) -> list[bytes]:
+    out = []
+    base = os.path.join(root, sub)
+    for dirpath, _, names in sorted(os.walk(base)):
+        for name in sorted(names):
+            with open(os.path.join(dirpath, name), "rb") as f:
+                out.append((os.path.relpath(os.path.join(dirpath, name), base), f.read()))
+    return out
+
+
+def _index_bodies(root: str) -> list[bytes]:
+    return [data for _, data in _files(root, "index")]
+
+
+def _messages(rng: random.Random, n: int) -> list[Message]:
+    out = []
+    for i in range(n):
+        topic = rng.choice(["orders", "payments", "t" * 127])
+        kind = rng.randrange(6)
+        out.append(Message(
+            topic, bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300))),
+            tags=rng.choice([None, "created", "paid", "ünïcode"]),
+            keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b%d" % i)]),
+            properties=rng.choice([{}, {"p": "v"}, {"UNIQ_KEY": "MY-ID-%d" % i, "x": "é"}]),
+            queue_id=rng.randrange(3) if kind == 0 else None,
+            sharding_key=("cust-%d" % rng.randrange(5)) if kind == 1 else None,
+            flag=rng.randrange(3) if kind == 2 else 0,
+            reconsume_times=rng.randrange(3) if kind == 3 else 0,
+            born_timestamp=1_600_000_000_000 + i if kind == 4 else None,
+        ))
+    return out
+
+
+def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock):
+    rng = random.Random(7)
+    batches = [_messages(rng, rng.randrange(1, 60)) for _ in range(12)]
+    roots = []
+    for columnar in (True, False):
+        root = str(tmp_path / ("col" if columnar else "rec"))
+        with MessageStore.open(root, clock=clock, **SMALL) as s:
+            s._columnar = columnar
+            s._ids._prefix = "7F000001" + "0" * 12  # same UNIQ_KEYs in both stores
+            s._ids._counter = 0
+            for t in ("orders", "payments", "t" * 127):
+                s.create_topic(t, queues=3)
+            for b in batches:
+                rs = s.put_batch(b)
+                assert isinstance(rs, PutResults) == columnar
+                assert len(rs) == len(b)
+                clock.advance(3)
+        clock.now -= 3 * len(batches)
+        roots.append(root)
+    col, rec = roots
+    assert _files(col, "commitlog") == _files(rec, "commitlog")
+    assert _files(col, "consumequeue") == _files(rec, "consumequeue")
+    assert _index_bodies(col) == _index_bodies(rec)
+    keyed = [(m.topic, k) for b in batches for m in b for k in m.keys]
+    assert len(keyed) > 50
+    with MessageStore.open(col, **SMALL) as s:  # and the store finds what it indexed
+        for topic, key in keyed[::7]:
+            hits = s.query_by_key(topic, key)
+            assert len(hits) == keyed.count((topic, key))
+            assert all(key in m.keys and m.topic == topic for m in hits)
+
+
+def test_put_results_are_lazy_but_complete(tmp_path):
+    with MessageStore.open(tmp_path / "s", **SMALL) as s:
+        s.create_topic("orders", queues=2)
+        rs = s.put_batch([Message("orders", b"m%d" % i, keys=["k%d" % i]) for i in range(50)])
+        assert rs.status is PutStatus.PUT_OK
+        assert [r.queue_id for r in rs[:4]] == [0, 1, 0, 1]
+        last = rs[-1]
+        assert (last.queue_id, last.queue_offset) == (1, 24)
+        got = s.get_message(last.commitlog_offset)
+        assert got.msg_id == last.msg_id and got.uniq_key == last.uniq_key
+        assert got.body == b"m49"
+        assert [m.body for m in s.query_by_key("orders", "k7")] == [b"m7"]
+        uniq = rs[3].uniq_key
+        assert [m.body for m in s.query_by_key("orders", uniq)] == [b"m3"]
+        with pytest.raises(IndexError):
+            rs[50]
+
+
+def test_columnar_put_checks_every_size_before_writing(tmp_path):
+    from rocketspark.errors import MessageTooLargeError
+    with MessageStore.open(tmp_path / "s", maxMessageSize=100, **SMALL) as s:
+        s.create_topic("orders", queues=1)
+        with pytest.raises(MessageTooLargeError, match="maxMessageSize 100"):
+            s.put_batch([Message("orders", b"ok"), Message("orders", b"x" * 101)])
+        assert s.max_offset("orders", 0) == 0
+        assert s.put(Message("orders", b"ok")).queue_offset == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.text(min_size=0, max_size=40),
+       counters=st.lists(st.integers(0, 200_000), min_size=1, max_size=20))
+def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
+    got = java_hash_hex_suffixed(prefix, np.asarray(counters))
+    want = java_hash_many([f"{prefix}{c & 0xFFFF:04X}" for c in counters])
+    assert got.tolist() == want.tolist()
