@@ -162,6 +162,15 @@ class ConsumeQueue:
         lock-free readers never see a half-written entry.
         """
         n = len(offsets)
+        if n == 1:  # the common single put: struct, not numpy
+            pos = start * CQ_STORE_UNIT_SIZE
+            f = self.files.get_or_create(pos)
+            rel = pos - f.start_offset
+            CQ_ENTRY.pack_into(f.mm, rel, int(offsets[0]), 0, int(tags[0]))
+            _SIZE.pack_into(f.mm, rel + SIZE_FIELD_OFFSET, int(sizes[0]))
+            if self._max >= 0:
+                self._max = max(self._max, start + 1)
+            return
         block = np.empty(n, dtype=CQ_ENTRY_DTYPE)
         block["offset"] = offsets
         block["size"] = 0

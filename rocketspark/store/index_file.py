@@ -193,6 +193,18 @@ def java_hash_many(strings: Sequence[str]) -> np.ndarray:
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).astype(np.uint32)
 
 
+_HEX_CODES = tuple(b"0123456789ABCDEF")
+
+
+def hex_suffixed_hash(prefix_hash: int, counter: int) -> int:
+    """Return ``hashCode(prefix + f"{counter:04X}")`` (signed) from the prefix's hashCode."""
+    h = prefix_hash & 0xFFFFFFFF
+    c = counter & 0xFFFF
+    for shift in (12, 8, 4, 0):
+        h = (h * 31 + _HEX_CODES[(c >> shift) & 0xF]) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
 def java_hash_hex_suffixed(prefix: str, counters: np.ndarray) -> np.ndarray:
     """Return ``hashCode(prefix + f"{c:04X}")`` for each 16-bit counter c, as int32.
 
@@ -792,6 +804,17 @@ class IndexService:
         one fills up; returns the entries written.
         """
         self._check_writable()
+        if len(hashes) <= 4:  # a single put: struct beats numpy's per-call cost
+            done = 0
+            for h, phy, ts in zip(hashes, phys, stamps):
+                f = self._files[-1] if self._files and not self._files[-1].is_full else None
+                if f is None:
+                    f = self._new_file()
+                if not f.put_hash(int(h), int(phy), int(ts)):
+                    f = self._new_file()
+                    f.put_hash(int(h), int(phy), int(ts))
+                done += 1
+            return done
         return self._put(np.asarray(hashes, dtype=np.int32), np.asarray(phys, dtype=np.int64),
                          np.asarray(stamps, dtype=np.int64))
 

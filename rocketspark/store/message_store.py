@@ -34,12 +34,18 @@ from rocketspark.store.commit_log import (
     Appended,
     ColumnBatch,
     CommitLog,
+    SMALL_BATCH,
     Placement,
     PreparedRecord,
 )
 from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
 from rocketspark.store.consume_queue import ConsumeQueue
-from rocketspark.store.index_file import IndexService, java_hash_hex_suffixed, java_hash_many
+from rocketspark.store.index_file import (
+    IndexService,
+    hex_suffixed_hash,
+    java_hash_hex_suffixed,
+    java_hash_many,
+)
 from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -299,6 +305,9 @@ class MessageStore:
             self._delay_ms = config.delay_levels_ms()
             # The columnar put needs IPv4 hosts (one fixed header layout).
             self._columnar = not (self.store_host.is_v6 or self.born_host.is_v6)
+            self._uniq_hash_cache: list[Any] = [None, 0]
+            self._topic_cache: dict[str, tuple[int, bytes, int]] = {}
+            self._topic_cache_until = 0.0
             self.recovery_report: RecoveryReport | None = None
             self._schedule = ScheduleService(self)
             self._transactions = TransactionService(self)
@@ -387,6 +396,7 @@ class MessageStore:
         if not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
         self.topics.create(topic, n, n, perm=perm, order=order)
+        self._topic_cache.clear()
         return self.topic(topic)
 
     def topic(self, topic: str) -> TopicInfo:
@@ -526,6 +536,13 @@ class MessageStore:
         keyed: list[int] = []
         key_strings: list[str] = []
         flags: list[tuple[int, int, int, int]] = []  # (i, flag, reconsume, born ts)
+        # Topic configs are re-read at most once a second (a stat of topics.json
+        # costs more than encoding a message); create_topic here clears it.
+        mono = time.monotonic()
+        if mono > self._topic_cache_until:
+            self._topic_cache.clear()
+            self._topic_cache_until = mono + 1.0
+        topic_info = self._topic_cache
         cache: dict[str, tuple[int, bytes, int, str]] = {}
         last_topic = None
         write_queues = 0
@@ -538,15 +555,16 @@ class MessageStore:
             if topic is not last_topic and topic != last_topic:
                 info = cache.get(topic)
                 if info is None:
-                    cfg = self._topic_for_put(topic)
-                    tb = topic.encode("utf-8")
-                    v2 = len(tb) > V1_MAX_TOPIC_LENGTH
-                    info = cache[topic] = (
-                        int(cfg["writeQueueNums"]),
-                        (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
-                        MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
-                        "UNIQ_KEY\x01" + uniq_prefix,
-                    )
+                    known = topic_info.get(topic)
+                    if known is None:
+                        cfg = self._topic_for_put(topic)
+                        tb = topic.encode("utf-8")
+                        v2 = len(tb) > V1_MAX_TOPIC_LENGTH
+                        known = topic_info[topic] = (
+                            int(cfg["writeQueueNums"]),
+                            (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
+                            MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
+                    info = cache[topic] = (*known, "UNIQ_KEY\x01" + uniq_prefix)
                     if last_topic is not None:
                         same_topic = False
                 write_queues, topic_part, magic, uniq_tail = info
@@ -658,6 +676,13 @@ class MessageStore:
                        keyed: list[int], key_strings: list[str]) -> None:
         """Index topic#UNIQ_KEY then topic#key of each record, in record order."""
         n = len(batch)
+        if n <= SMALL_BATCH and not keyed and not uniq_given:
+            hashes_small = []
+            for i in range(n):
+                base = self._uniq_hash_base(batch.topic_of(i), uniq_prefix)
+                hashes_small.append(hex_suffixed_hash(base, uniq_start + i))
+            self.index.put_hashes(hashes_small, placed.phys.tolist(), [store_ts] * n)
+            return
         counters = uniq_start + np.arange(n, dtype=np.int64)
         if isinstance(batch.topics, str):
             hashes = java_hash_hex_suffixed(f"{batch.topics}#{uniq_prefix}", counters)
@@ -689,6 +714,14 @@ class MessageStore:
             owners = owners[order]
         self.index.put_hashes(hashes, placed.phys[owners],
                               np.full(len(owners), store_ts, dtype=np.int64))
+
+    def _uniq_hash_base(self, topic: str, uniq_prefix: str) -> int:
+        """hashCode of ``topic#<uniq_prefix>``, cached: it changes once a millisecond."""
+        key = (topic, uniq_prefix)
+        cached = self._uniq_hash_cache
+        if cached[0] != key:
+            cached[:] = [key, java_string_hash(f"{topic}#{uniq_prefix}") & 0xFFFFFFFF]
+        return cached[1]
 
     def _select_queue(self, msg: Message, write_queues: int) -> int:
         if msg.queue_id is not None:

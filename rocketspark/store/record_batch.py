@@ -65,7 +65,6 @@ ARROW_SCHEMA = pa.schema([
 
 HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
-_HEADER_SPAN = np.arange(HEADER_V4.size, dtype=np.int64)
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
@@ -106,8 +105,12 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
                                  file=f.path, offset=int(phy[-1]))
     buf = np.frombuffer(f.mm, dtype=np.uint8)
     try:
-        raw = buf[rel[:, None] + _HEADER_SPAN]  # (n, 88): every header in one gather
-        hdr = raw.view(HEADER_DTYPE).reshape(n)
+        # Every header in one gather: a view of the segment with one header
+        # "starting" at each byte (stride 1), indexed by the record offsets.
+        starts_view = np.ndarray(shape=(len(buf) - HEADER_V4.size + 1,), dtype=HEADER_DTYPE,
+                                 buffer=buf, offset=0, strides=(1,))
+        hdr = starts_view[rel]
+        del starts_view
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
         bad = np.flatnonzero(((magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2))
@@ -141,15 +144,20 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
                 file=f.path, offset=int(phy[i]))
         segment = pa.py_buffer(f.mm)
         body = _cut(segment, body_start, body_end).cast(pa.binary())
-        props = _cut(segment, props_start, props_start + props_len).cast(pa.string())
+        props = _cut(segment, props_start, props_start + props_len)
         del segment
+        try:
+            parsed = _parse_properties(props)
+        except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
+            return messages_to_batch(
+                [commit_log.read(int(p)) for p in phy.tolist()], broker_name)
         msg_id = _msg_ids(hdr, phy)
         qoffsets = hdr["queue_offset"].astype(np.int64)
         born = _hosts(hdr["born_ip"], hdr["born_port"])
         store = _hosts(hdr["store_ip"], hdr["store_port"])
         columns = _finish(
             n, topic, broker_name, hdr["queue_id"].astype(np.int32), qoffsets, msg_id, body,
-            props, hdr["born_ts"].astype(np.int64), hdr["store_ts"].astype(np.int64), born,
+            parsed, hdr["born_ts"].astype(np.int64), hdr["store_ts"].astype(np.int64), born,
             store, hdr["reconsume"].astype(np.int32), phy, hdr["flag"].astype(np.int32),
             sys_flag)
     finally:
@@ -164,6 +172,8 @@ def _cut(segment: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     interleaved array are the gaps between the pieces and are dropped.
     """
     n = len(starts)
+    if n == 0:
+        return pa.array([], pa.large_binary())
     offsets = np.empty(2 * n, dtype=np.int64)
     offsets[0::2] = starts
     offsets[1::2] = ends
@@ -194,33 +204,78 @@ def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
     return pa.array(names, pa.string()).take(pa.array(inverse.astype(np.int32)))
 
 
-def _parse_properties(props: pa.Array) -> pa.MapArray:
-    """Split ``name\\x01value\\x02...`` strings into a map array (vectorised)."""
+class _NotUtf8(Exception):
+    """Properties that are not valid UTF-8 (RocketMQ decodes them leniently)."""
+
+
+def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
+    """Split ``name\\x01value\\x02...`` strings into a map (vectorised in numpy).
+
+    ``props`` is a compact large_binary array. Returns the map and the TAGS,
+    UNIQ_KEY and KEYS values (null where absent). Like the per-record decoder,
+    a missing final separator is tolerated, items without a name/value
+    separator are skipped, and a repeated name keeps its last value.
+    """
     n = len(props)
-    parts = pc.split_pattern(props, PROPERTY_SEPARATOR)
-    flat = parts.flatten()
-    rows = pc.list_parent_indices(parts)
-    keep = pc.match_substring(flat, NAME_VALUE_SEPARATOR)
-    flat = flat.filter(keep)
-    rows = rows.filter(keep).to_numpy(zero_copy_only=False)
+    _, off_buf, data_buf = props.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else \
+        np.empty(0, dtype=np.uint8)
+    rec_start, rec_end = off[:-1], off[1:]
+    sep2 = np.flatnonzero(data[:rec_end[-1] if n else 0] == 2)
+    nonempty = rec_end > rec_start
+    last_byte = data[np.maximum(rec_end - 1, 0)] if len(data) else np.zeros(n, np.uint8)
+    open_rows = np.flatnonzero(nonempty & (last_byte != 2))
+    # Item ends (exclusive): every \x02, and the end of a record lacking a final \x02
+    # (ordered before a \x02 at the same place, which belongs to the next record).
+    ends = np.concatenate((sep2, rec_end[open_rows]))
+    order = np.argsort(np.concatenate((2 * sep2 + 1, 2 * rec_end[open_rows])), kind="stable")
+    ends = ends[order]
+    rows = np.concatenate((np.searchsorted(off, sep2, side="right") - 1, open_rows))[order]
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = rec_start[rows[0]]
+        same = rows[1:] == rows[:-1]
+        starts[1:] = np.where(same, ends[:-1] + 1, rec_start[rows[1:]])
+    sep1 = np.flatnonzero(data[:rec_end[-1] if n else 0] == 1)
+    at = np.searchsorted(sep1, starts)
+    found = at < len(sep1)
+    mid = np.where(found, sep1[np.minimum(at, max(len(sep1) - 1, 0))] if len(sep1) else 0, 0)
+    keep = found & (mid < ends)
+    starts, mid, ends, rows = starts[keep], mid[keep], ends[keep], rows[keep]
+    values_buf = data_buf if data_buf is not None else pa.py_buffer(b"")
+    try:
+        keys = _cut(values_buf, starts, mid).cast(pa.string())
+        values = _cut(values_buf, mid + 1, ends).cast(pa.string())
+    except pa.ArrowInvalid as e:
+        raise _NotUtf8(str(e)) from None
     counts = np.bincount(rows, minlength=n) if len(rows) else np.zeros(n, dtype=np.int64)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    kv = pc.split_pattern(flat, NAME_VALUE_SEPARATOR, max_splits=1)
-    keys = pc.list_element(kv, 0)
-    values = pc.list_element(kv, 1)
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+    prop_map = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+    klen = mid - starts
+
+    def lookup(name: str) -> pa.Array:
+        raw = name.encode("ascii")
+        hit = klen == len(raw)
+        for j, ch in enumerate(raw):
+            hit &= data[np.minimum(starts + j, len(data) - 1)] == ch
+        where = np.full(n, -1, dtype=np.int64)
+        items = np.flatnonzero(hit)
+        where[rows[items]] = items  # the last one of a row wins, like a HashMap
+        return values.take(pa.array(where, mask=where < 0))
+
+    return prop_map, lookup(PROPERTY_TAGS), lookup(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), \
+        lookup(PROPERTY_KEYS)
 
 
 def _finish(n: int, topic: str, broker_name: str, queue_id: np.ndarray,
-            queue_offset: np.ndarray, msg_id: pa.Array, body: pa.Array, props: pa.Array,
+            queue_offset: np.ndarray, msg_id: pa.Array, body: pa.Array,
+            parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array],
             born_ts: np.ndarray, store_ts: np.ndarray, born: pa.Array, store: pa.Array,
             reconsume: np.ndarray, phy: np.ndarray, flag: np.ndarray,
             sys_flag: np.ndarray) -> list[pa.Array]:
-    prop_map = _parse_properties(props)
-    tags = pc.map_lookup(prop_map, PROPERTY_TAGS, "first")
-    uniq = pc.map_lookup(prop_map, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "first")
-    keys_raw = pc.map_lookup(prop_map, PROPERTY_KEYS, "first")
+    prop_map, tags, uniq, keys_raw = parsed
     keys = pc.split_pattern(keys_raw, KEY_SEPARATOR)
     zeros = pa.array(np.zeros(n, dtype=np.int32))
     return [

@@ -117,3 +117,33 @@ def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
     got = java_hash_hex_suffixed(prefix, np.asarray(counters))
     want = java_hash_many([f"{prefix}{c & 0xFFFF:04X}" for c in counters])
     assert got.tolist() == want.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.text(min_size=0, max_size=40), counter=st.integers(0, 1 << 20))
+def test_scalar_hex_suffixed_hash(prefix, counter):
+    from rocketspark.store.index_file import hex_suffixed_hash
+    from rocketspark.store.message import java_string_hash
+    assert hex_suffixed_hash(java_string_hash(prefix), counter) == java_string_hash(
+        f"{prefix}{counter & 0xFFFF:04X}")
+
+
+def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock):
+    msgs = [Message("orders", b"m%d" % i, tags="t%d" % (i % 3), keys=["k%d" % i] if i % 2 else ())
+            for i in range(40)]
+    roots = []
+    for single in (True, False):
+        root = str(tmp_path / ("one" if single else "batch"))
+        with MessageStore.open(root, clock=clock, **SMALL) as s:
+            s._ids._prefix = "7F000001" + "0" * 12
+            s._ids._counter = 0
+            s.create_topic("orders", queues=3)
+            if single:
+                for m in msgs:
+                    s.put(m)
+            else:
+                s.put_batch(msgs)
+        roots.append(root)
+    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
+    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
+    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
