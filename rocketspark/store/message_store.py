@@ -84,6 +84,7 @@ from rocketspark.store.message_codec import (
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
     DelayOffsetTable,
+    SinkLedgerTable,
     SubscriptionGroupTable,
     TopicConfigTable,
 )
@@ -291,6 +292,7 @@ class MessageStore:
             self.offsets = ConsumerOffsetTable(config_dir)
             self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
             self.delay_offsets = DelayOffsetTable(config_dir)
+            self.sink_ledger = SinkLedgerTable(config_dir)
             self._write_lock = WriteLock(self.root)
             self._queues: dict[tuple[str, int], ConsumeQueue] = {}
             self._queues_guard = threading.Lock()
@@ -1116,6 +1118,12 @@ class MessageStore:
         self._existing_cq(topic, queue_id)
         self.offsets.commit(group, topic, queue_id, offset)
 
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""
+        self._check_open()
+        if offsets:
+            self.offsets.commit_many(group, offsets)
+
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Return the group's next offset for the queue, or None if it never committed."""
         self._check_open()
@@ -1231,6 +1239,11 @@ class MessageStore:
         """Return "open", "committed", "rolled_back" or "resolved"."""
         (offset,) = _half_offsets(half)
         return self._transactions.status(offset)
+
+    def open_transactions(self, producer_group: str | None = None) -> list[MessageExt]:
+        """Return the half messages still open (of ``producer_group``), oldest first."""
+        self._check_open()
+        return self._transactions.open_halves(producer_group)
 
     def check_transactions(self, callback: Callable[[MessageExt], object], *,
                            now_ms: int | None = None, timeout_ms: int | None = None

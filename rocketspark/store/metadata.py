@@ -66,6 +66,7 @@ TOPICS_FILE = "topics.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 DELAY_OFFSET_FILE = "delayOffset.json"
+SINK_LEDGER_FILE = "rocketsparkSinks.json"
 TMP_SUFFIX = ".tmp"
 BAK_SUFFIX = ".bak"
 LOCK_SUFFIX = ".lock"
@@ -659,3 +660,66 @@ class DelayOffsetTable(_JsonTable):
     def offsets(self) -> dict[int, int]:
         """Return a copy of every level's next offset."""
         return dict(self._current()["offsetTable"])
+
+
+class SinkLedgerTable(_JsonTable):
+    """rocketsparkSinks.json: what each exactly-once Spark sink has committed (ours, not RocketMQ's).
+
+    Per sink id: ``committed``, the highest Spark batch id whose half messages
+    are committed, and ``pending``, a batch being committed: its id and the
+    half-queue offset runs ``[start, end)`` it covers. A pending batch is
+    written before its halves are committed and cleared after, so a crash in
+    between is finished on the next start rather than guessed at.
+    """
+
+    file_name = SINK_LEDGER_FILE
+
+    def _empty(self) -> dict[str, Any]:
+        return {"sinks": {}}
+
+    def _decode(self, obj: Any) -> dict[str, Any]:
+        data = _as_dict(obj, SINK_LEDGER_FILE)
+        sinks = _as_dict(data.get("sinks", {}), "sinks")
+        for sink_id, entry in sinks.items():
+            entry = _as_dict(entry, f"sink {sink_id}")
+            entry["committed"] = int(entry.get("committed", -1))
+            pending = entry.get("pending")
+            if pending is not None:
+                pending = _as_dict(pending, f"pending batch of sink {sink_id}")
+                pending["batch"] = int(pending["batch"])
+                pending["runs"] = [[int(a), int(b)] for a, b in pending["runs"]]
+            entry["pending"] = pending
+            sinks[sink_id] = entry
+        data["sinks"] = sinks
+        return data
+
+    def get(self, sink_id: str) -> tuple[int, tuple[int, list[tuple[int, int]]] | None]:
+        """Return (last committed batch id or -1, pending (batch id, runs) or None)."""
+        entry = self._current()["sinks"].get(sink_id)
+        if entry is None:
+            return -1, None
+        pending = entry["pending"]
+        return entry["committed"], (
+            None if pending is None
+            else (pending["batch"], [(a, b) for a, b in pending["runs"]]))
+
+    def begin(self, sink_id: str, batch_id: int, runs: list[tuple[int, int]]) -> None:
+        """Record that ``batch_id`` is being committed with these half-offset runs."""
+
+        def change(data: dict[str, Any]) -> bool:
+            entry = data["sinks"].setdefault(sink_id, {"committed": -1, "pending": None})
+            entry["pending"] = {"batch": int(batch_id), "runs": [[a, b] for a, b in runs]}
+            return True
+
+        self._modify(change)
+
+    def finish(self, sink_id: str, batch_id: int) -> None:
+        """Record that ``batch_id`` is committed (and nothing is pending)."""
+
+        def change(data: dict[str, Any]) -> bool:
+            entry = data["sinks"].setdefault(sink_id, {"committed": -1, "pending": None})
+            entry["committed"] = max(int(entry["committed"]), int(batch_id))
+            entry["pending"] = None
+            return True
+
+        self._modify(change)

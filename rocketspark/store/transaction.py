@@ -53,6 +53,7 @@ RESOLUTION_COMMIT = "commit"
 RESOLUTION_ROLLBACK = "rollback"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
+OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
 
 
 class TransactionState(enum.Enum):
@@ -147,12 +148,14 @@ class TransactionService:
                     if half_cq.entry(off) is None:
                         raise OffsetOutOfRangeError(
                             f"no half message at offset {off} of {TRANS_HALF_TOPIC}")
-            prepared.append(self._op_record(todo, commit, now))
-            results = store._append_locked(prepared, now)
+            # One op record per OP_CHUNK offsets keeps each body far below maxMessageSize.
+            ops = [self._op_record(todo[i:i + OP_CHUNK], commit, now)
+                   for i in range(0, len(todo), OP_CHUNK)]
+            results = store._append_locked(prepared + ops, now)
             for off in todo:
                 self._resolved[off] = commit
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
-        return store._after_append(results)[:-1]
+        return list(store._after_append(results))[:-len(ops)]
 
     def _op_record(self, half_offsets: list[int], commit: bool, now: int) -> PreparedRecord:
         return self.store._prepare_raw(
@@ -206,6 +209,44 @@ class TransactionService:
                 return "open"
             done = self._resolved[half_offset]
             return "resolved" if done is None else "committed" if done else "rolled_back"
+
+    def open_halves(self, producer_group: str | None = None) -> list[MessageExt]:
+        """Return the half messages not yet committed or rolled back, oldest first.
+
+        With ``producer_group``, only that group's. Scans from where the check
+        step last got to.
+        """
+        store = self.store
+        if not store.has_topic(TRANS_HALF_TOPIC):
+            return []
+        with store._write_lock:
+            store._sync_with_writers()
+            self._read_ops()
+        half_cq = store._cq(TRANS_HALF_TOPIC, 0)
+        start = store.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
+        end = half_cq.max_offset()
+        resolved = self._resolved
+        out = []
+        first_open = None
+        for off in range(start, end):
+            if off in resolved:
+                continue
+            entry = half_cq.entry(off)
+            if entry is None:
+                end = off
+                break
+            if first_open is None:
+                first_open = off
+            half = store.commit_log.read(entry[0])
+            if producer_group is None or half.properties.get(
+                    PROPERTY_PRODUCER_GROUP) == producer_group:
+                out.append(half)
+        # Everything below the first open half is resolved: later scans (and the
+        # check step) start there.
+        progress = end if first_open is None else first_open
+        if progress > start:
+            store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
+        return out
 
     # -- check -------------------------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""The Spark "rocketmq" data source: streaming and batch, source and sink.
+
+``format("rocketmq")`` works without registration when rocketspark is installed
+(the top-level module ``pyspark_rocketmq`` exposes :class:`RocketMQDataSource`
+as ``DefaultSource``, which Spark looks up by itself); :func:`register` does it
+explicitly. Options: :mod:`rocketspark.datasource.options`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+
+from rocketspark.datasource.options import parse_options
+from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter, SinkPlan
+from rocketspark.datasource.source import (
+    SCHEMA_DDL,
+    RocketMQBatchReader,
+    RocketMQStreamReader,
+    SourcePlan,
+)
+from rocketspark.errors import ConfigError
+
+NAME = "rocketmq"
+
+
+class RocketMQDataSource(DataSource):
+    """Read and write RocketMQ topics of an embedded store."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        # Spark asks for the schema at load(): the moment to reject bad read options,
+        # before any query runs (stream-only checks follow at start()).
+        SourcePlan.create(parse_options(self.options, "read"), streaming=None)
+        return SCHEMA_DDL
+
+    def reader(self, schema: Any) -> RocketMQBatchReader:
+        return RocketMQBatchReader(
+            SourcePlan.create(parse_options(self.options, "read"), streaming=False))
+
+    def streamReader(self, schema: Any) -> RocketMQStreamReader:
+        return RocketMQStreamReader(
+            SourcePlan.create(parse_options(self.options, "read"), streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> RocketMQBatchWriter:
+        if overwrite:
+            raise ConfigError("the rocketmq sink only appends: a topic cannot be overwritten "
+                              "(use mode('append'))")
+        return RocketMQBatchWriter(
+            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=False))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> RocketMQStreamWriter:
+        if overwrite:
+            raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
+        return RocketMQStreamWriter(
+            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True))
+
+
+def register(spark: Any) -> None:
+    """Register ``format("rocketmq")`` in ``spark`` (not needed when auto-discovery works)."""
+    spark.dataSource.register(RocketMQDataSource)
+
+
+__all__ = ["RocketMQDataSource", "register", "NAME"]

@@ -1,0 +1,434 @@
+"""The source side: topics → MessageQueues → input partitions of ConsumeQueue ranges.
+
+The driver plans (``initialOffset``, ``latestOffset``, ``partitions``,
+``commit``); workers ``read`` a :class:`QueueRange` by asking the store for Arrow
+record batches of that range, so no row is ever a Python tuple.
+
+Offsets are the next ConsumeQueue offset to read per queue (see ``offsets``).
+A tag filter (``subExpression``) drops messages inside a range, which leaves
+gaps between the queueOffsets of the rows: that is normal, not data loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from rocketspark.datasource.offsets import (
+    EARLIEST,
+    LATEST,
+    MessageQueue,
+    Positions,
+    from_json,
+    to_json,
+)
+from rocketspark.datasource.options import ParsedOptions
+from rocketspark.datasource.stores import StoreRef
+from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
+from rocketspark.store import MessageStore
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
+    ReadLimit = object  # type: ignore[assignment,misc]
+
+    class ReadAllAvailable:  # type: ignore[no-redef]
+        pass
+
+    class ReadMaxRows:  # type: ignore[no-redef]
+        def __init__(self, max_rows: int):
+            self.max_rows = max_rows
+
+    class ReadMinRows:  # type: ignore[no-redef]
+        def __init__(self, min_rows: int):
+            self.min_rows = min_rows
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+log = logging.getLogger(__name__)
+
+SCHEMA_DDL = (
+    "topic string, brokerName string, queueId int, queueOffset long, msgId string, "
+    "uniqKey string, tags string, keys array<string>, body binary, "
+    "properties map<string,string>, bornTimestamp timestamp, storeTimestamp timestamp, "
+    "bornHost string, storeHost string, reconsumeTimes int, commitLogOffset long, flag int, "
+    "sysFlag int"
+)
+# Offsets read from the store per call inside one partition: bounds a worker's memory.
+READ_CHUNK = 1 << 16
+# RocketMQ's own topics (TopicValidator): never picked up by a topicPattern.
+_SYSTEM_PREFIXES = ("RMQ_SYS_", "SCHEDULE_TOPIC_", "rmq_sys_")
+_SYSTEM_TOPICS = frozenset({"TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """Offsets [start, end) of one MessageQueue: what one task reads."""
+
+    store: StoreRef
+    mq: MessageQueue
+    start: int
+    end: int
+    expression: str
+    fail_on_data_loss: bool
+
+
+def _is_system_topic(name: str) -> bool:
+    return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)
+
+
+@dataclass
+class SourcePlan:
+    """Everything the driver needs to turn options into queues and offsets."""
+
+    store: StoreRef
+    options: ParsedOptions
+    broker: str = ""
+    streaming: bool = False
+    _topics_checked: bool = field(default=False, repr=False)
+
+    @classmethod
+    def create(cls, options: ParsedOptions, *, streaming: bool | None) -> SourcePlan:
+        """Validate the options against each other and the store; None: batch or stream."""
+        topics, pattern = options.get("topic"), options.get("topicPattern")
+        if topics and pattern:
+            raise ConfigError("options topic and topicPattern exclude each other; give one")
+        if not topics and not pattern:
+            raise ConfigError("option topic (or topicPattern) is required: the topics to read, "
+                              "comma-separated")
+        if options.get("startingOffsets") is not None and options.get(
+                "startingTimestamp") is not None:
+            raise ConfigError("options startingOffsets and startingTimestamp exclude each other")
+        if streaming and (options.raw.get("endingOffsets")
+                          or options.get("endingTimestamp") is not None):
+            raise ConfigError("endingOffsets / endingTimestamp apply to batch reads only; a "
+                              "stream reads on (use Trigger.AvailableNow to stop at the end)")
+        if options.get("startingOffsets") == "group" and not options.get("group"):
+            raise ConfigError("startingOffsets=group needs the option group")
+        lo, hi = options.get("minOffsetsPerTrigger"), options.get("maxOffsetsPerTrigger")
+        if lo is not None and hi is not None and lo > hi:
+            raise ConfigError(f"minOffsetsPerTrigger ({lo}) is larger than maxOffsetsPerTrigger "
+                              f"({hi})")
+        if options.get("group"):
+            from rocketspark.store.config import validate_group
+            validate_group(options["group"])
+        ref = StoreRef.resolve(options.get("store"), options.store_overrides)
+        plan = cls(ref, options, streaming=bool(streaming))
+        store = ref.open()
+        plan.broker = options.get("brokerName") or store.config.broker_name
+        plan.queues(store)  # unknown topics fail here, at load()
+        return plan
+
+    # -- queues --------------------------------------------------------------------------
+
+    def queues(self, store: MessageStore) -> list[MessageQueue]:
+        """Return the MessageQueues to read now (a pattern picks up new topics)."""
+        topics: Sequence[str]
+        if self.options.get("topic"):
+            topics = self.options["topic"]
+            for t in topics:
+                if not store.has_topic(t):
+                    raise UnknownTopicError(
+                        f"option topic: topic {t!r} does not exist in store {store.root} "
+                        f"(topics there: {', '.join(sorted(x.name for x in store.list_topics()) or ['none'])})")
+        else:
+            pattern = self.options["topicPattern"]
+            topics = [t.name for t in store.list_topics()
+                      if not _is_system_topic(t.name) and pattern.fullmatch(t.name)]
+        out = []
+        for t in topics:
+            info = store.topic(t)
+            out.extend(MessageQueue(t, self.broker, q) for q in range(info.read_queue_nums))
+        return out
+
+    def latest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
+        return {mq: store.max_offset(mq.topic, mq.queue_id) for mq in queues}
+
+    def earliest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
+        return {mq: store.min_offset(mq.topic, mq.queue_id) for mq in queues}
+
+    def resolve(self, store: MessageStore, queues: Sequence[MessageQueue], spec: Any,
+                timestamp: int | None, default: str, key: str) -> Positions:
+        """Turn an offsets option (or a timestamp) into a position for every queue."""
+        if timestamp is not None:
+            return {mq: store.offset_for_timestamp(mq.topic, mq.queue_id, timestamp)
+                    for mq in queues}
+        spec = default if spec is None else spec
+        if spec == "earliest":
+            return self.earliest(store, queues)
+        if spec == "latest":
+            return self.latest(store, queues)
+        if spec == "group":
+            group = self.options["group"]
+            out: Positions = {}
+            for mq in queues:
+                committed = store.committed_offset(group, mq.topic, mq.queue_id)
+                out[mq] = (committed if committed is not None
+                           else store.min_offset(mq.topic, mq.queue_id))
+            return out
+        given = from_json(spec)
+        known = set(queues)
+        for mq in given:
+            if mq not in known:
+                raise ConfigError(
+                    f"option {key}: queue {mq} is not one of the subscribed queues "
+                    f"(broker {self.broker!r}, topics "
+                    f"{sorted({q.topic for q in queues})})")
+        out = {}
+        for mq in queues:
+            off = given.get(mq, EARLIEST if key == "startingOffsets" else LATEST)
+            if off == EARLIEST:
+                off = store.min_offset(mq.topic, mq.queue_id)
+            elif off == LATEST:
+                off = store.max_offset(mq.topic, mq.queue_id)
+            out[mq] = off
+        return out
+
+    # -- partitions ----------------------------------------------------------------------
+
+    def check_range(self, store: MessageStore, mq: MessageQueue, start: int, end: int
+                    ) -> tuple[int, int]:
+        """Apply failOnDataLoss to a planned range; return the range to read."""
+        lo = store.min_offset(mq.topic, mq.queue_id)
+        hi = store.max_offset(mq.topic, mq.queue_id)
+        if start < lo or end > hi:
+            what = (f"queue {mq}: offset {start} was requested but the earliest offset is {lo}"
+                    if start < lo else
+                    f"queue {mq}: offsets up to {end} were planned but the queue ends at {hi} "
+                    "(was the store replaced?)")
+            if self.options["failOnDataLoss"]:
+                raise OffsetOutOfRangeError(
+                    f"{what}; some data may have been lost. Set failOnDataLoss=false to skip "
+                    "ahead instead of failing.")
+            log.warning("%s; skipping ahead (failOnDataLoss=false)", what)
+            start = max(start, lo)
+            if start > hi:
+                start = lo
+            end = max(start, min(end, hi))
+        return start, end
+
+    def split(self, store: MessageStore, ranges: dict[MessageQueue, tuple[int, int]]
+              ) -> list[QueueRange]:
+        """Cut ranges into partitions (maxRecordsPerPartition, minPartitions)."""
+        sizes = {mq: e - s for mq, (s, e) in ranges.items() if e > s}
+        if not sizes:
+            return []
+        cap = self.options.get("maxRecordsPerPartition")
+        min_parts = self.options.get("minPartitions")
+        if min_parts and len(sizes) < min_parts:
+            per = math.ceil(sum(sizes.values()) / min_parts)
+            cap = min(cap, per) if cap else per
+        out = []
+        expr = self.options["subExpression"]
+        fail = self.options["failOnDataLoss"]
+        for mq in sorted(sizes):
+            s, e = ranges[mq]
+            step = max(1, cap) if cap else e - s
+            for a in range(s, e, step):
+                out.append(QueueRange(self.store, mq, a, min(e, a + step), expr, fail))
+        return out
+
+
+def read_range(part: QueueRange) -> Iterator[Any]:
+    """Yield the Arrow record batches of one partition (runs in a worker)."""
+    store = part.store.open()
+    mq = part.mq
+    start, end = part.start, part.end
+    lo = store.min_offset(mq.topic, mq.queue_id)
+    if start < lo:
+        if part.fail_on_data_loss:
+            raise OffsetOutOfRangeError(
+                f"queue {mq}: offset {start} was requested but the earliest offset is {lo}; "
+                "some data may have been lost. Set failOnDataLoss=false to skip ahead.")
+        log.warning("queue %s: offsets [%d, %d) are gone; skipping them", mq, start, lo)
+        start = lo
+    pos = start
+    while pos < end:
+        batches, nxt = store.read_batches(mq.topic, mq.queue_id, pos, min(end, pos + READ_CHUNK),
+                                          part.expression, broker_name=mq.broker)
+        for b in batches:
+            if b.num_rows:
+                yield b
+        if nxt <= pos:
+            if part.fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"queue {mq}: offsets [{pos}, {end}) were planned but the queue ends at "
+                    f"{nxt}")
+            break
+        pos = nxt
+
+
+class RocketMQBatchReader(DataSourceReader):
+    """``spark.read.format("rocketmq")``: a fixed range per queue."""
+
+    def __init__(self, plan: SourcePlan):
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan, opts = self.plan, self.plan.options
+        store = plan.store.open()
+        queues = plan.queues(store)
+        start = plan.resolve(store, queues, opts.get("startingOffsets"),
+                             opts.get("startingTimestamp"), "earliest", "startingOffsets")
+        end = plan.resolve(store, queues, opts.get("endingOffsets"), opts.get("endingTimestamp"),
+                           "latest", "endingOffsets")
+        ranges = {}
+        for mq in queues:
+            s, e = start[mq], end[mq]
+            if e < s:
+                raise ConfigError(f"queue {mq}: the ending offset {e} is before the starting "
+                                  f"offset {s}")
+            ranges[mq] = plan.check_range(store, mq, s, e)
+        return plan.split(store, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        # With no partitions planned, Spark still runs one task, with no partition value.
+        return read_range(partition) if isinstance(partition, QueueRange) else iter(())
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("rocketmq")``."""
+
+    def __init__(self, plan: SourcePlan):
+        self.plan = plan
+        self._target: Positions | None = None  # Trigger.AvailableNow: stop here
+        self._last_end: dict | None = None
+        self._waiting_since: float | None = None  # minOffsetsPerTrigger
+        self._group_committed: dict | None = None
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        plan, opts = self.plan, self.plan.options
+        store = plan.store.open()
+        queues = plan.queues(store)
+        return to_json(plan.resolve(store, queues, opts.get("startingOffsets"),
+                                    opts.get("startingTimestamp"), "latest",
+                                    "startingOffsets"))
+
+    def getDefaultReadLimit(self) -> Any:
+        opts = self.plan.options
+        if opts.get("maxOffsetsPerTrigger"):
+            return ReadMaxRows(opts["maxOffsetsPerTrigger"])
+        if opts.get("minOffsetsPerTrigger"):
+            return ReadMinRows(opts["minOffsetsPerTrigger"])
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        store = self.plan.store.open()
+        self._target = self.plan.latest(store, self.plan.queues(store))
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        plan, opts = self.plan, self.plan.options
+        store = plan.store.open()
+        if start is None:  # Spark 4.0/4.1 call it without arguments
+            start = self._last_end if self._last_end is not None else self.initialOffset()
+            limit = self.getDefaultReadLimit()
+        begin = from_json(start)
+        # Spark asks for the next batch only once the previous one is committed, so
+        # ``start`` is processed: the group's offsets follow it now (commit() comes
+        # one batch late, and never for the last batch of Trigger.AvailableNow).
+        self._commit_group(store, start)
+        queues = plan.queues(store)
+        latest = plan.latest(store, queues)
+        new = [mq for mq in queues if mq not in begin]
+        if new:  # queues or topics that appeared since: from their earliest
+            log.info("new queues %s start at their earliest offset", [str(q) for q in new])
+            begin.update(plan.earliest(store, new))
+        if self._target is not None:
+            latest = {mq: min(off, self._target[mq]) if mq in self._target else begin[mq]
+                      for mq, off in latest.items()}
+        end = dict(latest)
+        for mq, off in begin.items():
+            if mq not in end:  # a queue no longer subscribed keeps its position
+                end[mq] = off
+        backlog = {mq: max(0, latest[mq] - begin[mq]) for mq in latest}
+        total = sum(backlog.values())
+        if not isinstance(limit, ReadAllAvailable):
+            max_rows = opts.get("maxOffsetsPerTrigger")
+            if isinstance(limit, ReadMaxRows):
+                max_rows = limit.max_rows
+            min_rows = opts.get("minOffsetsPerTrigger") if self._target is None else None
+            if min_rows and 0 < total < min_rows:
+                now = time.monotonic()
+                if self._waiting_since is None:
+                    self._waiting_since = now
+                if (now - self._waiting_since) * 1000 < opts["maxTriggerDelay"]:
+                    return start  # wait for more (no batch this trigger)
+            if max_rows and total > max_rows:
+                end = _rate_limit(begin, latest, backlog, total, max_rows) | {
+                    mq: off for mq, off in begin.items() if mq not in latest}
+        if any(end[mq] != begin.get(mq) for mq in end):
+            self._waiting_since = None
+        result = to_json(end)
+        self._last_end = result
+        return result
+
+    def reportLatestOffset(self) -> dict | None:
+        store = self.plan.store.open()
+        return to_json(self.plan.latest(store, self.plan.queues(store)))
+
+    # -- partitions and reading ------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        plan = self.plan
+        store = plan.store.open()
+        begin, stop = from_json(start), from_json(end)
+        ranges = {}
+        for mq, e in stop.items():
+            s = begin.get(mq)
+            if s is None:
+                s = store.min_offset(mq.topic, mq.queue_id)
+            if e > s:
+                ranges[mq] = plan.check_range(store, mq, s, e)
+        return plan.split(store, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        # With no partitions planned, Spark still runs one task, with no partition value.
+        return read_range(partition) if isinstance(partition, QueueRange) else iter(())
+
+    def commit(self, end: dict) -> None:
+        self._commit_group(self.plan.store.open(), end)
+
+    def _commit_group(self, store: MessageStore, processed: dict) -> None:
+        group = self.plan.options.get("group")
+        if not group or processed == self._group_committed:
+            return
+        store.commit_offsets(group, {(mq.topic, mq.queue_id): off
+                                     for mq, off in from_json(processed).items()
+                                     if mq.broker == self.plan.broker})
+        self._group_committed = processed
+
+    def stop(self) -> None:
+        pass
+
+
+def _rate_limit(begin: Positions, latest: Positions, backlog: dict[MessageQueue, int],
+                total: int, limit: int) -> Positions:
+    """Share ``limit`` offsets among queues in proportion to their backlog.
+
+    As Kafka's connector does, a queue whose share rounds below one still gets
+    one offset, so a small queue is never starved by a big one.
+    """
+    out = {}
+    for mq, size in backlog.items():
+        if size == 0:
+            out[mq] = begin[mq]
+            continue
+        share = limit * size / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        out[mq] = min(latest[mq], begin[mq] + take)
+    return out

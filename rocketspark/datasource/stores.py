@@ -1,0 +1,68 @@
+"""Open stores, one per (directory, overrides) and process.
+
+Spark runs the source's planning in one driver-side Python process and every
+``read``/``write`` in Python workers, which it reuses across tasks. Opening a
+store maps files and reads its config JSON, so each process keeps the stores
+it opened until it exits instead of opening one per task. What crosses a
+pickle is a :class:`StoreRef` (the directory and overrides), never a store.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rocketspark.store import MessageStore, MessageStoreConfig
+
+_lock = threading.Lock()
+_open: dict[StoreRef, MessageStore] = {}
+_pid = os.getpid()
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """How to open a store: an absolute directory and broker.conf overrides."""
+
+    root: str
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def resolve(cls, path: str | None, overrides: Mapping[str, str]) -> StoreRef:
+        """Resolve ``path`` (default: conf/broker.conf's storePathRootDir) to an absolute one.
+
+        Raises ConfigError for a bad override, before anything is opened.
+        """
+        kw = dict(overrides)
+        if path:
+            kw["storePathRootDir"] = path
+        config = MessageStoreConfig.load(None, **kw)
+        kw.pop("storePathRootDir", None)
+        return cls(os.path.abspath(config.store_path_root_dir), tuple(sorted(kw.items())))
+
+    def open(self) -> MessageStore:
+        """Return this process's open store for the reference (opened on first use)."""
+        global _pid
+        with _lock:
+            if os.getpid() != _pid:  # a forked child must not share its parent's mappings
+                _open.clear()
+                _pid = os.getpid()
+            store = _open.get(self)
+            if store is None or store._closed:
+                store = MessageStore.open(self.root, **dict(self.overrides))
+                _open[self] = store
+            return store
+
+
+def close_all() -> None:
+    """Close every store this process opened (at exit, and in tests)."""
+    with _lock:
+        stores = list(_open.values())
+        _open.clear()
+    for s in stores:
+        s.close()
+
+
+atexit.register(close_all)

@@ -1,0 +1,31 @@
+"""One SparkSession (local[2]) for the whole run, and a fresh store per test."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketspark.datasource.stores import close_all
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from rocketspark.session import local_session
+
+    session = local_session("rocketspark-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    path = str(tmp_path / "store")
+    yield path
+    close_all()  # this process's handles; workers keep theirs until they exit
+
+
+@pytest.fixture
+def store(store_path):
+    from rocketspark.store import MessageStore
+
+    with MessageStore.open(store_path) as s:
+        yield s

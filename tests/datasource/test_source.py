@@ -1,0 +1,237 @@
+"""The rocketmq source on a real SparkSession (local[2]) and a real store."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from rocketspark.store import Message, MessageStore
+
+pytestmark = pytest.mark.spark
+
+
+def _fill(store: MessageStore, topic: str, n: int, queues: int = 2, **kw) -> None:
+    if not store.has_topic(topic):
+        store.create_topic(topic, queues=queues)
+    store.put_batch([Message(topic, f"{topic}-{i}".encode(), tags="even" if i % 2 == 0 else "odd",
+                             keys=[f"k{i}"], **kw) for i in range(n)])
+
+
+def _bodies(df) -> list[str]:
+    return sorted(r.body.decode() for r in df.select("body").collect())
+
+
+def test_batch_read_returns_every_message_with_its_fields(spark, store_path, store):
+    _fill(store, "orders", 20)
+    df = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders").load()
+    got = df.select("topic", "queueId", "queueOffset", F.col("body").cast("string").alias("b"),
+                    "tags", "keys")
+    expected = []
+    for q in range(2):
+        for m in store.pull("orders", q, 0, max_msgs=100).messages:
+            expected.append(("orders", q, m.queue_offset, m.body.decode(), m.tags, m.keys))
+    want = spark.createDataFrame(expected, got.schema)
+    assert_df_equality(got, want, ignore_row_order=True)
+    row = df.filter("queueId = 0 and queueOffset = 0").collect()[0]
+    m = store.pull("orders", 0, 0, 1).messages[0]
+    assert (row.msgId, row.uniqKey, row.commitLogOffset, row.storeHost) == (
+        m.msg_id, m.uniq_key, m.commitlog_offset, m.store_host)
+    assert row.properties["TAGS"] == m.tags and row.brokerName == store.config.broker_name
+
+
+def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_path, store):
+    _fill(store, "orders", 40)
+    def base():  # a DataFrameReader keeps the options set on it: a fresh one each time
+        return spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+
+    broker = store.config.broker_name
+    ranged = base().option("startingOffsets", json.dumps({"orders": {broker: {"0": 5, "1": -2}}})) \
+        .option("endingOffsets", json.dumps({"orders": {broker: {"0": 8, "1": -1}}})).load()
+    assert ranged.filter("queueId = 0").count() == 3
+    assert ranged.filter("queueId = 1").count() == 20
+    assert sorted(r.queueOffset for r in ranged.filter("queueId = 0").collect()) == [5, 6, 7]
+    evens = base().option("subExpression", "even").load()
+    assert evens.count() == 20 and {r.tags for r in evens.collect()} == {"even"}
+    both = base().option("subExpression", "even || odd").load()
+    assert both.count() == 40
+    future = base().option("startingTimestamp", str(int(time.time() * 1000) + 3_600_000)).load()
+    assert future.count() == 0
+    past = base().option("startingTimestamp", "0").load()
+    assert past.count() == 40
+
+
+def test_large_ranges_are_split_into_partitions(spark, store_path, store):
+    _fill(store, "orders", 100, queues=1)
+    df = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+          .option("maxRecordsPerPartition", "30").load())
+    assert df.rdd.getNumPartitions() == 4
+    assert sorted(r.queueOffset for r in df.collect()) == list(range(100))
+    df2 = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+           .option("minPartitions", "5").load())
+    assert df2.rdd.getNumPartitions() == 5 and df2.count() == 100
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "option topic (or topicPattern) is required"),
+    ({"topic": "nope"}, "topic 'nope' does not exist"),
+    ({"topic": "orders", "startingOffsets": "{not json"}, "startingOffsets: expected earliest"),
+    ({"topic": "orders", "maxRecordsPerPartition": "-3"}, "maxRecordsPerPartition: must be a "
+                                                          "positive integer"),
+    ({"topic": "orders", "maxOffsetPerTrigger": "10"}, "did you mean 'maxOffsetsPerTrigger'"),
+    ({"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"0": "x"}}}'},
+     "offset 'x' of orders/broker-a/0"),
+    ({"topic": "orders", "startingOffsets": "group"}, "startingOffsets=group needs the option "
+                                                      "group"),
+])
+def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store, options,
+                                                       message):
+    _fill(store, "orders", 2)
+    reader = spark.read.format("rocketmq").option("store", store_path)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    with pytest.raises(Exception, match=re.escape(message)):
+        reader.load()  # at load(), not later from a worker
+
+
+def test_bad_stream_options_fail_at_load(spark, store_path, store):
+    _fill(store, "orders", 2)
+    with pytest.raises(Exception, match="minOffsetsPerTrigger .* is larger"):
+        (spark.readStream.format("rocketmq").option("store", store_path)
+         .option("topic", "orders").option("minOffsetsPerTrigger", "10")
+         .option("maxOffsetsPerTrigger", "5").load())
+    df = (spark.readStream.format("rocketmq").option("store", store_path)
+          .option("topic", "orders").option("endingOffsets", "latest").load())
+    q = None
+    with pytest.raises(Exception, match="endingOffsets / endingTimestamp apply to batch"):
+        q = df.writeStream.format("noop").start()  # stream-only checks: at start()
+        q.awaitTermination(60)
+        raise AssertionError(f"query did not fail: {q.exception()}")
+    if q is not None:
+        q.stop()
+
+
+def _stream(spark, store_path, **options):
+    reader = spark.readStream.format("rocketmq").option("store", store_path)
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def _run_available_now(df, tmp_path, name: str, batches: list | None = None):
+    out = str(tmp_path / f"{name}-out")
+    chk = str(tmp_path / f"{name}-chk")
+
+    def record(batch_df, batch_id):
+        rows = batch_df.select("queueId", "queueOffset", "body").collect()
+        if batches is not None:
+            batches.append((batch_id, len(rows)))
+        batch_df.write.mode("append").parquet(out)
+
+    q = (df.writeStream.foreachBatch(record).option("checkpointLocation", chk)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    return out, chk
+
+
+def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, store_path, store,
+                                                                     tmp_path):
+    _fill(store, "orders", 30)
+    df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="etl")
+    out, _ = _run_available_now(df, tmp_path, "s")
+    _fill(store, "orders", 10)  # 10 more, bodies orders-0..9 again
+    _run_available_now(_stream(spark, store_path, topic="orders", startingOffsets="earliest",
+                               group="etl"), tmp_path, "s")
+    rows = spark.read.parquet(out).collect()
+    seen = sorted((r.queueId, r.queueOffset) for r in rows)
+    assert seen == sorted(set(seen)) and len(seen) == 40  # each message exactly once
+    for q in range(2):  # in queue order, no gaps
+        assert [o for qq, o in seen if qq == q] == list(range(20))
+    # Spark's progress is the group's committed offset: lag is zero
+    assert store.lag("etl", "orders") == {("orders", 0): 0, ("orders", 1): 0}
+
+
+def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
+        spark, store_path, store, tmp_path):
+    store.create_topic("big", queues=2)
+    store.put_batch([Message("big", b"x", queue_id=0) for _ in range(95)]
+                    + [Message("big", b"y", queue_id=1) for _ in range(5)])
+    batches: list = []
+    df = _stream(spark, store_path, topic="big", startingOffsets="earliest",
+                 maxOffsetsPerTrigger=20)
+    out, _ = _run_available_now(df, tmp_path, "m", batches)
+    sizes = [n for _, n in sorted(batches) if n]
+    assert sum(sizes) == 100
+    assert max(sizes) <= 21 and len(sizes) >= 5
+    first = spark.read.parquet(out).filter("queueId = 1").count()
+    assert first == 5
+
+
+def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, store, tmp_path):
+    store.create_topic("trickle", queues=1)
+    df = _stream(spark, store_path, topic="trickle", startingOffsets="earliest",
+                 minOffsetsPerTrigger=50, maxTriggerDelay="1h")
+    seen: list = []
+
+    def record(batch_df, batch_id):
+        seen.append(batch_df.count())
+
+    q = (df.writeStream.foreachBatch(record)
+         .option("checkpointLocation", str(tmp_path / "min-chk"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        store.put_batch([Message("trickle", b"a") for _ in range(10)])
+        time.sleep(3)
+        assert sum(seen) == 0  # 10 < 50: still waiting
+        store.put_batch([Message("trickle", b"b") for _ in range(45)])
+        deadline = time.time() + 60
+        while sum(seen) < 55 and time.time() < deadline:
+            time.sleep(0.2)
+        assert sum(seen) == 55 and max(seen) == 55
+    finally:
+        q.stop()
+
+
+def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store, tmp_path):
+    _fill(store, "shop-orders", 6)
+    df = _stream(spark, store_path, topicPattern="shop-.*", startingOffsets="earliest")
+    got: list = []
+    lock = threading.Lock()
+
+    def record(batch_df, batch_id):
+        with lock:
+            got.extend((r.topic, r.body.decode()) for r in batch_df.collect())
+
+    q = (df.writeStream.foreachBatch(record)
+         .option("checkpointLocation", str(tmp_path / "pat-chk"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.time() + 60
+        while len(got) < 6 and time.time() < deadline:
+            time.sleep(0.2)
+        _fill(store, "shop-payments", 4)  # a new topic: read from its earliest
+        _fill(store, "other", 3)  # does not match
+        while len(got) < 10 and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        q.stop()
+    assert sorted(got) == sorted([("shop-orders", f"shop-orders-{i}") for i in range(6)]
+                                 + [("shop-payments", f"shop-payments-{i}") for i in range(4)])
+
+
+def test_starting_offsets_group_resumes_where_the_group_is(spark, store_path, store, tmp_path):
+    _fill(store, "orders", 10)
+    store.commit_offset("etl2", "orders", 0, 3)
+    store.commit_offset("etl2", "orders", 1, 5)
+    df = _stream(spark, store_path, topic="orders", startingOffsets="group", group="etl2")
+    out, _ = _run_available_now(df, tmp_path, "g")
+    rows = spark.read.parquet(out).collect()
+    assert sorted((r.queueId, r.queueOffset) for r in rows) == [(0, 3), (0, 4)]
+    assert store.committed_offset("etl2", "orders", 0) == 5
