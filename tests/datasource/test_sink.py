@@ -1,0 +1,135 @@
+"""The rocketmq sink on a real SparkSession and a real store."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pyspark.sql import functions as F
+
+from rocketspark.store import Message, MessageStore
+
+pytestmark = pytest.mark.spark
+
+
+def _all(store: MessageStore, topic: str) -> list:
+    out = []
+    for q in range(store.topic(topic).read_queue_nums):
+        res = store.pull(topic, q, 0, max_msgs=100_000)
+        out.extend(res.messages)
+    return out
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_batch_write_maps_columns_to_messages(spark, store_path, store, guarantee):
+    store.create_topic("out", queues=4)
+    rows = [(f"body-{i}", f"t{i % 2}", [f"k{i}", f"x{i}"], {"p": str(i)}, f"cust-{i % 3}")
+            for i in range(30)]
+    df = spark.createDataFrame(rows, "body string, tags string, keys array<string>, "
+                                     "properties map<string,string>, shardingKey string")
+    (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
+     .option("deliveryGuarantee", guarantee).mode("append").save())
+    msgs = _all(store, "out")
+    assert sorted(m.body.decode() for m in msgs) == sorted(f"body-{i}" for i in range(30))
+    by_body = {m.body.decode(): m for m in msgs}
+    for i in range(30):
+        m = by_body[f"body-{i}"]
+        assert (m.tags, m.keys, m.properties["p"]) == (f"t{i % 2}", [f"k{i}", f"x{i}"], str(i))
+    # same sharding key, same queue
+    queues = {}
+    for i in range(30):
+        queues.setdefault(f"cust-{i % 3}", set()).add(by_body[f"body-{i}"].queue_id)
+    assert all(len(q) == 1 for q in queues.values())
+    assert store.query_by_key("out", "k7")[0].body == b"body-7"
+
+
+def test_batch_write_routes_by_topic_and_queue_columns(spark, store_path, store):
+    store.create_topic("a", queues=2)
+    store.create_topic("b", queues=2)
+    df = spark.createDataFrame([("a", 1, b"x"), ("b", 0, b"y"), ("a", 1, b"z")],
+                               "topic string, queueId int, body binary")
+    df.write.format("rocketmq").option("store", store_path).mode("append").save()
+    assert [m.body for m in store.pull("a", 1, 0).messages] in ([b"x", b"z"], [b"z", b"x"])
+    assert [m.body for m in store.pull("b", 0, 0).messages] == [b"y"]
+
+
+@pytest.mark.parametrize("schema, rows, options, message", [
+    ("value string", [("v",)], {"topic": "out"},
+     "does not know the column 'value'"),
+    ("body int", [(1,)], {"topic": "out"}, "column 'body' has type int"),
+    ("bodi string", [("v",)], {"topic": "out"}, "did you mean 'body'?"),
+    ("body string", [("v",)], {}, "no topic to write to"),
+    ("body string", [("v",)], {"topic": "missing"}, "topic 'missing' does not exist"),
+    ("body string, delayLevel int", [("v", 2)], {"topic": "out"},
+     "delayed messages cannot be transactional"),
+    ("body string", [("v",)], {"topic": "out", "deliveryGuarantee": "twice"},
+     "deliveryGuarantee: expected one of exactly_once, at_least_once"),
+])
+def test_bad_input_fails_before_anything_is_written(spark, store_path, store, schema, rows,
+                                                    options, message):
+    store.create_topic("out", queues=1)
+    w = spark.createDataFrame(rows, schema).write.format("rocketmq").option("store", store_path)
+    for k, v in options.items():
+        w = w.option(k, v)
+    with pytest.raises(Exception, match=re.escape(message)):
+        w.mode("append").save()
+    assert store.max_offset("out", 0) == 0
+
+
+def test_overwrite_is_rejected(spark, store_path, store):
+    store.create_topic("out", queues=1)
+    df = spark.createDataFrame([("v",)], "body string")
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("rocketmq").option("store", store_path).option("topic", "out") \
+            .mode("overwrite").save()
+
+
+def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, store_path, store,
+                                                              tmp_path):
+    store.create_topic("in", queues=2)
+    store.create_topic("out", queues=2)
+    store.put_batch([Message("in", f"m{i}".encode()) for i in range(50)])
+    chk = str(tmp_path / "chk")
+
+    def run():
+        src = (spark.readStream.format("rocketmq").option("store", store_path)
+               .option("topic", "in").option("startingOffsets", "earliest")
+               .option("maxOffsetsPerTrigger", "20").load())
+        out = src.select(F.upper(F.col("body").cast("string")).alias("body"),
+                         F.lit("copied").alias("tags"))
+        q = (out.writeStream.format("rocketmq").option("store", store_path)
+             .option("topic", "out").option("checkpointLocation", chk)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run()
+    store.put_batch([Message("in", f"n{i}".encode()) for i in range(10)])
+    run()
+    bodies = sorted(m.body.decode() for m in _all(store, "out"))
+    assert bodies == sorted([f"M{i}" for i in range(50)] + [f"N{i}" for i in range(10)])
+    assert store.open_transactions() == []
+    committed, pending = store.sink_ledger.get(next(iter(store.sink_ledger._current()["sinks"])))
+    assert committed >= 3 and pending is None
+
+
+def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, store_path,
+                                                                         store, tmp_path):
+    # With the checkpoint given only as a session default, the sink cannot tell this
+    # query's batches from another's after a restart: it asks for the option.
+    store.create_topic("out", queues=1)
+    src = spark.readStream.format("rate").option("rowsPerSecond", "1").load()
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default-chk"))
+    q = None
+    try:
+        with pytest.raises(Exception, match="needs the option checkpointLocation"):
+            q = (src.select(F.col("value").cast("string").alias("body")).writeStream
+                 .format("rocketmq").option("store", store_path).option("topic", "out")
+                 .start())
+            q.awaitTermination(60)
+            raise AssertionError(f"query did not fail: {q.exception()}")
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+        if q is not None:
+            q.stop()
+    assert store.max_offset("out", 0) == 0
