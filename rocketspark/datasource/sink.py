@@ -161,31 +161,6 @@ class SinkCommit(WriterCommitMessage):
     count: int
 
 
-def to_messages(plan: SinkPlan, columns: dict[str, list[Any]], n: int) -> list[Message]:
-    """Build messages from column lists (Arrow's to_pylist or rows)."""
-    def col(name: str) -> list[Any]:
-        return columns.get(name) or [None] * n
-
-    bodies, topics, tags, keys = col("body"), col("topic"), col("tags"), col("keys")
-    props, qids, shard, delay = (col("properties"), col("queueId"), col("shardingKey"),
-                                 col("delayLevel"))
-    out = []
-    default = plan.default_topic
-    for i in range(n):
-        body = bodies[i]
-        if body is None:
-            raise ConfigError(f"row {i} of a batch has a null body; RocketMQ messages need one")
-        topic = topics[i] or default
-        if topic is None:
-            raise ConfigError(f"row {i} of a batch has a null topic and there is no topic option")
-        p = props[i]
-        out.append(Message(
-            topic, body, tags=tags[i], keys=keys[i] or (),
-            properties=dict(p) if p else {}, queue_id=qids[i],
-            sharding_key=shard[i], delay_level=delay[i] or 0))
-    return out
-
-
 def _batch_columns(batch: pa.RecordBatch) -> tuple[dict[str, list[Any]], int]:
     return {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}, \
         batch.num_rows
@@ -197,6 +172,13 @@ def _rows_columns(rows: Sequence[Any], names: Sequence[str]) -> tuple[dict[str, 
         for name, v in zip(names, r):
             cols[name].append(v)
     return cols, len(rows)
+
+
+def _store_columns(plan: SinkPlan, cols: dict[str, list[Any]]) -> dict[str, Any]:
+    """Sink columns → keyword arguments of MessageStore.put_columns / prepare_columns."""
+    return {"topic": plan.default_topic, "topics": cols.get("topic"), "tags": cols.get("tags"),
+            "keys": cols.get("keys"), "properties": cols.get("properties"),
+            "queue_ids": cols.get("queueId"), "sharding_keys": cols.get("shardingKey")}
 
 
 def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
@@ -211,19 +193,23 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
         nonlocal count
         for a in range(0, n, WRITE_CHUNK):
             part = {k: v[a:a + WRITE_CHUNK] for k, v in cols.items()}
-            msgs = to_messages(plan, part, min(WRITE_CHUNK, n - a))
+            bodies = part.pop("body")
+            kw = _store_columns(plan, part)
             if plan.exactly_once:
-                rs = store.prepare_batch(msgs, producer_group=plan.producer_group,
-                                         properties=extra)
-                first, last = rs[0].queue_offset, rs[-1].queue_offset
+                rs = store.prepare_columns(bodies, producer_group=plan.producer_group,
+                                           extra_properties=extra, **kw)
+                first = int(rs.queue_offsets[0])
+                last = int(rs.queue_offsets[-1])
                 assert last - first + 1 == len(rs)  # one lock: a consecutive run
                 if runs and runs[-1][1] == first:
                     runs[-1] = (runs[-1][0], last + 1)
                 else:
                     runs.append((first, last + 1))
+            elif "delayLevel" in part:
+                store.put_batch(_messages(plan, bodies, kw, part["delayLevel"]))
             else:
-                store.put_batch(msgs)
-            count += len(msgs)
+                store.put_columns(bodies, **kw)
+            count += len(bodies)
 
     for item in iterator:
         if isinstance(item, pa.RecordBatch):
@@ -237,6 +223,26 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     if pending_rows:
         flush(*_rows_columns(pending_rows, plan.columns))
     return SinkCommit(tuple(runs), count)
+
+
+def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
+              delays: list[int | None]) -> list[Message]:
+    """Messages with delay levels (at-least-once only): the per-record path."""
+    n = len(bodies)
+
+    def col(name: str) -> list[Any]:
+        return kw.get(name) or [None] * n
+
+    out = []
+    for i, (b, t, tg, k, p, q, sk) in enumerate(zip(
+            bodies, col("topics"), col("tags"), col("keys"), col("properties"),
+            col("queue_ids"), col("sharding_keys"))):
+        if b is None:
+            raise ConfigError(f"row {i} of a batch has a null body; RocketMQ messages need one")
+        out.append(Message(t or plan.default_topic, b, tags=tg, keys=k or (),
+                           properties=dict(p) if p else {}, queue_id=q, sharding_key=sk,
+                           delay_level=delays[i] or 0))
+    return out
 
 
 def _offsets(messages: Sequence[WriterCommitMessage | None]) -> list[int]:

@@ -112,6 +112,10 @@ class ColumnBatch:
     born_ts: np.ndarray | int
     flags: np.ndarray | int = 0
     reconsume: np.ndarray | int = 0
+    sys_flags: np.ndarray | int = 0  # only TRANSACTION_COMMIT (or 0): all IPv4, uncompressed
+    prepared: np.ndarray | int = 0  # PREPARED TRANSACTION OFFSET
+    born_ips: np.ndarray | None = None  # per record (uint32 values), else born_host's
+    born_ports: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -277,15 +281,16 @@ class CommitLog:
         hdr["flag"] = batch.flags
         hdr["queue_offset"] = queue_offsets
         hdr["phy"] = phys
-        hdr["sys_flag"] = 0
+        hdr["sys_flag"] = batch.sys_flags
         hdr["born_ts"] = batch.born_ts
-        hdr["born_ip"] = int.from_bytes(batch.born_host.ip, "big")
-        hdr["born_port"] = batch.born_host.port
+        hdr["born_ip"] = (int.from_bytes(batch.born_host.ip, "big") if batch.born_ips is None
+                          else batch.born_ips)
+        hdr["born_port"] = batch.born_host.port if batch.born_ports is None else batch.born_ports
         hdr["store_ts"] = store_timestamp
         hdr["store_ip"] = int.from_bytes(self.store_host.ip, "big")
         hdr["store_port"] = self.store_host.port
         hdr["reconsume"] = batch.reconsume
-        hdr["prepared"] = 0
+        hdr["prepared"] = batch.prepared
         hdr["body_len"] = body_len
         heads = memoryview(hdr.tobytes())
         set_pending_end(pos)
@@ -332,7 +337,10 @@ class CommitLog:
         col = _column_getter(n)
         magics, crcs = col(batch.magics), col(batch.crcs)
         flags, born_ts, reconsume = col(batch.flags), col(batch.born_ts), col(batch.reconsume)
-        born_ip, born_port = batch.born_host.ip, batch.born_host.port
+        sys_flags, prepared = col(batch.sys_flags), col(batch.prepared)
+        born_ips = ([batch.born_host.ip] * n if batch.born_ips is None
+                    else [int(v).to_bytes(4, "big") for v in batch.born_ips.tolist()])
+        born_ports = col(batch.born_host.port if batch.born_ports is None else batch.born_ports)
         store_ip, store_port = self.store_host.ip, self.store_host.port
         writes: list[tuple[int, list[bytes]]] = []
         chunk: list[bytes] = []
@@ -347,9 +355,10 @@ class CommitLog:
                 chunk = []
                 chunk_start = pos = seg_end
             phys[i] = pos
-            chunk.append(pack(total, magics[i], crcs[i], qids[i], flags[i], qoffs[i], pos, 0,
-                              born_ts[i], born_ip, born_port, store_timestamp, store_ip,
-                              store_port, reconsume[i], 0, len(bodies[i])))
+            chunk.append(pack(total, magics[i], crcs[i], qids[i], flags[i], qoffs[i], pos,
+                              sys_flags[i], born_ts[i], born_ips[i], born_ports[i],
+                              store_timestamp, store_ip, store_port, reconsume[i], prepared[i],
+                              len(bodies[i])))
             chunk.append(bodies[i])
             chunk.append(rests[i])
             pos += total

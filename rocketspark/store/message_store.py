@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ from rocketspark.store.message import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     SysFlag,
     Message,
     MessageExt,
@@ -496,7 +497,7 @@ class MessageStore:
             return []
         now = self.clock()
         if self._columnar and not any(m.delay_level for m in messages):
-            return self._put_columns(messages, now)
+            return self._put_columns(_Columns.of_messages(messages), now)
         ids = self._ids.next_ids(len(messages), now)
         prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
         return self._append(prepared, now)
@@ -515,14 +516,70 @@ class MessageStore:
             assert cfg is not None
         return cfg
 
-    def _put_columns(self, messages: Sequence[Message], now: int) -> PutResults:
-        """put_batch for plain messages (no delay, IPv4 hosts): encoded column by column.
+    def put_columns(self, bodies: Sequence[bytes | str], *, topic: str | None = None,
+                    topics: Sequence[str | None] | None = None,
+                    tags: Sequence[str | None] | None = None,
+                    keys: Sequence[str | Sequence[str] | None] | None = None,
+                    properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None]
+                    | None = None,
+                    queue_ids: Sequence[int | None] | None = None,
+                    sharding_keys: Sequence[str | None] | None = None) -> PutResults:
+        """Store messages given column by column: the fast path for Arrow / Spark data.
+
+        ``bodies`` has one entry per message; every other column is optional
+        and, when given, has the same length (None in a row: not set).
+        ``topic`` is the topic of rows whose ``topics`` entry is None. ``keys``
+        entries are one string (keys separated by spaces, as RocketMQ stores
+        them) or a sequence of keys; ``properties`` entries a mapping or a list
+        of (name, value) pairs. Queue choice and validation are those of
+        :meth:`put_batch`; nothing is written when any row is invalid.
+        """
+        self._check_open()
+        cols = _Columns(bodies, topic, topics, tags, keys, properties, queue_ids, sharding_keys)
+        if not len(bodies):
+            return _no_results(self.store_host)
+        if not self._columnar:
+            return self.put_batch(cols.messages())  # type: ignore[return-value]
+        return self._put_columns(cols, self.clock())
+
+    def prepare_columns(self, bodies: Sequence[bytes | str], *, producer_group: str,
+                        extra_properties: Mapping[str, str] | None = None,
+                        **columns: Any) -> PutResults:
+        """Store half messages given column by column (see :meth:`put_columns`).
+
+        The halves stay invisible until :meth:`commit_transaction`; their
+        ``queue_offset`` values (consecutive) identify them.
+        """
+        self._check_open()
+        validate_group(producer_group)
+        cols = _Columns(bodies, columns.pop("topic", None), columns.pop("topics", None),
+                        columns.pop("tags", None), columns.pop("keys", None),
+                        columns.pop("properties", None), columns.pop("queue_ids", None),
+                        columns.pop("sharding_keys", None))
+        if columns:
+            raise TypeError(f"unknown columns {sorted(columns)}")
+        if not len(bodies):
+            return _no_results(self.store_host)
+        self._ensure_system_topic(TRANS_HALF_TOPIC, 1)
+        self._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
+        extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
+        if not self._columnar:
+            return self.prepare_batch(cols.messages(), producer_group=producer_group,
+                                      properties=dict(extra_properties or {}))  # type: ignore
+        return self._put_columns(cols, self.clock(), half=(producer_group, extra))
+
+    def _put_columns(self, cols: _Columns, now: int,
+                     half: tuple[str, str] | None = None) -> PutResults:
+        """The columnar put (no delay, IPv4 hosts).
 
         Writes exactly the bytes of the per-record path (same property order:
-        user properties, TAGS, KEYS, UNIQ_KEY) with one numpy header build and
-        one ``bytes.join`` per CommitLog segment.
+        user properties, TAGS, KEYS, UNIQ_KEY; for a half message then PGROUP,
+        __transactionId__, the caller's extra properties, and last TRAN_MSG,
+        REAL_TOPIC, REAL_QID, so that committing keeps a prefix of them) with
+        one numpy header build and one ``bytes.join`` per CommitLog segment.
         """
-        n = len(messages)
+        # Hot path: one lean loop per message, locals bound, no per-message objects.
+        n = len(cols.bodies)
         uniq_prefix, uniq_start = self._ids.next_block(n, now)
         max_body = self.config.max_message_size
         topics: list[str] = [""] * n
@@ -537,7 +594,6 @@ class MessageStore:
         uniq_given: dict[int, str] = {}
         keyed: list[int] = []
         key_strings: list[str] = []
-        flags: list[tuple[int, int, int, int]] = []  # (i, flag, reconsume, born ts)
         # Topic configs are re-read at most once a second (a stat of topics.json
         # costs more than encoding a message); create_topic here clears it.
         mono = time.monotonic()
@@ -552,101 +608,136 @@ class MessageStore:
         magic = MESSAGE_MAGIC_CODE
         uniq_tail = ""
         same_topic = True
-        for i, m in enumerate(messages):
-            topic = m.topic
+        col_bodies, col_topics, default_topic = cols.bodies, cols.topics, cols.topic
+        col_tags, col_keys, col_props = cols.tags, cols.keys, cols.properties
+        col_qids, col_shard = cols.queue_ids, cols.sharding_keys
+        if half is not None:
+            group, extra = half
+            half_head = f"PGROUP\x01{group}\x02__transactionId__\x01"
+            extra_pairs = extra.count("\x02")
+            half_info = self._topic_info(TRANS_HALF_TOPIC)
+        for i in range(n):
+            topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
             if topic is not last_topic and topic != last_topic:
+                if topic is None:
+                    raise ConfigError(f"row {i}: no topic (give a topic for every row, or a "
+                                      "default topic)")
                 info = cache.get(topic)
                 if info is None:
                     known = topic_info.get(topic)
                     if known is None:
-                        cfg = self._topic_for_put(topic)
-                        tb = topic.encode("utf-8")
-                        v2 = len(tb) > V1_MAX_TOPIC_LENGTH
-                        known = topic_info[topic] = (
-                            int(cfg["writeQueueNums"]),
-                            (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
-                            MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
+                        known = topic_info[topic] = self._topic_info(topic)
                     info = cache[topic] = (*known, "UNIQ_KEY\x01" + uniq_prefix)
                     if last_topic is not None:
                         same_topic = False
                 write_queues, topic_part, magic, uniq_tail = info
                 last_topic = topic
             topics[i] = topic
-            if m.queue_id is not None:
-                q = m.queue_id
+            q = col_qids[i] if col_qids is not None else None
+            if q is not None:
                 if not 0 <= q < write_queues:
                     raise OffsetOutOfRangeError(
                         f"queue_id {q} is out of range for topic {topic!r} "
                         f"with {write_queues} write queues")
-            elif m.sharding_key is not None:
-                h = java_hash(m.sharding_key)
-                q = h % write_queues if h >= 0 else -(-h % write_queues)
-                q = -q if q < 0 else q
             else:
-                q = rr.get(topic, -1) + 1
-                rr[topic] = q
-                q %= write_queues
+                shard = col_shard[i] if col_shard is not None else None
+                if shard is not None:
+                    h = java_hash(shard)
+                    q = h % write_queues if h >= 0 else -(-h % write_queues)
+                    q = -q if q < 0 else q
+                else:
+                    q = rr.get(topic, -1) + 1
+                    rr[topic] = q
+                    q %= write_queues
             queue_ids[i] = q
-            props = m.properties
             text = ""
+            pairs = 0
             own_uniq = None
+            props = col_props[i] if col_props is not None else None
             if props:
-                text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
-                own_uniq = props.get("UNIQ_KEY")
-            tags = m.tags
-            if tags:
-                text += f"TAGS\x01{tags}\x02"
-                codes[i] = code_of(tags)
-            keys = m.keys
-            if keys:
-                text += "KEYS\x01" + " ".join(keys) + "\x02"
+                items = props.items() if isinstance(props, Mapping) else props
+                parts = [f"{k}\x01{v}\x02" for k, v in items]
+                text = "".join(parts)
+                pairs = len(parts)
+                if "UNIQ_KEY\x01" in text:
+                    own_uniq = dict(items).get("UNIQ_KEY")
+            tag = col_tags[i] if col_tags is not None else None
+            if tag:
+                text += f"TAGS\x01{tag}\x02"
+                codes[i] = code_of(tag)
+                pairs += 1
+            key = col_keys[i] if col_keys is not None else None
+            if key:
+                if not isinstance(key, str):
+                    key = " ".join(key)
+                text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
-                key_strings.append(topic)
+                key_strings.append(key)
+                pairs += 1
             if own_uniq is None:
-                text += f"{uniq_tail}{(uniq_start + i) & 0xFFFF:04X}\x02"
+                uniq = f"{uniq_prefix}{(uniq_start + i) & 0xFFFF:04X}"
+                text += f"{uniq_tail}{uniq[-4:]}\x02"
+                pairs += 1
             else:
+                uniq = own_uniq
                 uniq_given[i] = own_uniq
-            pb = text.encode("utf-8") if not text.isascii() else text.encode("ascii")
-            if len(pb) > 32767 or len(m.body) > max_body:
-                check_sizes(topic, len(m.body), len(pb), max_body)
-            body = m.body
+            if half is not None:
+                text += (f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
+                         f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02")
+                pairs += 5 + extra_pairs
+            if text.count("\x01") != pairs or text.count("\x02") != pairs:
+                raise ConfigError(
+                    f"row {i} of topic {topic!r}: a property name or value, tag or key "
+                    "contains a \\x01 or \\x02 separator character")
+            pb = text.encode("utf-8")
+            body = col_bodies[i]
+            if body.__class__ is not bytes:
+                if body is None:
+                    raise ConfigError(f"row {i} of topic {topic!r} has no body")
+                body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+            if len(pb) > 32767 or len(body) > max_body:
+                check_sizes(topic, len(body), len(pb), max_body)
             bodies[i] = body
-            rests[i] = b"".join((topic_part, len(pb).to_bytes(2, "big"), pb))
-            if m.flag or m.reconsume_times or m.born_timestamp:
-                flags.append((i, m.flag, m.reconsume_times, m.born_timestamp or now))
+            rests[i] = b"".join((topic_part if half is None else half_info[1],
+                                 len(pb).to_bytes(2, "big"), pb))
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
-        flag_col: np.ndarray | int = 0
-        reconsume_col: np.ndarray | int = 0
-        born_col: np.ndarray | int = now
-        if flags:
-            at = np.fromiter((f[0] for f in flags), dtype=np.int64, count=len(flags))
-            flag_col = np.zeros(n, dtype=np.int64)
-            reconsume_col = np.zeros(n, dtype=np.int64)
-            born_col = np.full(n, now, dtype=np.int64)
-            flag_col[at] = [f[1] for f in flags]
-            reconsume_col[at] = [f[2] for f in flags]
-            born_col[at] = [f[3] for f in flags]
-        batch = ColumnBatch(
-            topics=last_topic if same_topic else topics,  # type: ignore[arg-type]
-            queue_ids=np.asarray(queue_ids, dtype=np.int32), bodies=bodies, rests=rests,
-            crcs=crcs, magics=magic if same_topic else np.fromiter(
-                (cache[t][2] for t in topics), dtype=np.int32, count=n),
-            tags_codes=np.asarray(codes, dtype=np.int64), born_host=self.born_host,
-            born_ts=born_col, flags=flag_col, reconsume=reconsume_col)
-        # Index strings: topic#UNIQ_KEY (generated ones hashed arithmetically) and topic#key.
-        for j, i in enumerate(keyed):
-            prefix = key_strings[j] + "#"
-            key_strings[j] = " ".join(prefix + k for k in messages[i].keys)
+        if half is not None:
+            batch = ColumnBatch(
+                topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32), bodies=bodies,
+                rests=rests, crcs=crcs, magics=half_info[2],
+                tags_codes=np.asarray(codes, dtype=np.int64), born_host=self.born_host,
+                born_ts=now)
+        else:
+            batch = ColumnBatch(
+                topics=last_topic if same_topic else topics,  # type: ignore[arg-type]
+                queue_ids=np.asarray(queue_ids, dtype=np.int32), bodies=bodies, rests=rests,
+                crcs=crcs, magics=magic if same_topic else np.fromiter(
+                    (cache[t][2] for t in topics), dtype=np.int32, count=n),
+                tags_codes=np.asarray(codes, dtype=np.int64), born_host=self.born_host,
+                born_ts=now)
+        if cols.extra is not None:  # flag, reconsume times, born timestamp (put_batch)
+            flags, reconsume, born = cols.extra
+            batch.flags = np.asarray(flags, dtype=np.int64)
+            batch.reconsume = np.asarray(reconsume, dtype=np.int64)
+            batch.born_ts = np.asarray([b or now for b in born], dtype=np.int64)
         with self._write_lock:
             self._sync_with_writers()
             results = self._append_columns_locked(batch, now, uniq_prefix, uniq_start,
-                                                  uniq_given, keyed, key_strings, messages)
+                                                  uniq_given, keyed, key_strings)
         return self._after_append(results)  # type: ignore[return-value]
+
+    def _topic_info(self, topic: str) -> tuple[int, bytes, int]:
+        """(write queues, TOPICLENGTH+TOPIC bytes, magic) of a topic to put to."""
+        cfg = self._topic_for_put(topic)
+        tb = topic.encode("utf-8")
+        v2 = len(tb) > V1_MAX_TOPIC_LENGTH
+        return (int(cfg["writeQueueNums"]),
+                (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
+                MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
 
     def _append_columns_locked(self, batch: ColumnBatch, now: int, uniq_prefix: str,
                                uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
-                               key_strings: list[str], messages: Sequence[Message]
-                               ) -> PutResults:
+                               key_strings: list[str]) -> PutResults:
         state = self.state
         start = state.commit_pos
         store_ts = max(now, self.clock())
@@ -703,7 +794,8 @@ class MessageStore:
             strings: list[str] = []
             owner_list: list[int] = []
             for i, joined in zip(keyed, key_strings):
-                parts = joined.split(" ")
+                prefix = batch.topic_of(i) + "#"
+                parts = [prefix + k for k in joined.split(" ") if k]
                 strings.extend(parts)
                 owner_list.extend([i] * len(parts))
             key_owner = np.asarray(owner_list, dtype=np.int64)
@@ -1458,3 +1550,56 @@ __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
     "RETRY_GROUP_TOPIC_PREFIX",
 ]
+
+
+class _Columns:
+    """The columns of a columnar put, checked for equal lengths."""
+
+    __slots__ = ("bodies", "topic", "topics", "tags", "keys", "properties", "queue_ids",
+                 "sharding_keys", "extra")
+
+    def __init__(self, bodies: Sequence[Any], topic: str | None, topics: Any, tags: Any,
+                 keys: Any, properties: Any, queue_ids: Any, sharding_keys: Any,
+                 extra: tuple[Any, Any, Any] | None = None):
+        n = len(bodies)
+        for name, col in (("topics", topics), ("tags", tags), ("keys", keys),
+                          ("properties", properties), ("queue_ids", queue_ids),
+                          ("sharding_keys", sharding_keys)):
+            if col is not None and len(col) != n:
+                raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
+        if topic is None and topics is None:
+            raise ConfigError("no topic: give topic= (one for all rows) or topics=")
+        self.bodies, self.topic, self.topics, self.tags, self.keys = (
+            bodies, topic, topics, tags, keys)
+        self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
+        self.extra = extra
+
+    @classmethod
+    def of_messages(cls, messages: Sequence[Message]) -> _Columns:
+        extra = None
+        if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
+            extra = ([m.flag for m in messages], [m.reconsume_times for m in messages],
+                     [m.born_timestamp for m in messages])
+        return cls([m.body for m in messages], None, [m.topic for m in messages],
+                   [m.tags for m in messages], [m.keys for m in messages],
+                   [m.properties for m in messages], [m.queue_id for m in messages],
+                   [m.sharding_key for m in messages], extra)
+
+    def messages(self) -> list[Message]:
+        n = len(self.bodies)
+
+        def col(c: Any) -> Any:
+            return c if c is not None else [None] * n
+
+        out = []
+        for b, t, tg, k, p, q, sk in zip(self.bodies, col(self.topics), col(self.tags),
+                                         col(self.keys), col(self.properties),
+                                         col(self.queue_ids), col(self.sharding_keys)):
+            out.append(Message(t or self.topic, b, tags=tg, keys=k or (),
+                               properties=dict(p) if p else {}, queue_id=q, sharding_key=sk))
+        return out
+
+
+def _no_results(host: HostAddress) -> PutResults:
+    empty = np.empty(0, dtype=np.int64)
+    return PutResults(PutStatus.PUT_OK, [], empty, empty, empty, empty, 0, host, "", 0, {})

@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from rocketspark.errors import OffsetOutOfRangeError, TransactionError
 from rocketspark.store.message import (
@@ -41,6 +43,7 @@ from rocketspark.store.message import (
 
 if TYPE_CHECKING:
     from rocketspark.store.commit_log import PreparedRecord
+    from rocketspark.store.message_codec import HostAddress
     from rocketspark.store.message_store import MessageStore, PutResult
 
 log = logging.getLogger(__name__)
@@ -69,9 +72,9 @@ class TransactionService:
 
     def __init__(self, store: MessageStore):
         self.store = store
-        # half queue offset -> True committed, False rolled back, None resolved (by a
-        # RocketMQ op record that does not say how)
-        self._resolved: dict[int, bool | None] = {}
+        # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, or RESOLVED (by
+        # a RocketMQ op record that does not say how). A dict would cost ~100 bytes a half.
+        self._resolved = _ResolutionTable()
         self._op_read = 0  # next op queue offset to read
 
     # -- prepare ---------------------------------------------------------------------
@@ -92,13 +95,15 @@ class TransactionService:
             rec = store._prepare(msg, now, uid)  # validates, picks the real queue
             props = msg.all_properties()
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uid)
-            props[PROPERTY_TRANSACTION_PREPARED] = "true"
+            # The three properties a commit drops come last: a committed record's
+            # properties are then a prefix of its half's (see end()).
             props[PROPERTY_PRODUCER_GROUP] = producer_group
             props[PROPERTY_TRANSACTION_ID] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-            props[PROPERTY_REAL_TOPIC] = rec.topic
-            props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
             if extra_properties:
                 props.update(extra_properties)
+            props[PROPERTY_TRANSACTION_PREPARED] = "true"
+            props[PROPERTY_REAL_TOPIC] = rec.topic
+            props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
             prepared.append(store._prepare_raw(
                 TRANS_HALF_TOPIC, 0, msg.body, props, now, flag=msg.flag,
                 born_timestamp=msg.born_timestamp or now, reconsume_times=msg.reconsume_times))
@@ -106,56 +111,154 @@ class TransactionService:
 
     # -- commit / rollback -----------------------------------------------------------------
 
-    def end(self, half_offsets: Iterable[int], commit: bool) -> list[PutResult]:
+    def end(self, half_offsets: Iterable[int], commit: bool) -> Sequence[PutResult]:
         """Commit (or roll back) the half messages at these half-queue offsets.
 
         Already resolved the same way: skipped (idempotent). Resolved the other
-        way: TransactionError, and nothing is written.
+        way: TransactionError, and nothing is written. Returns the committed
+        records' results.
         """
         store = self.store
         store._check_open()
-        wanted = sorted(set(int(o) for o in half_offsets))
-        if not wanted:
+        wanted = np.unique(np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
+        if not len(wanted):
             return []
         now = store.clock()
         with store._write_lock:
             store._sync_with_writers()
             self._read_ops()
-            todo = []
-            for off in wanted:
-                if off not in self._resolved:
-                    todo.append(off)
-                    continue
-                done = self._resolved[off]
-                if done is not None and done != commit:
-                    raise TransactionError(
-                        f"half message at offset {off} was already "
-                        f"{'committed' if done else 'rolled back'}; cannot "
-                        f"{'commit' if commit else 'roll back'} it")
-            if not todo:
+            states = self._resolved.get_many(wanted)
+            other = ROLLED_BACK if commit else COMMITTED
+            clash = np.flatnonzero(states == other)
+            if len(clash):
+                off = int(wanted[clash[0]])
+                raise TransactionError(
+                    f"half message at offset {off} was already "
+                    f"{'committed' if not commit else 'rolled back'}; cannot "
+                    f"{'commit' if commit else 'roll back'} it")
+            todo = wanted[states == OPEN]
+            if not len(todo):
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
-            prepared: list[PreparedRecord] = []
-            if commit:
-                for off in todo:
-                    entry = half_cq.entry(off)
-                    if entry is None:
-                        raise OffsetOutOfRangeError(
-                            f"no half message at offset {off} of {TRANS_HALF_TOPIC}")
-                    prepared.append(self._final_record(store.commit_log.read(entry[0]), now))
-            else:
-                for off in todo:
-                    if half_cq.entry(off) is None:
-                        raise OffsetOutOfRangeError(
-                            f"no half message at offset {off} of {TRANS_HALF_TOPIC}")
-            # One op record per OP_CHUNK offsets keeps each body far below maxMessageSize.
-            ops = [self._op_record(todo[i:i + OP_CHUNK], commit, now)
+            entries = _read_entries(half_cq, todo)
+            ops = [self._op_record(todo[i:i + OP_CHUNK].tolist(), commit, now)
                    for i in range(0, len(todo), OP_CHUNK)]
-            results = store._append_locked(prepared + ops, now)
-            for off in todo:
-                self._resolved[off] = commit
+            finals: Sequence[PutResult] = []
+            if commit:
+                batch = self._final_columns(entries) if store._columnar else None
+                if batch is not None:
+                    columns, *index_info = batch
+                    finals = store._append_columns_locked(columns, now, *index_info)
+                    op_results = store._append_locked(ops, now)
+                else:
+                    prepared = [self._final_record(store.commit_log.read(int(phy)), now)
+                                for phy in entries["offset"].tolist()]
+                    results = store._append_locked(prepared + ops, now)
+                    finals, op_results = results[:len(prepared)], results[len(prepared):]
+            else:
+                op_results = store._append_locked(ops, now)
+            self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
-        return list(store._after_append(results))[:-len(ops)]
+        store._after_append(op_results)
+        return store._after_append(finals) if len(finals) else finals
+
+    def _final_columns(self, entries: np.ndarray) -> tuple[Any, ...] | None:
+        """The committed records of halves, as a ColumnBatch (None: not our layout).
+
+        A half whose properties end with TRAN_MSG, REAL_TOPIC, REAL_QID (as both
+        prepare paths write them) commits to a record whose properties are the
+        prefix before them: bytes are sliced, not decoded and re-encoded.
+        """
+        # Hot path: one slice-and-find pass per half, the headers come from struct.
+        from rocketspark.store.commit_log import ColumnBatch
+        from rocketspark.store.message_codec import HEADER_V4, MESSAGE_MAGIC_CODE
+
+        store = self.store
+        n = len(entries)
+        phys = entries["offset"].tolist()
+        tags = entries["tags"].astype(np.int64)
+        unpack = HEADER_V4.unpack_from
+        header = HEADER_V4.size
+        marker = _FINAL_MARKER
+        topics: list[str] = [""] * n
+        qids = [0] * n
+        bodies: list[bytes] = [b""] * n
+        rests: list[bytes] = [b""] * n
+        crcs = [0] * n
+        born_ts = [0] * n
+        flags = [0] * n
+        reconsume = [0] * n
+        sys_flags = [0] * n
+        born_ips: list[bytes] = [b""] * n
+        born_ports = [0] * n
+        uniq_given: dict[int, str] = {}
+        keyed: list[int] = []
+        key_strings: list[str] = []
+        topic_cache: dict[bytes, tuple[str, bytes, int]] = {}
+        seg = store.commit_log.segment
+        f = None
+        for i in range(n):
+            phy = phys[i]
+            if f is None or not f.start_offset <= phy < f.start_offset + f.size:
+                f = seg(phy)
+                mm = f.mm
+                base = f.start_offset
+            rel = phy - base
+            h = unpack(mm, rel)
+            # (total, magic, crc, qid, flag, qoff, phy, sysflag, born_ts, born_ip, born_port,
+            #  store_ts, store_ip, store_port, reconsume, prepared, body_len)
+            if h[1] != MESSAGE_MAGIC_CODE or h[7] & 0x31:  # v2, IPv6 hosts, compressed
+                return None
+            body_end = rel + header + h[16]
+            tlen = mm[body_end]
+            plen_at = body_end + 1 + tlen
+            plen = (mm[plen_at] << 8) | mm[plen_at + 1]
+            props = mm[plen_at + 2:plen_at + 2 + plen]
+            cut = props.rfind(marker)
+            if cut < 0:
+                return None
+            tail = props[cut + len(marker):]
+            real, sep, qid = tail[:-1].partition(b"\x02REAL_QID\x01")
+            if not sep or not tail.endswith(b"\x02"):
+                return None
+            info = topic_cache.get(real)
+            if info is None:
+                name = real.decode("utf-8")
+                write_queues, part, magic = store._topic_info(name)
+                info = topic_cache[real] = (name, part, magic)
+            prefix = props[:cut]
+            topics[i] = info[0]
+            qids[i] = int(qid)
+            bodies[i] = mm[rel + header:body_end]
+            rests[i] = b"".join((info[1], len(prefix).to_bytes(2, "big"), prefix))
+            crcs[i] = h[2]
+            flags[i] = h[4]
+            sys_flags[i] = (h[7] & ~0xC) | 0x8  # TRANSACTION_COMMIT
+            born_ts[i] = h[8]
+            born_ips[i] = h[9]
+            born_ports[i] = h[10]
+            reconsume[i] = h[14]
+            lead = b"\x02" + prefix
+            uniq = _prop(lead, b"UNIQ_KEY")
+            uniq_given[i] = uniq if uniq is not None else ""
+            keys = _prop(lead, b"KEYS")
+            if keys:
+                keyed.append(i)
+                key_strings.append(keys)
+        magics = np.fromiter((topic_cache[t.encode()][2] for t in topics), dtype=np.int32,
+                             count=n)
+        batch = ColumnBatch(
+            topics=topics, queue_ids=np.asarray(qids, dtype=np.int32), bodies=bodies,
+            rests=rests, crcs=np.asarray(crcs, dtype=np.int64), magics=magics,
+            tags_codes=tags, born_host=store.born_host,
+            born_ts=np.asarray(born_ts, dtype=np.int64),
+            flags=np.asarray(flags, dtype=np.int64),
+            reconsume=np.asarray(reconsume, dtype=np.int64),
+            sys_flags=np.asarray(sys_flags, dtype=np.int64),
+            prepared=entries["offset"].astype(np.int64),
+            born_ips=np.frombuffer(b"".join(born_ips), dtype=">u4").astype(np.int64),
+            born_ports=np.asarray(born_ports, dtype=np.int64))
+        return batch, "", 0, uniq_given, keyed, key_strings
 
     def _op_record(self, half_offsets: list[int], commit: bool, now: int) -> PreparedRecord:
         return self.store._prepare_raw(
@@ -176,7 +279,7 @@ class TransactionService:
         return store._prepare_raw(
             topic, int(qid), half.body, props, now, sys_flag=sys_flag, flag=half.flag,
             born_timestamp=half.born_timestamp, reconsume_times=half.reconsume_times,
-            prepared_offset=half.commitlog_offset)
+            prepared_offset=half.commitlog_offset, born_host=_parse_host(half.born_host))
 
     def _read_ops(self) -> None:
         """Learn every op record written since the last look (by any process)."""
@@ -195,20 +298,19 @@ class TransactionService:
                     continue
                 how = op.properties.get(PROPERTY_RESOLUTION)
                 committed = None if how is None else how == RESOLUTION_COMMIT
-                for part in op.body.decode("ascii", "replace").split(OFFSET_SEPARATOR):
-                    part = part.strip()
-                    if part.isdigit():
-                        self._resolved.setdefault(int(part), committed)
+                done = [int(p) for p in op.body.decode("ascii", "replace").split(
+                    OFFSET_SEPARATOR) if p.strip().isdigit()]
+                self._resolved.set_open(done, RESOLVED if committed is None
+                                        else COMMITTED if committed else ROLLED_BACK)
             self._op_read += len(entries)
 
     def status(self, half_offset: int) -> str:
         """Return "committed", "rolled_back", "resolved" (by a RocketMQ op) or "open"."""
         with self.store._write_lock:
             self._read_ops()
-            if half_offset not in self._resolved:
-                return "open"
-            done = self._resolved[half_offset]
-            return "resolved" if done is None else "committed" if done else "rolled_back"
+            state = self._resolved.get(half_offset)
+            return {OPEN: "open", COMMITTED: "committed", ROLLED_BACK: "rolled_back",
+                    RESOLVED: "resolved"}[state]
 
     def open_halves(self, producer_group: str | None = None) -> list[MessageExt]:
         """Return the half messages not yet committed or rolled back, oldest first.
@@ -229,7 +331,7 @@ class TransactionService:
         out = []
         first_open = None
         for off in range(start, end):
-            if off in resolved:
+            if resolved.get(off) != OPEN:
                 continue
             entry = half_cq.entry(off)
             if entry is None:
@@ -279,7 +381,7 @@ class TransactionService:
         to_rollback: list[int] = []
         put_back: list[MessageExt] = []
         for off in range(start, end):
-            if off in self._resolved:
+            if self._resolved.get(off) != OPEN:
                 if progress == off:
                     progress = off + 1
                 continue
@@ -335,8 +437,7 @@ class TransactionService:
             # The old copies are closed by an op record so they are not checked again;
             # their resolution follows the new copies.
             store._append_locked([self._op_record(old_offsets, False, now)], now)
-            for off in old_offsets:
-                self._resolved[off] = False
+            self._resolved.set_many(np.asarray(old_offsets, dtype=np.int64), ROLLED_BACK)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
         store._after_append(results)
 
@@ -358,3 +459,72 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     return TransactionState.UNKNOWN
 
 
+
+
+OPEN, COMMITTED, ROLLED_BACK, RESOLVED = 0, 1, 2, 3
+_FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
+
+
+class _ResolutionTable:
+    """How each half queue offset was resolved, one byte per offset."""
+
+    def __init__(self) -> None:
+        self._b = np.zeros(0, dtype=np.uint8)
+
+    def _grow(self, upto: int) -> None:
+        if upto > len(self._b):
+            bigger = np.zeros(max(upto, 2 * len(self._b), 1024), dtype=np.uint8)
+            bigger[:len(self._b)] = self._b
+            self._b = bigger
+
+    def get(self, off: int) -> int:
+        return int(self._b[off]) if 0 <= off < len(self._b) else OPEN
+
+    def get_many(self, offs: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(offs), dtype=np.uint8)
+        inside = offs < len(self._b)
+        out[inside] = self._b[offs[inside]]
+        return out
+
+    def set_many(self, offs: np.ndarray, state: int) -> None:
+        if len(offs):
+            self._grow(int(offs.max()) + 1)
+            self._b[offs] = state
+
+    def set_open(self, offs: list[int], state: int) -> None:
+        """Set ``state`` where nothing is recorded yet (the first op record wins)."""
+        if offs:
+            a = np.asarray(offs, dtype=np.int64)
+            self._grow(int(a.max()) + 1)
+            a = a[self._b[a] == OPEN]
+            self._b[a] = state
+
+
+def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:
+    """ConsumeQueue entries of ascending ``offsets``, one read per consecutive run."""
+    breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
+    parts = []
+    for run in np.split(offsets, breaks):
+        first, count = int(run[0]), len(run)
+        got = cq.read(first, count)
+        if len(got) < count:
+            raise OffsetOutOfRangeError(
+                f"no half message at offset {first + len(got)} of {TRANS_HALF_TOPIC}")
+        parts.append(got)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _prop(lead: bytes, name: bytes) -> str | None:
+    """The value of property ``name`` in ``lead`` (\\x02 + the properties), or None."""
+    at = lead.find(b"\x02" + name + b"\x01")
+    if at < 0:
+        return None
+    start = at + len(name) + 2
+    return lead[start:lead.index(b"\x02", start)].decode("utf-8")
+
+
+def _parse_host(text: str) -> HostAddress:
+    from rocketspark.store.message_codec import HostAddress
+
+    host, _, port = text.rpartition(":")
+    return HostAddress.parse(host.strip("[]"), int(port))
