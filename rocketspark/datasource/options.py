@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rocketspark.errors import ConfigError
+from rocketspark.store.config import canonical_key
 
 STORE_OPTION_PREFIX = "rocketmq."
 
@@ -237,7 +238,8 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
             raw[lower] = value
             continue
         if lower.startswith(STORE_OPTION_PREFIX):
-            overrides[key[len(STORE_OPTION_PREFIX):]] = value
+            name = key[len(STORE_OPTION_PREFIX):]
+            overrides[canonical_key(name) or name] = value  # Spark lower-cases keys
             continue
         opt = OPTIONS.get(lower)
         if opt is None or role not in opt.roles:

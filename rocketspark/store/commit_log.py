@@ -148,6 +148,10 @@ class CommitLog:
 
     @property
     def min_offset(self) -> int:
+        """The first offset still on disk (another process may have deleted old segments)."""
+        files = self.files.files
+        if files and not os.path.exists(files[0].path):
+            self.files.refresh()
         return self.files.min_offset
 
     def max_record_size(self) -> int:

@@ -450,6 +450,16 @@ def _normalised(name: str) -> str:
 _BY_NORMALISED = {_normalised(opt.key): opt for opt in _OPTIONS}
 
 
+def canonical_key(key: str) -> str | None:
+    """Return the broker.conf key that ``key`` names in any case or spelling, or None.
+
+    Spark lower-cases option names (``rocketmq.flushdisktype``); this finds
+    ``flushDiskType`` again.
+    """
+    opt = _BY_NORMALISED.get(_normalised(key))
+    return opt.key if opt is not None else None
+
+
 def _lookup(key: str, where: str, *, allow_snake_case: bool) -> _Option:
     """Return the option named ``key``; raise ConfigError with a suggestion if there is none."""
     opt = _BY_KEY.get(key)

@@ -194,6 +194,20 @@ class ConsumeQueue:
         elif self._max >= 0:
             self._max = max(self._max, start + n)
 
+    def delete_below(self, commitlog_min: int) -> int:
+        """Delete files (never the last) whose entries all point below ``commitlog_min``."""
+        self.files.refresh()
+        deleted = 0
+        while len(self.files.files) > 1:
+            f = self.files.files[0]
+            last = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)[-1]
+            if int(last["size"]) == 0 or int(last["offset"]) >= commitlog_min:
+                break
+            f.destroy()
+            self.files.files.pop(0)
+            deleted += 1
+        return deleted
+
     def truncate_from_phy(self, phy_end: int) -> int:
         """Drop entries whose record does not end at or before ``phy_end``.
 

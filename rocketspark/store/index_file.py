@@ -849,6 +849,18 @@ class IndexService:
             self._files.append(f)
             return f
 
+    def delete_below(self, phy_offset: int) -> int:
+        """Delete index files (never the newest) that only index records below ``phy_offset``."""
+        self._check_writable()
+        self.refresh()
+        deleted = 0
+        while len(self._files) > 1 and self._files[0].end_phy_offset < phy_offset:
+            f = self._files.pop(0)
+            self._flushed_count.pop(f.name, None)
+            f.destroy()
+            deleted += 1
+        return deleted
+
     def truncate(self, phy_offset: int) -> int | None:
         """Delete the index files that reach ``phy_offset`` or past it (recovery).
 

@@ -1044,6 +1044,52 @@ class MessageStore:
             self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
                                          [check.store_timestamp])
 
+    # -- expiry ----------------------------------------------------------------------
+
+    def delete_expired(self, now_ms: int | None = None, *,
+                       reserved_hours: float | None = None) -> dict[str, int]:
+        """Delete CommitLog segments older than fileReservedTime, and what pointed into them.
+
+        As RocketMQ's clean services do: only whole segments from the front, by
+        their file's last modification time, never the segment being written or
+        one holding bytes not yet flushed and dispatched; then ConsumeQueue files
+        and index files that only point below the new CommitLog start. Queues'
+        min offsets move up; a reader asking for older offsets meets data loss
+        (OffsetOutOfRangeError, or the data source's failOnDataLoss). Embedded
+        stores have no daemon: call it (or ``rocketspark store clean``) from a job.
+        Returns how many files of each kind were deleted.
+        """
+        self._check_open()
+        # File ages are wall-clock times (mtime), whatever clock stamps messages.
+        now = time.time() * 1000 if now_ms is None else now_ms
+        hours = self.config.file_reserved_time if reserved_hours is None else reserved_hours
+        cutoff = now - hours * 3_600_000
+        done = {"commitlog": 0, "consumequeue": 0, "index": 0}
+        with self._write_lock:
+            self._sync_with_writers()
+            state = self.state
+            safe_end = min(state.commit_pos, state.dispatched_pos, state.flushed_pos)
+            files = self.commit_log.files
+            files.refresh()
+            while len(files.files) > 1:
+                f = files.files[0]
+                if f.end_offset > safe_end or os.stat(f.path).st_mtime * 1000 > cutoff:
+                    break
+                f.destroy()
+                files.files.pop(0)
+                done["commitlog"] += 1
+            if not done["commitlog"]:
+                return done
+            new_min = files.min_offset
+            base = os.path.join(self.root, "consumequeue")
+            for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+                for qdir in sorted(os.listdir(os.path.join(base, topic))):
+                    if qdir.isdigit():
+                        done["consumequeue"] += self._cq(topic, int(qdir)).delete_below(new_min)
+            done["index"] = self.index.delete_below(new_min)
+        log.info("store %s: deleted %s; CommitLog now starts at %d", self.root, done, new_min)
+        return done
+
     # -- flushing ----------------------------------------------------------------------
 
     def _flush_commit_log(self, end: int, timeout: float) -> bool:

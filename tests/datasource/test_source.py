@@ -235,3 +235,35 @@ def test_starting_offsets_group_resumes_where_the_group_is(spark, store_path, st
     rows = spark.read.parquet(out).collect()
     assert sorted((r.queueId, r.queueOffset) for r in rows) == [(0, 3), (0, 4)]
     assert store.committed_offset("etl2", "orders", 0) == 5
+
+
+def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
+    import os
+
+    small = {"mappedFileSizeCommitLog": "4096", "mappedFileSizeConsumeQueue": "160"}
+    path = str(tmp_path / "lossy")
+    with MessageStore.open(path, **small) as s:
+        s.create_topic("orders", queues=1)
+        for i in range(60):
+            s.put(Message("orders", os.urandom(200)))
+        s.flush()
+        for name in sorted(os.listdir(os.path.join(path, "commitlog")))[:2]:
+            f = os.path.join(path, "commitlog", name)
+            os.utime(f, (os.stat(f).st_mtime - 7200,) * 2)
+        assert s.delete_expired(reserved_hours=1)["commitlog"] == 2
+        lo = s.min_offset("orders", 0)
+    broker = "broker-a"
+
+    def read(fail: bool):
+        r = (spark.read.format("rocketmq").option("store", path).option("topic", "orders")
+             .option("startingOffsets", json.dumps({"orders": {broker: {"0": 3}}}))
+             .option("failOnDataLoss", str(fail).lower()))
+        for k, v in small.items():
+            r = r.option(f"rocketmq.{k}", v)
+        return r.load()
+
+    with pytest.raises(Exception, match=re.escape(
+            f"queue orders/{broker}/0: offset 3 was requested but the earliest offset is {lo}")):
+        read(True).collect()
+    rows = read(False).collect()
+    assert sorted(r.queueOffset for r in rows) == list(range(lo, 60))

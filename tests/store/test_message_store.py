@@ -228,3 +228,34 @@ def test_records_decode_as_spec_says(store, tmp_path):
     raw = (tmp_path / "store" / "commitlog" / f"{0:020d}").read_bytes()
     m = decode_record(raw, r.commitlog_offset)
     assert m.msg_id == r.msg_id and m.store_size == r.store_size
+
+
+def test_delete_expired_moves_min_offsets_and_keeps_recent_data(tmp_path, clock):
+    small = dict(SMALL, mappedFileSizeConsumeQueue=20 * 8)
+    with MessageStore.open(tmp_path / "s", clock=clock, **small) as s:
+        s.create_topic("orders", queues=1)
+        for i in range(60):
+            s.put(Message("orders", os.urandom(200), keys=[f"k{i}"]))
+        s.flush()
+        segs = sorted(os.listdir(tmp_path / "s" / "commitlog"))
+        assert len(segs) > 3
+        # nothing is old enough yet
+        assert s.delete_expired(reserved_hours=1)["commitlog"] == 0
+        old = segs[:2]
+        for name in old:  # age the first two segments by two hours
+            path = tmp_path / "s" / "commitlog" / name
+            t = os.stat(path).st_mtime - 7200
+            os.utime(path, (t, t))
+        done = s.delete_expired(reserved_hours=1)
+        assert done["commitlog"] == 2
+        assert sorted(os.listdir(tmp_path / "s" / "commitlog")) == segs[2:]
+        lo = s.min_offset("orders", 0)
+        assert lo > 0
+        assert s.pull("orders", 0, lo).messages[0].queue_offset == lo
+        with pytest.raises(OffsetOutOfRangeError):
+            s.read_batches("orders", 0, 0, None)
+        assert done["consumequeue"] >= 1
+        # the last messages are still there and new puts continue
+        assert s.put(Message("orders", b"new")).queue_offset == 60
+    with MessageStore.open(tmp_path / "s", **small) as s:  # reopens cleanly
+        assert s.min_offset("orders", 0) == lo and s.max_offset("orders", 0) == 61
