@@ -17,8 +17,10 @@ from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWrite
 from rocketspark.datasource.source import (
     SCHEMA_DDL,
     RocketMQBatchReader,
+    RocketMQFilteringBatchReader,
     RocketMQStreamReader,
     SourcePlan,
+    called_for_filter_pushdown,
 )
 from rocketspark.errors import ConfigError
 
@@ -39,8 +41,10 @@ class RocketMQDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> RocketMQBatchReader:
-        return RocketMQBatchReader(
-            SourcePlan.create(parse_options(self.options, "read"), streaming=False))
+        plan = SourcePlan.create(parse_options(self.options, "read"), streaming=False)
+        if called_for_filter_pushdown():
+            return RocketMQFilteringBatchReader(plan)
+        return RocketMQBatchReader(plan)
 
     def streamReader(self, schema: Any) -> RocketMQStreamReader:
         return RocketMQStreamReader(

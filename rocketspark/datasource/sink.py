@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -245,13 +246,11 @@ def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
     return out
 
 
-def _offsets(messages: Sequence[WriterCommitMessage | None]) -> list[int]:
-    out: list[int] = []
-    for m in messages:
-        if isinstance(m, SinkCommit):
-            for a, b in m.runs:
-                out.extend(range(a, b))
-    return out
+def _offsets(messages: Sequence[WriterCommitMessage | None]) -> np.ndarray:
+    runs = _runs(messages)
+    if not runs:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
 
 
 def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[tuple[int, int]]:
@@ -265,7 +264,7 @@ def finish_pending(plan: SinkPlan) -> int:
     if pending is None:
         return 0
     batch_id, runs = pending
-    offsets = [o for a, b in runs for o in range(a, b)]
+    offsets = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
     log.warning("sink %s: finishing the commit of batch %d (%d messages) left by a crash",
                 plan.sink_id, batch_id, len(offsets))
     store.commit_transaction(offsets)
@@ -273,7 +272,7 @@ def finish_pending(plan: SinkPlan) -> int:
     return len(offsets)
 
 
-def roll_back_orphans(plan: SinkPlan, keep: set[int]) -> int:
+def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
     """Roll back this sink's open half messages other than ``keep``.
 
     Called when a batch commits or aborts: Spark runs one micro-batch at a
@@ -281,9 +280,9 @@ def roll_back_orphans(plan: SinkPlan, keep: set[int]) -> int:
     failed, a batch that was never committed, or a run that was killed.
     """
     store = plan.store.open()
-    orphans = [h.queue_offset for h in store.open_transactions(plan.producer_group)
-               if h.properties.get(PROPERTY_SINK_ID) == plan.sink_id
-               and h.queue_offset not in keep]
+    orphans = [h.queue_offset for h in store.open_transactions(plan.producer_group,
+                                                                 exclude=keep)
+               if h.properties.get(PROPERTY_SINK_ID) == plan.sink_id]
     if orphans:
         log.warning("sink %s: rolling back %d half messages that no batch committed",
                     plan.sink_id, len(orphans))
@@ -311,7 +310,7 @@ class RocketMQStreamWriter(_StreamWriterBase):
         store = plan.store.open()
         finish_pending(plan)
         offsets = _offsets(messages)
-        roll_back_orphans(plan, set(offsets))
+        roll_back_orphans(plan, offsets)
         ledger = store.sink_ledger
         committed, _ = ledger.get(plan.sink_id)
         if batchId <= committed:
@@ -327,7 +326,7 @@ class RocketMQStreamWriter(_StreamWriterBase):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.plan.exactly_once:
             self.plan.store.open().rollback_transaction(_offsets(messages))
-            roll_back_orphans(self.plan, set())
+            roll_back_orphans(self.plan, np.empty(0, dtype=np.int64))
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):

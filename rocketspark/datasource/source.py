@@ -271,16 +271,72 @@ def read_range(part: QueueRange) -> Iterator[Any]:
         pos = nxt
 
 
+@dataclass
+class PushedFilters:
+    """What batch-read filters narrowed: topics, queue ids, offset and time bounds."""
+
+    topics: set[str] | None = None
+    queue_ids: set[int] | None = None
+    offset_lo: int = 0  # inclusive
+    offset_hi: int | None = None  # exclusive
+    time_lo: int | None = None  # ms, inclusive (a hint: Spark re-checks)
+    time_hi: int | None = None  # ms, exclusive
+
+    def push(self, f: Any) -> bool:
+        """Narrow by ``f``; True if the filter is fully applied (Spark need not re-check)."""
+        from pyspark.sql import datasource as ds
+
+        col = f.attribute[0] if len(getattr(f, "attribute", ())) == 1 else None
+        if col == "topic" and isinstance(f, (ds.EqualTo, ds.In)):
+            values = {f.value} if isinstance(f, ds.EqualTo) else set(f.value)
+            self.topics = values if self.topics is None else self.topics & values
+            return True
+        if col == "queueId" and isinstance(f, (ds.EqualTo, ds.In)):
+            values = {f.value} if isinstance(f, ds.EqualTo) else set(f.value)
+            ints = {int(v) for v in values if isinstance(v, int)}
+            self.queue_ids = ints if self.queue_ids is None else self.queue_ids & ints
+            return True
+        if col == "queueOffset" and isinstance(f.value if hasattr(f, "value") else None, int):
+            v = f.value
+            bounds = {ds.EqualTo: (v, v + 1), ds.GreaterThan: (v + 1, None),
+                      ds.GreaterThanOrEqual: (v, None), ds.LessThan: (None, v),
+                      ds.LessThanOrEqual: (None, v + 1)}.get(type(f))
+            if bounds is None:
+                return False
+            lo, hi = bounds
+            if lo is not None:
+                self.offset_lo = max(self.offset_lo, lo)
+            if hi is not None:
+                self.offset_hi = hi if self.offset_hi is None else min(self.offset_hi, hi)
+            return True
+        if col == "storeTimestamp" and hasattr(f, "value") and hasattr(f.value, "timestamp"):
+            ms = int(f.value.timestamp() * 1000)
+            if isinstance(f, (ds.GreaterThan, ds.GreaterThanOrEqual)):
+                self.time_lo = ms if self.time_lo is None else max(self.time_lo, ms)
+            elif isinstance(f, (ds.LessThan, ds.LessThanOrEqual)):
+                self.time_hi = ms + 1 if self.time_hi is None else min(self.time_hi, ms + 1)
+        return False
+
+
 class RocketMQBatchReader(DataSourceReader):
-    """``spark.read.format("rocketmq")``: a fixed range per queue."""
+    """``spark.read.format("rocketmq")``: a fixed range per queue.
+
+    With ``spark.sql.python.filterPushdown.enabled`` (Spark 4.1+), filters on
+    topic and queueId (=, IN) and on queueOffset (=, <, <=, >, >=) pick the
+    queues and offsets to read; bounds on storeTimestamp narrow the offsets
+    through each queue's time lookup (Spark still checks them row by row).
+    """
 
     def __init__(self, plan: SourcePlan):
         self.plan = plan
+        self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
-        plan, opts = self.plan, self.plan.options
+        plan, opts, pushed = self.plan, self.plan.options, self.pushed
         store = plan.store.open()
-        queues = plan.queues(store)
+        queues = [mq for mq in plan.queues(store)
+                  if (pushed.topics is None or mq.topic in pushed.topics)
+                  and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)]
         start = plan.resolve(store, queues, opts.get("startingOffsets"),
                              opts.get("startingTimestamp"), "earliest", "startingOffsets")
         end = plan.resolve(store, queues, opts.get("endingOffsets"), opts.get("endingTimestamp"),
@@ -291,12 +347,49 @@ class RocketMQBatchReader(DataSourceReader):
             if e < s:
                 raise ConfigError(f"queue {mq}: the ending offset {e} is before the starting "
                                   f"offset {s}")
-            ranges[mq] = plan.check_range(store, mq, s, e)
+            s, e = plan.check_range(store, mq, s, e)
+            s = max(s, pushed.offset_lo)
+            if pushed.offset_hi is not None:
+                e = min(e, pushed.offset_hi)
+            if pushed.time_lo is not None:
+                s = max(s, store.offset_for_timestamp(mq.topic, mq.queue_id, pushed.time_lo))
+            if pushed.time_hi is not None:
+                e = min(e, store.offset_for_timestamp(mq.topic, mq.queue_id, pushed.time_hi))
+            if e > s:
+                ranges[mq] = (s, e)
         return plan.split(store, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # With no partitions planned, Spark still runs one task, with no partition value.
         return read_range(partition) if isinstance(partition, QueueRange) else iter(())
+
+
+class RocketMQFilteringBatchReader(RocketMQBatchReader):
+    """The batch reader Spark gets when it pushes filters down.
+
+    Spark refuses a reader that overrides ``pushFilters`` while
+    ``spark.sql.python.filterPushdown.enabled`` is false, and does not tell the
+    data source which it is; it asks for the reader from a dedicated planning
+    step when the setting is on. ``RocketMQDataSource.reader`` returns this
+    class there only (see ``called_for_filter_pushdown``).
+    """
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        for f in filters:
+            if not self.pushed.push(f):
+                yield f
+
+
+def called_for_filter_pushdown() -> bool:
+    """True inside Spark's filter-pushdown planning step (Spark 4.1+)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "pyspark.sql.worker.data_source_pushdown_filters":
+            return True
+        frame = frame.f_back
+    return False
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -1378,10 +1378,16 @@ class MessageStore:
         (offset,) = _half_offsets(half)
         return self._transactions.status(offset)
 
-    def open_transactions(self, producer_group: str | None = None) -> list[MessageExt]:
-        """Return the half messages still open (of ``producer_group``), oldest first."""
+    def open_transactions(self, producer_group: str | None = None, *,
+                          exclude: Iterable[int] | None = None) -> list[MessageExt]:
+        """Return the half messages still open (of ``producer_group``), oldest first.
+
+        Halves at the half-queue offsets in ``exclude`` are left out (unread).
+        """
         self._check_open()
-        return self._transactions.open_halves(producer_group)
+        ex = None if exclude is None else _half_offsets(exclude)
+        return self._transactions.open_halves(
+            producer_group, None if ex is None else np.asarray(ex, dtype=np.int64))
 
     def check_transactions(self, callback: Callable[[MessageExt], object], *,
                            now_ms: int | None = None, timeout_ms: int | None = None
@@ -1540,7 +1546,13 @@ class RecoveryReport:
     truncated_queue_entries: int = 0
 
 
-def _half_offsets(half: object) -> list[int]:
+def _half_offsets(half: object) -> list[int] | np.ndarray:
+    if isinstance(half, np.ndarray):
+        return half.astype(np.int64, copy=False)
+    if isinstance(half, PutResults):
+        if len(half) and half.topics != TRANS_HALF_TOPIC:
+            raise ConfigError(f"these are not half messages (topic {half.topics!r})")
+        return half.queue_offsets
     if isinstance(half, (PutResult, int)):
         half = [half]
     out = []

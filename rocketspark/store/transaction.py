@@ -120,7 +120,8 @@ class TransactionService:
         """
         store = self.store
         store._check_open()
-        wanted = np.unique(np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
+        wanted = np.unique(half_offsets if isinstance(half_offsets, np.ndarray) else
+                           np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
         if not len(wanted):
             return []
         now = store.clock()
@@ -312,11 +313,13 @@ class TransactionService:
             return {OPEN: "open", COMMITTED: "committed", ROLLED_BACK: "rolled_back",
                     RESOLVED: "resolved"}[state]
 
-    def open_halves(self, producer_group: str | None = None) -> list[MessageExt]:
+    def open_halves(self, producer_group: str | None = None,
+                    exclude: np.ndarray | None = None) -> list[MessageExt]:
         """Return the half messages not yet committed or rolled back, oldest first.
 
-        With ``producer_group``, only that group's. Scans from where the check
-        step last got to.
+        With ``producer_group``, only that group's; halves at the offsets in
+        ``exclude`` are skipped without being read. Scans from where the check
+        step last got to, and moves that mark past every resolved half.
         """
         store = self.store
         if not store.has_topic(TRANS_HALF_TOPIC):
@@ -327,27 +330,26 @@ class TransactionService:
         half_cq = store._cq(TRANS_HALF_TOPIC, 0)
         start = store.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
         end = half_cq.max_offset()
-        resolved = self._resolved
+        if end <= start:
+            return []
+        offsets = np.arange(start, end, dtype=np.int64)
+        offsets = offsets[self._resolved.get_many(offsets) == OPEN]
+        # Everything below the first open half is resolved: later scans (and the
+        # check step) start there.
+        progress = int(offsets[0]) if len(offsets) else end
+        if progress > start:
+            store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
+        if exclude is not None and len(exclude):
+            offsets = offsets[~np.isin(offsets, exclude)]
         out = []
-        first_open = None
-        for off in range(start, end):
-            if resolved.get(off) != OPEN:
-                continue
+        for off in offsets.tolist():
             entry = half_cq.entry(off)
             if entry is None:
-                end = off
                 break
-            if first_open is None:
-                first_open = off
             half = store.commit_log.read(entry[0])
             if producer_group is None or half.properties.get(
                     PROPERTY_PRODUCER_GROUP) == producer_group:
                 out.append(half)
-        # Everything below the first open half is resolved: later scans (and the
-        # check step) start there.
-        progress = end if first_open is None else first_open
-        if progress > start:
-            store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
         return out
 
     # -- check -------------------------------------------------------------------------

@@ -267,3 +267,25 @@ def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
         read(True).collect()
     rows = read(False).collect()
     assert sorted(r.queueOffset for r in rows) == list(range(lo, 60))
+
+
+def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, store_path, store):
+    import datetime as dt
+
+    _fill(store, "orders", 40)
+    _fill(store, "payments", 10)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = (spark.read.format("rocketmq").option("store", store_path)
+              .option("topic", "orders,payments").load())
+        q = df.filter("topic = 'orders' and queueId = 1 and queueOffset >= 5 "
+                      "and queueOffset < 9")
+        assert sorted((r.topic, r.queueId, r.queueOffset) for r in q.collect()) == [
+            ("orders", 1, o) for o in range(5, 9)]
+        # pushed down: only the one queue range is planned and read
+        assert q.rdd.getNumPartitions() == 1
+        late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        assert df.filter(F.col("storeTimestamp") > F.lit(late)).count() == 0
+        assert df.filter("queueId in (0)").count() == 25
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
