@@ -55,21 +55,24 @@ def bench_put_single(n: int) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _sync_producer(path: str, n: int, start: mp.Event, done: mp.Queue) -> None:
+def _sync_producer(path: str, n: int, batch: int, start: mp.Event, done: mp.Queue) -> None:
     with MessageStore.open(path, flushDiskType="SYNC_FLUSH") as store:
-        msg = Message("bench", BODY)
+        msgs = [Message("bench", BODY) for _ in range(batch)]
         start.wait()
         t0 = time.perf_counter()
-        for _ in range(n):
-            store.put(msg)
+        for _ in range(n // batch):
+            if batch == 1:
+                store.put(msgs[0])
+            else:
+                store.put_batch(msgs)
         done.put((t0, time.perf_counter()))
 
 
-def bench_sync_flush(producers: int, n_each: int) -> float:
+def bench_sync_flush(producers: int, n_each: int, batch: int = 1) -> float:
     path, store = _fresh(flushDiskType="SYNC_FLUSH")
     ctx = mp.get_context("spawn")
     start, done = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_sync_producer, args=(path, n_each, start, done))
+    procs = [ctx.Process(target=_sync_producer, args=(path, n_each, batch, start, done))
              for _ in range(producers)]
     try:
         for p in procs:
@@ -81,7 +84,7 @@ def bench_sync_flush(producers: int, n_each: int) -> float:
             p.join()
         t0 = min(s for s, _ in spans)
         t1 = max(e for _, e in spans)
-        return producers * n_each / (t1 - t0)
+        return producers * (n_each // batch) * batch / (t1 - t0)
     finally:
         store.close()
         shutil.rmtree(path, ignore_errors=True)
@@ -160,6 +163,8 @@ def main() -> None:
            [bench_put_single(200_000 // scale) for _ in range(runs)])
     report("put, SYNC_FLUSH, 4 producer processes", ">= 50,000",
            [bench_sync_flush(4, 5_000 // scale) for _ in range(runs)])
+    report("put_batch of 100, SYNC_FLUSH, 4 processes", "(same target)",
+           [bench_sync_flush(4, 100_000 // scale, 100) for _ in range(runs)])
     report("read_batches: a queue range into Arrow", ">= 2,000,000",
            [bench_pull_arrow(1_000_000 // scale) for _ in range(runs)])
     p50, p99 = bench_long_poll(200 // scale)
