@@ -1,4 +1,4 @@
-"""Shared fixtures. Spark fixtures (one session per run) join here with the data source."""
+"""Shared fixtures: a fake clock, and one SparkSession for the whole run."""
 
 from __future__ import annotations
 
@@ -21,3 +21,13 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession (local[2], Delta configured) for the whole test run."""
+    from rocketspark.session import local_session
+
+    session = local_session("rocketspark-tests")
+    yield session
+    session.stop()

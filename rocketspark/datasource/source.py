@@ -32,6 +32,7 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.store import MessageStore
+from rocketspark.store.message import RETRY_GROUP_TOPIC_PREFIX
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -436,6 +437,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # one batch late, and never for the last batch of Trigger.AvailableNow).
         self._commit_group(store, start)
         queues = plan.queues(store)
+        if any(mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) for mq in queues):
+            # Retries wait in SCHEDULE_TOPIC_XXXX until due; with no broker daemon, the
+            # reader of a retry topic delivers the due ones before looking for new data.
+            store.run_schedule()
         latest = plan.latest(store, queues)
         new = [mq for mq in queues if mq not in begin]
         if new:  # queues or topics that appeared since: from their earliest

@@ -1289,51 +1289,69 @@ class MessageStore:
     # -- retry and dead letters --------------------------------------------------------
 
     def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
-                  max_reconsume_times: int | None = None) -> PutResult:
+                  max_reconsume_times: int | None = None,
+                  properties: Mapping[str, str] | None = None) -> PutResult:
         """Send a message the group failed to consume to %RETRY%group or %DLQ%group.
 
         With ``delay_level`` 0 the retry waits level 3 + reconsumeTimes; once
         the message was reconsumed ``max_reconsume_times`` times (the group's
         retryMaxTimes, 16 by default) or ``delay_level`` is negative, it goes to
-        the dead-letter topic instead.
+        the dead-letter topic instead. ``properties`` are added to the message.
         """
+        return self.send_back_batch(group, [message], [delay_level],
+                                    max_reconsume_times=max_reconsume_times,
+                                    properties=[properties or {}])[0]
+
+    def send_back_batch(self, group: str, messages: Sequence[MessageExt],
+                        delay_levels: Sequence[int] | None = None, *,
+                        max_reconsume_times: int | None = None,
+                        properties: Sequence[Mapping[str, str]] | None = None
+                        ) -> Sequence[PutResult]:
+        """send_back for several messages in one append: after a crash, all or none are there."""
         self._check_open()
         validate_group(group)
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
                      else max_reconsume_times)
-        props = dict(message.properties)
-        props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
-        props.pop(PROPERTY_REAL_TOPIC, None)
-        props.pop(PROPERTY_REAL_QUEUE_ID, None)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        delay_ms = 0
-        if message.reconsume_times >= max_times or delay_level < 0:
-            topic = dlq_topic(group)
-            self._ensure_system_topic(topic, DLQ_NUMS_PER_GROUP)
-            queue_id = 0
-        else:
-            topic = retry_topic(group)
-            self._ensure_system_topic(topic, RETRY_NUMS_PER_GROUP)
-            queue_id = 0
-            level = delay_level or 3 + message.reconsume_times
-            level = min(level, len(self._delay_ms))
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-            props[PROPERTY_REAL_TOPIC] = topic
-            props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-            delay_ms = self._delay_ms[level - 1]
-            topic, queue_id = SCHEDULE_TOPIC, level - 1
-            self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
-        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
-            props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
         now = self.clock()
-        born = _parse_host(message.born_host)
-        rec = self._prepare_raw(topic, queue_id, message.body, props, now,
-                                sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
-                                flag=message.flag, born_timestamp=message.born_timestamp,
-                                born_host=born, reconsume_times=message.reconsume_times + 1,
-                                delay_ms=delay_ms)
-        return self._append([rec], now)[0]
+        recs = []
+        for i, message in enumerate(messages):
+            delay_level = delay_levels[i] if delay_levels is not None else 0
+            props = dict(message.properties)
+            props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
+            props.pop(PROPERTY_REAL_TOPIC, None)
+            props.pop(PROPERTY_REAL_QUEUE_ID, None)
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            if properties is not None:
+                props.update(properties[i])
+            delay_ms = 0
+            if message.reconsume_times >= max_times or delay_level < 0:
+                topic = dlq_topic(group)
+                self._ensure_system_topic(topic, DLQ_NUMS_PER_GROUP)
+                queue_id = 0
+            else:
+                topic = retry_topic(group)
+                self._ensure_system_topic(topic, RETRY_NUMS_PER_GROUP)
+                queue_id = 0
+                level = delay_level or 3 + message.reconsume_times
+                level = min(level, len(self._delay_ms))
+                props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+                props[PROPERTY_REAL_TOPIC] = topic
+                props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                delay_ms = self._delay_ms[level - 1]
+                topic, queue_id = SCHEDULE_TOPIC, level - 1
+                self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
+            if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+                props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
+            born = _parse_host(message.born_host)
+            recs.append(self._prepare_raw(
+                topic, queue_id, message.body, props, now,
+                sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
+                flag=message.flag, born_timestamp=message.born_timestamp, born_host=born,
+                reconsume_times=message.reconsume_times + 1, delay_ms=delay_ms))
+        if not recs:
+            return []
+        return self._append(recs, now)
 
     # -- delay levels ---------------------------------------------------------------
 

@@ -1,19 +1,10 @@
-"""One SparkSession (local[2]) for the whole run, and a fresh store per test."""
+"""A fresh store per test (the SparkSession is shared: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rocketspark.datasource.stores import close_all
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from rocketspark.session import local_session
-
-    session = local_session("rocketspark-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture

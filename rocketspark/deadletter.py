@@ -1,0 +1,329 @@
+"""Retries and dead letters for Spark pipelines, and their Delta tables.
+
+RocketMQ's answer to a message that fails: send it back to ``%RETRY%group``
+with a growing delay (levels 3..18), and after the group's maxReconsumeTimes
+(16) park it in ``%DLQ%group``. Here:
+
+- :class:`RetryPipeline` runs a streaming query over a topic *and* its group's
+  retry topic; the user's ``process(batch_df, batch_id)`` returns the rows that
+  failed, with a ``reason``; they are sent back with the reason, the first
+  failure time and the original topic and msgId as properties. All sends of a
+  micro-batch are one append, marked with a key naming the pipeline and batch:
+  a batch Spark replays after a restart finds the mark and sends nothing twice.
+- :func:`materialize` mirrors ``%RETRY%group`` (one row per retry attempt) and
+  ``%DLQ%group`` (one row per dead letter) into Delta tables partitioned by day.
+- :func:`replay` sends selected dead letters back to their original topic,
+  exactly once: half messages, then a Delta MERGE stamping ``replayedAt`` and a
+  ``replayId``, then the commit; an interrupted replay is finished (or rolled
+  back) by the next one according to what the table says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rocketspark.datasource.stores import StoreRef
+from rocketspark.errors import ConfigError, RocketSparkError, UnknownTopicError
+from rocketspark.store import Message
+from rocketspark.store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
+
+log = logging.getLogger(__name__)
+
+PROPERTY_REASON = "RS_FAILURE_REASON"
+PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
+PROPERTY_REPLAY = "RS_REPLAY"
+PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
+REPLAY_GROUP = "rocketspark-replay"
+# Properties a replayed message does not carry over from its dead letter.
+_RETRY_ONLY = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REAL_TOPIC,
+               PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_TIME_LEVEL, "UNIQ_KEY", "TAGS", "KEYS",
+               "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME")
+
+Process = Callable[[Any, int], Any]
+
+
+def _store(store: str | None, overrides: dict[str, str] | None = None) -> StoreRef:
+    return StoreRef.resolve(store, overrides or {})
+
+
+# --- retries inside a pipeline --------------------------------------------------------
+
+
+@dataclass
+class RetryPipeline:
+    """A streaming query over ``topic`` and ``%RETRY%group`` with RocketMQ's retry rules.
+
+    ``process(batch_df, batch_id)`` does the work and returns a DataFrame of
+    the rows that failed (any columns of the input, at least ``commitLogOffset``,
+    plus a string ``reason``), or None when nothing failed. Rows of the retry
+    topic have ``topic`` = ``%RETRY%group``, the original topic in
+    ``properties['RETRY_TOPIC']`` and ``reconsumeTimes`` raised by one per attempt.
+    """
+
+    spark: Any
+    topic: str
+    group: str
+    process: Process
+    checkpoint: str
+    store: str | None = None
+    store_options: dict[str, str] | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+
+    def __post_init__(self) -> None:
+        self._ref = _store(self.store, self.store_options)
+        store = self._ref.open()
+        if not store.has_topic(self.topic):
+            raise UnknownTopicError(f"topic {self.topic!r} does not exist in store "
+                                    f"{store.root}")
+        if not store.has_topic(retry_topic(self.group)):
+            store.create_topic(retry_topic(self.group), queues=1)
+        store.groups.get_or_create(self.group)
+        self.pipeline_id = hashlib.sha1(os.path.abspath(self.checkpoint).encode()
+                                        ).hexdigest()[:12]
+
+    def reader(self) -> Any:
+        r = (self.spark.readStream.format("rocketmq").option("store", self._ref.root)
+             .option("topic", f"{self.topic},{retry_topic(self.group)}")
+             .option("group", self.group).option("startingOffsets", self.starting_offsets))
+        for k, v in (self.store_options or {}).items():
+            r = r.option(f"rocketmq.{k}", v)
+        if self.max_offsets_per_trigger:
+            r = r.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        from pyspark.sql import functions as F
+
+        # the batch marks set by send_back are ours, not the user's keys
+        return r.load().withColumn(
+            "keys", F.filter("keys", lambda k: ~k.startswith("rs-retry-")))
+
+    def start(self, *, processing_time: str | None = "1 second",
+              available_now: bool = False) -> Any:
+        """Start the query (``available_now``: process what is there, then stop)."""
+        w = (self.reader().writeStream.foreachBatch(self._batch)
+             .option("checkpointLocation", self.checkpoint))
+        if available_now:
+            w = w.trigger(availableNow=True)
+        elif processing_time:
+            w = w.trigger(processingTime=processing_time)
+        return w.start()
+
+    def _batch(self, batch_df: Any, batch_id: int) -> None:
+        store = self._ref.open()
+        failed = self.process(batch_df, batch_id)
+        rows = [] if failed is None else failed.select("commitLogOffset", "reason").collect()
+        if rows:
+            self.send_back(rows, batch_id)
+        store.run_schedule()  # deliver retries that are due (no daemon in embedded use)
+
+    def send_back(self, rows: list[Any], batch_id: int) -> int:
+        """Send failed rows back (once per batch id, even when Spark replays the batch)."""
+        store = self._ref.open()
+        mark = f"rs-retry-{self.pipeline_id}-{batch_id}"
+        for t in (retry_topic(self.group), dlq_topic(self.group), "SCHEDULE_TOPIC_XXXX"):
+            if store.has_topic(t) and store.query_by_key(t, mark, max_num=1):
+                log.info("pipeline %s: retries of batch %d were sent before; not again",
+                         self.pipeline_id, batch_id)
+                return 0
+        now = str(int(time.time() * 1000))
+        msgs, props = [], []
+        for r in rows:
+            m = store.get_message(int(r.commitLogOffset))
+            msgs.append(m)
+            keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
+            props.append({PROPERTY_REASON: str(r.reason)[:2000],
+                          PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
+                          "KEYS": keys})
+        store.send_back_batch(self.group, msgs, properties=props)
+        return len(msgs)
+
+
+# --- Delta tables ---------------------------------------------------------------------
+
+_COMMON_COLUMNS = """
+    coalesce(properties['RETRY_TOPIC'], topic) AS originTopic,
+    msgId,
+    coalesce(properties['ORIGIN_MESSAGE_ID'], msgId) AS originMsgId,
+    uniqKey, filter(keys, k -> NOT startswith(k, 'rs-retry-')) AS keys, tags, body,
+    properties, {reconsume} AS reconsumeTimes,
+    properties['{reason}'] AS reason,
+    timestamp_millis(cast(properties['{first}'] AS BIGINT)) AS firstFailureAt,
+    storeTimestamp AS {at},
+    to_date(storeTimestamp) AS day
+"""
+
+
+def _require_delta(spark: Any) -> None:
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM at hand; Databricks has Delta built in
+        return
+    from py4j.java_gateway import JavaClass
+
+    # py4j resolves names through Spark's class loader (which has spark.jars); an
+    # unknown class comes back as a package.
+    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+        raise ConfigError(
+            "Delta Lake is not available in this SparkSession: on Databricks it is built in; "
+            "locally use rocketspark.session.local_session() (pip install rocketspark[delta], "
+            "or ./dev setup for the jars) or delta's configure_spark_with_delta_pip")
+
+
+def _check_table_path(spark: Any, path: str) -> None:
+    """A path holding something other than a Delta table is an error, not overwritten."""
+    local = path[len("file:"):] if path.startswith("file:") else path
+    if os.path.isdir(local) and os.listdir(local) and not os.path.isdir(
+            os.path.join(local, "_delta_log")):
+        raise ConfigError(f"{path} exists and is not a Delta table (no _delta_log); give "
+                          "an empty directory or a Delta table's path")
+
+
+def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
+                checkpoint: str, store: str | None = None,
+                store_options: dict[str, str] | None = None,
+                available_now: bool = False) -> list[Any]:
+    """Start the two streams mirroring %RETRY%group and %DLQ%group into Delta tables.
+
+    Tables are partitioned by ``day``; the DLQ table also has ``replayedAt`` and
+    ``replayId`` (set by :func:`replay`). Returns the two StreamingQuery objects.
+    """
+    _require_delta(spark)
+    for p in (retry_table, dlq_table):
+        _check_table_path(spark, p)
+    ref = _store(store, store_options)
+    s = ref.open()
+    for t in (retry_topic(group), dlq_topic(group)):
+        if not s.has_topic(t):
+            s.create_topic(t, queues=1)
+    queries = []
+    for topic, path, at, extra in (
+            (retry_topic(group), retry_table, "retriedAt", ""),
+            (dlq_topic(group), dlq_table, "deadAt",
+             ", CAST(NULL AS TIMESTAMP) AS replayedAt, CAST(NULL AS STRING) AS replayId")):
+        r = (spark.readStream.format("rocketmq").option("store", ref.root).option("topic", topic)
+             .option("startingOffsets", "earliest"))
+        for k, v in (store_options or {}).items():
+            r = r.option(f"rocketmq.{k}", v)
+        # reconsumeTimes: how often the message was retried. A dead letter's record
+        # carries one more (RocketMQ counts the send to the DLQ), the table does not.
+        reconsume = "reconsumeTimes - 1" if at == "deadAt" else "reconsumeTimes"
+        cols = _COMMON_COLUMNS.format(reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE,
+                                      at=at, reconsume=reconsume) + extra
+        df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
+        w = (df.writeStream.format("delta").partitionBy("day").outputMode("append")
+             .option("checkpointLocation", os.path.join(checkpoint, topic.strip("%")
+                                                        .replace("%", "-"))))
+        w = w.trigger(availableNow=True) if available_now else w.trigger(
+            processingTime="2 seconds")
+        queries.append(w.start(path))
+    return queries
+
+
+def _split_columns(text: str) -> list[str]:
+    """Split a select list on top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(" or ch == "[":
+            depth += 1
+        elif ch == ")" or ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return [c for c in out if c.strip()]
+
+
+# --- replay ---------------------------------------------------------------------------
+
+
+def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool = False,
+           store: str | None = None, store_options: dict[str, str] | None = None) -> int:
+    """Send the dead letters selected by the SQL ``condition`` back to their original topic.
+
+    Each comes back with its reconsume count reset and the property RS_REPLAY=true;
+    the table records ``replayedAt`` / ``replayId`` (MERGE). Rows replayed before
+    are skipped unless ``force``. Returns how many messages were sent.
+    """
+    _require_delta(spark)
+    from delta.tables import DeltaTable
+
+    local = dlq_table[len("file:"):] if dlq_table.startswith("file:") else dlq_table
+    if not os.path.isdir(os.path.join(local, "_delta_log")):
+        raise ConfigError(f"no dead-letter table at {dlq_table} (has the group had dead "
+                          "letters yet, and is materialize() running?)")
+    ref = _store(store, store_options)
+    s = ref.open()
+    _finish_interrupted(spark, s, dlq_table)
+    table = spark.read.format("delta").load(dlq_table)
+    try:
+        selected = table.where(condition)
+        if not force:
+            selected = selected.where("replayedAt IS NULL")
+        rows = selected.select("msgId", "originTopic", "body", "tags", "keys",
+                               "properties").collect()
+    except Exception as e:
+        if "AnalysisException" in type(e).__name__ or "ParseException" in type(e).__name__:
+            raise ConfigError(f"replay condition {condition!r} does not work on the "
+                              f"dead-letter table: {str(e).splitlines()[0]}") from e
+        raise
+    if not rows:
+        return 0
+    missing = sorted({r.originTopic for r in rows if not s.has_topic(r.originTopic)})
+    if missing:
+        raise UnknownTopicError(f"cannot replay to topics that no longer exist: {missing}")
+    replay_id = uuid.uuid4().hex
+    msgs = []
+    for r in rows:
+        props = {k: v for k, v in (r.properties or {}).items() if k not in _RETRY_ONLY}
+        props[PROPERTY_REPLAY] = "true"
+        props[PROPERTY_REPLAY_ID] = replay_id
+        msgs.append(Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (),
+                            properties=props))
+    halves = s.prepare_batch(msgs, producer_group=REPLAY_GROUP)
+    ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
+    (DeltaTable.forPath(spark, dlq_table).alias("t")
+     .merge(ids.alias("s"), "t.msgId = s.msgId")
+     .whenMatchedUpdate(set={"replayedAt": "current_timestamp()",
+                             "replayId": f"'{replay_id}'"})
+     .execute())
+    s.commit_transaction(halves)
+    return len(msgs)
+
+
+def _finish_interrupted(spark: Any, store: Any, dlq_table: str) -> None:
+    """Resolve halves of a replay that stopped between prepare and commit."""
+    open_halves = store.open_transactions(REPLAY_GROUP)
+    if not open_halves:
+        return
+    by_id: dict[str, list[int]] = {}
+    for h in open_halves:
+        by_id.setdefault(h.properties.get(PROPERTY_REPLAY_ID, ""), []).append(h.queue_offset)
+    recorded = {r.replayId for r in spark.read.format("delta").load(dlq_table)
+                .where("replayId IS NOT NULL").select("replayId").distinct().collect()}
+    for rid, offsets in by_id.items():
+        if rid in recorded:
+            log.warning("replay %s was recorded but not committed: committing it", rid)
+            store.commit_transaction(offsets)
+        else:
+            log.warning("replay %s never reached the table: rolling it back", rid)
+            store.rollback_transaction(offsets)
+
+
+__all__ = ["RetryPipeline", "materialize", "replay", "RocketSparkError"]

@@ -1,0 +1,129 @@
+"""Retries, dead letters as Delta tables, and replay, on a real SparkSession with Delta."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocketspark.deadletter import RetryPipeline, materialize, replay
+from rocketspark.errors import ConfigError
+from rocketspark.store import Message, MessageStore
+
+pytestmark = pytest.mark.spark
+
+# Every delay level one second: 16 retries take seconds, not hours.
+FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
+
+
+@pytest.fixture(scope="module")
+def dlq_world(spark, tmp_path_factory):
+    """A pipeline that fails two of twenty messages every time, run until both are dead."""
+    root = tmp_path_factory.mktemp("dlq")
+    store_dir = str(root / "store")
+    with MessageStore.open(store_dir, **FAST) as s:
+        s.create_topic("orders", queues=2)
+        s.put_batch([Message("orders", f"order-{i}" + ("-bad" if i in (3, 11) else ""),
+                             keys=[f"o-{i}"], tags="new") for i in range(20)])
+    processed: list[str] = []
+
+    def process(batch_df, batch_id):
+        rows = batch_df.select("commitLogOffset", "body", "topic").collect()
+        good = [r for r in rows if not r.body.endswith(b"-bad")]
+        processed.extend(r.body.decode() for r in good)
+        bad = [(r.commitLogOffset, "boom: " + r.body.decode()) for r in rows
+               if r.body.endswith(b"-bad")]
+        if not bad:
+            return None
+        return batch_df.sparkSession.createDataFrame(bad, "commitLogOffset long, reason string")
+
+    pipe = RetryPipeline(spark, topic="orders", group="etl", process=process,
+                         checkpoint=str(root / "chk"), store=store_dir, store_options=FAST)
+    q = pipe.start(processing_time="300 milliseconds")
+    deadline = time.time() + 240
+    try:
+        with MessageStore.open(store_dir, **FAST) as s:
+            while time.time() < deadline:
+                if s.has_topic("%DLQ%etl") and s.max_offset("%DLQ%etl", 0) >= 2:
+                    break
+                assert q.exception() is None
+                time.sleep(0.5)
+    finally:
+        q.stop()
+    tables = {"retry": str(root / "retry_table"), "dlq": str(root / "dlq_table")}
+    for query in materialize(spark, group="etl", retry_table=tables["retry"],
+                             dlq_table=tables["dlq"], checkpoint=str(root / "mchk"),
+                             store=store_dir, store_options=FAST, available_now=True):
+        query.awaitTermination(180)
+        assert query.exception() is None
+    return store_dir, tables, processed
+
+
+def test_failing_messages_retry_16_times_then_land_once_in_the_dlq_table(spark, dlq_world):
+    store_dir, tables, processed = dlq_world
+    assert sorted(processed) == sorted(f"order-{i}" for i in range(20) if i not in (3, 11))
+    dlq = spark.read.format("delta").load(tables["dlq"])
+    rows = dlq.collect()
+    assert sorted(r.body.decode() for r in rows) == ["order-11-bad", "order-3-bad"]
+    for r in rows:
+        assert r.reconsumeTimes == 16 and r.originTopic == "orders"
+        assert r.reason == "boom: " + r.body.decode()
+        assert r.keys in (["o-3"], ["o-11"]) and r.replayedAt is None
+        assert r.firstFailureAt is not None and r.deadAt >= r.firstFailureAt
+    retry = spark.read.format("delta").load(tables["retry"])
+    per_msg = {r.originMsgId: r["count"] for r in retry.groupBy("originMsgId").count().collect()}
+    assert sorted(per_msg.values()) == [16, 16]
+    assert sorted(r.reconsumeTimes for r in retry.where("body LIKE '%3-bad'").collect()) == \
+        list(range(1, 17))
+    assert set(per_msg) == {r.originMsgId for r in rows}
+    assert "day" in dlq.columns and dlq.select("day").distinct().count() >= 1
+
+
+def test_dlq_table_reads_with_an_independent_delta_reader(dlq_world):
+    import deltalake
+
+    _, tables, _ = dlq_world
+    t = deltalake.DeltaTable(tables["dlq"]).to_pyarrow_table()
+    assert sorted(b.decode() for b in t.column("body").to_pylist()) == [
+        "order-11-bad", "order-3-bad"]
+    assert deltalake.DeltaTable(tables["retry"]).to_pyarrow_table().num_rows == 32
+
+
+def test_replay_sends_dead_letters_back_once(spark, dlq_world):
+    store_dir, tables, _ = dlq_world
+    with MessageStore.open(store_dir, **FAST) as s:
+        before = sum(s.max_offset("orders", q) for q in range(2))
+    assert replay(spark, dlq_table=tables["dlq"], condition="reason LIKE 'boom%order-3%'",
+                  store=store_dir, store_options=FAST) == 1
+    assert replay(spark, dlq_table=tables["dlq"], condition="reason LIKE 'boom%'",
+                  store=store_dir, store_options=FAST) == 1  # only order-11 is left
+    assert replay(spark, dlq_table=tables["dlq"], condition="true", store=store_dir,
+                  store_options=FAST) == 0  # nothing twice without force
+    with MessageStore.open(store_dir, **FAST) as s:
+        new = [m for q in range(2) for m in s.pull("orders", q, 0, 1000).messages
+               if m.properties.get("RS_REPLAY") == "true"]
+        assert sum(s.max_offset("orders", q) for q in range(2)) == before + 2
+        assert s.open_transactions() == []
+    assert sorted(m.body.decode() for m in new) == ["order-11-bad", "order-3-bad"]
+    assert all(m.reconsume_times == 0 and m.keys in (["o-3"], ["o-11"]) for m in new)
+    stamped = spark.read.format("delta").load(tables["dlq"]).where("replayedAt IS NOT NULL")
+    assert stamped.count() == 2 and stamped.select("replayId").distinct().count() == 2
+    assert replay(spark, dlq_table=tables["dlq"], condition="msgId IS NOT NULL", force=True,
+                  store=store_dir, store_options=FAST) == 2
+
+
+def test_bad_replay_input_is_a_clear_error(spark, dlq_world, tmp_path):
+    store_dir, tables, _ = dlq_world
+    with pytest.raises(ConfigError, match="does not work on the dead-letter table"):
+        replay(spark, dlq_table=tables["dlq"], condition="no_such_column = 1",
+               store=store_dir, store_options=FAST)
+    with pytest.raises(ConfigError, match="no dead-letter table at"):
+        replay(spark, dlq_table=str(tmp_path / "nothing"), store=store_dir,
+               store_options=FAST)
+    not_delta = tmp_path / "parquet"
+    spark.range(3).write.parquet(str(not_delta))
+    with pytest.raises(ConfigError, match="is not a Delta table"):
+        materialize(spark, group="etl", retry_table=str(not_delta),
+                    dlq_table=str(tmp_path / "d2"), checkpoint=str(tmp_path / "c"),
+                    store=store_dir, store_options=FAST)
+
