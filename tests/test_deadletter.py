@@ -127,3 +127,42 @@ def test_bad_replay_input_is_a_clear_error(spark, dlq_world, tmp_path):
                     dlq_table=str(tmp_path / "d2"), checkpoint=str(tmp_path / "c"),
                     store=store_dir, store_options=FAST)
 
+
+
+@pytest.mark.slow
+def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path):
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    store_dir, chk = str(tmp_path / "store"), str(tmp_path / "chk")
+    with MessageStore.open(store_dir, **FAST) as s:
+        s.create_topic("in", queues=2)
+        s.create_topic("done", queues=1)
+        s.put_batch([Message("in", f"m{i}" + ("-bad" if i in (4, 9) else ""))
+                     for i in range(30)])
+    script = os.path.join(os.path.dirname(__file__), "helpers", "retry_pipeline.py")
+    rng = random.Random(5)
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, script, store_dir, chk], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        time.sleep(rng.uniform(12, 25))  # Spark starts in ~10 s; kill mid-way
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    p = subprocess.run([sys.executable, script, store_dir, chk], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with MessageStore.open(store_dir, **FAST) as s:
+        done = [m.body.decode() for m in s.pull("done", 0, 0, 1000).messages]
+        dead = [m for m in s.pull("%DLQ%g", 0, 0, 100).messages]
+        retries = [m for m in s.pull("%RETRY%g", 0, 0, 1000).messages]
+        assert s.open_transactions() == []
+    assert sorted(done) == sorted(f"m{i}" for i in range(30) if i not in (4, 9))
+    assert sorted(m.body.decode() for m in dead) == ["m4-bad", "m9-bad"]
+    per_message: dict[str, list[int]] = {}
+    for m in retries:
+        per_message.setdefault(m.body.decode(), []).append(m.reconsume_times)
+    assert {k: sorted(v) for k, v in per_message.items()} == {
+        "m4-bad": list(range(1, 17)), "m9-bad": list(range(1, 17))}

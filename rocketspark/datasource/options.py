@@ -205,6 +205,10 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
     Option("deliveryGuarantee", _choice("exactly_once", "at_least_once"), "exactly_once",
            "exactly_once (transactional half messages) or at_least_once", _W),
     Option("producerGroup", _text, None, "producer group of the sink's transactions", _W),
+    Option("txnAppId", _text, None,
+           "with txnVersion: an idempotent batch write (e.g. in foreachBatch), as Delta's", _W),
+    Option("txnVersion", _non_negative_int, None,
+           "with txnAppId: a version written before is not written again", _W),
     Option("sinkId", _text, None,
            "identity of an exactly-once sink across restarts (default: the checkpoint "
            "location)", _W),

@@ -123,6 +123,7 @@ class SinkPlan:
     exactly_once: bool
     sink_id: str
     producer_group: str
+    txn_version: int | None = None  # an idempotent batch write's version (txnVersion)
 
     @classmethod
     def create(cls, options: ParsedOptions, schema: StructType, *, streaming: bool) -> SinkPlan:
@@ -140,7 +141,16 @@ class SinkPlan:
             raise UnknownTopicError(
                 f"option topic: topic {default_topic!r} does not exist in store {store.root}; "
                 "create it first (rocketspark topic create)")
+        app, version = options.get("txnAppId"), options.get("txnVersion")
+        if (app is None) != (version is None):
+            raise ConfigError("options txnAppId and txnVersion go together: give both or neither")
+        if app is not None and (streaming or not exactly_once):
+            raise ConfigError("txnAppId / txnVersion make a batch write idempotent; they need "
+                              "deliveryGuarantee=exactly_once and do not apply to streams "
+                              "(a stream's batches are idempotent by themselves)")
         sink_id = options.get("sinkId")
+        if app is not None:
+            sink_id = "txn-" + hashlib.sha1(app.encode()).hexdigest()[:16]
         if sink_id is None:
             where = options.raw.get("checkpointlocation")
             if streaming and exactly_once and not where:
@@ -151,7 +161,7 @@ class SinkPlan:
         group = options.get("producerGroup") or f"rocketspark-sink-{sink_id}"
         from rocketspark.store.config import validate_group
         validate_group(group)
-        return cls(ref, columns, default_topic, exactly_once, sink_id, group)
+        return cls(ref, columns, default_topic, exactly_once, sink_id, group, version)
 
 
 @dataclass(frozen=True)
@@ -290,6 +300,27 @@ def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
     return len(orphans)
 
 
+def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
+                 batch_id: int) -> bool:
+    """Commit one batch's halves unless the ledger has it; False for a replay."""
+    store = plan.store.open()
+    finish_pending(plan)
+    offsets = _offsets(messages)
+    roll_back_orphans(plan, offsets)
+    ledger = store.sink_ledger
+    committed, _ = ledger.get(plan.sink_id)
+    if batch_id <= committed:
+        log.warning("sink %s: batch %d was committed before (a replay after a restart); "
+                    "discarding its %d new half messages", plan.sink_id, batch_id,
+                    len(offsets))
+        store.rollback_transaction(offsets)
+        return False
+    ledger.begin(plan.sink_id, batch_id, _runs(messages))
+    store.commit_transaction(offsets)
+    ledger.finish(plan.sink_id, batch_id)
+    return True
+
+
 class RocketMQStreamWriter(_StreamWriterBase):
     """``df.writeStream.format("rocketmq")``.
 
@@ -304,24 +335,8 @@ class RocketMQStreamWriter(_StreamWriterBase):
         return write_task(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        plan = self.plan
-        if not plan.exactly_once:
-            return
-        store = plan.store.open()
-        finish_pending(plan)
-        offsets = _offsets(messages)
-        roll_back_orphans(plan, offsets)
-        ledger = store.sink_ledger
-        committed, _ = ledger.get(plan.sink_id)
-        if batchId <= committed:
-            log.warning("sink %s: batch %d was committed before (a replay after a restart); "
-                        "discarding its %d new half messages", plan.sink_id, batchId,
-                        len(offsets))
-            store.rollback_transaction(offsets)
-            return
-        ledger.begin(plan.sink_id, batchId, _runs(messages))
-        store.commit_transaction(offsets)
-        ledger.finish(plan.sink_id, batchId)
+        if self.plan.exactly_once:
+            commit_batch(self.plan, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.plan.exactly_once:
@@ -339,7 +354,9 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         return write_task(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.plan.exactly_once:
+        if self.plan.txn_version is not None:
+            commit_batch(self.plan, messages, self.plan.txn_version)
+        elif self.plan.exactly_once:
             self.plan.store.open().commit_transaction(_offsets(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

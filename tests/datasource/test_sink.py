@@ -133,3 +133,25 @@ def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, s
         if q is not None:
             q.stop()
     assert store.max_offset("out", 0) == 0
+
+
+def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, store_path, store):
+    store.create_topic("out", queues=1)
+    df = spark.createDataFrame([(f"r{i}",) for i in range(10)], "body string")
+
+    def write(version: int) -> None:
+        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
+         .option("txnAppId", "my-pipeline").option("txnVersion", str(version))
+         .mode("append").save())
+
+    write(0)
+    write(1)
+    write(1)  # a replayed foreachBatch: nothing new
+    write(0)
+    assert store.max_offset("out", 0) == 20
+    assert store.open_transactions() == []
+    # (with Delta in the session, Delta's own check of these option names answers first)
+    with pytest.raises(Exception, match="txnAppId and txnVersion go together|Both txnVersion "
+                                        "and txnAppId must be specified"):
+        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
+         .option("txnAppId", "x").mode("append").save())
