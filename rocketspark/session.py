@@ -40,12 +40,10 @@ def local_session(app_name: str = "rocketspark", *, master: str = "local[2]",
     # Python workers must run this interpreter (the one rocketspark is installed in).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.python.worker.reuse", "true"))
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in spark_defaults().items():
+        if delta or not key.startswith(("spark.sql.extensions", "spark.sql.catalog.")):
+            builder = builder.config(key, value)
     log4j = _log4j_config()
     if log4j:
         opt = f"-Dlog4j.configurationFile=file:{log4j}"
@@ -71,3 +69,32 @@ def _log4j_config() -> str | None:
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
                         "log4j2.properties")
     return path if os.path.isfile(path) else None
+
+
+# Used when conf/spark-defaults.conf is not around (an installed wheel).
+BUILT_IN_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.python.filterPushdown.enabled": "true",
+}
+
+
+def spark_defaults() -> dict[str, str]:
+    """Return the settings of conf/spark-defaults.conf (``key value`` lines, # comments)."""
+    path = os.environ.get("ROCKETSPARK_SPARK_DEFAULTS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
+        "spark-defaults.conf")
+    if not os.path.isfile(path):
+        return dict(BUILT_IN_DEFAULTS)
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition(" ")
+            out[key.strip()] = value.strip()
+    return out
