@@ -20,7 +20,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,8 +58,8 @@ class _CeilingReader(DataSourceReader):
     def read(self, partition):
         import pyarrow as pa
 
-        from rocketspark.store.record_batch import ARROW_SCHEMA
         from rocketspark.store.message_store import MessageStore as _MS  # noqa: F401
+        from rocketspark.store.record_batch import ARROW_SCHEMA
 
         n = 65536
         store = tempfile.mkdtemp(prefix="rs-ceiling-")

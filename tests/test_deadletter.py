@@ -166,3 +166,25 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path
         per_message.setdefault(m.body.decode(), []).append(m.reconsume_times)
     assert {k: sorted(v) for k, v in per_message.items()} == {
         "m4-bad": list(range(1, 17)), "m9-bad": list(range(1, 17))}
+
+
+def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_world):
+    """Halves left by a replay that died before its MERGE are rolled back; after it, committed."""
+    from rocketspark.deadletter import PROPERTY_REPLAY_ID, REPLAY_GROUP
+
+    store_dir, tables, _ = dlq_world
+    with MessageStore.open(store_dir, **FAST) as s:
+        # died before the MERGE: an id the table never saw
+        lost = s.prepare(Message("orders", b"lost replay"), producer_group=REPLAY_GROUP,
+                         properties={PROPERTY_REPLAY_ID: "never-merged"})
+        # died after the MERGE: the id of a replay the table recorded
+        recorded = spark.read.format("delta").load(tables["dlq"]).where(
+            "replayId IS NOT NULL").select("replayId").first().replayId
+        kept = s.prepare(Message("orders", b"recorded replay"), producer_group=REPLAY_GROUP,
+                         properties={PROPERTY_REPLAY_ID: recorded})
+    replay(spark, dlq_table=tables["dlq"], condition="false", store=store_dir,
+           store_options=FAST)
+    with MessageStore.open(store_dir, **FAST) as s:
+        assert s.transaction_status(lost) == "rolled_back"
+        assert s.transaction_status(kept) == "committed"
+        assert s.open_transactions() == []

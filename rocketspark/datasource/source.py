@@ -335,13 +335,14 @@ class RocketMQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         plan, opts, pushed = self.plan, self.plan.options, self.pushed
         store = plan.store.open()
-        queues = [mq for mq in plan.queues(store)
+        subscribed = plan.queues(store)
+        start = plan.resolve(store, subscribed, opts.get("startingOffsets"),
+                             opts.get("startingTimestamp"), "earliest", "startingOffsets")
+        end = plan.resolve(store, subscribed, opts.get("endingOffsets"),
+                           opts.get("endingTimestamp"), "latest", "endingOffsets")
+        queues = [mq for mq in subscribed
                   if (pushed.topics is None or mq.topic in pushed.topics)
                   and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)]
-        start = plan.resolve(store, queues, opts.get("startingOffsets"),
-                             opts.get("startingTimestamp"), "earliest", "startingOffsets")
-        end = plan.resolve(store, queues, opts.get("endingOffsets"), opts.get("endingTimestamp"),
-                           "latest", "endingOffsets")
         ranges = {}
         for mq in queues:
             s, e = start[mq], end[mq]

@@ -31,10 +31,10 @@ from rocketspark.errors import (
 )
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
+    SMALL_BATCH,
     Appended,
     ColumnBatch,
     CommitLog,
-    SMALL_BATCH,
     Placement,
     PreparedRecord,
 )
@@ -59,9 +59,9 @@ from rocketspark.store.message import (
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
-    SysFlag,
     Message,
     MessageExt,
+    SysFlag,
     dlq_topic,
     java_string_hash,
     retry_topic,
@@ -90,7 +90,6 @@ from rocketspark.store.metadata import (
     TopicConfigTable,
 )
 from rocketspark.store.schedule import ScheduleService
-from rocketspark.store.transaction import TransactionService
 from rocketspark.store.store_state import (
     ABORT_FILE,
     FLUSH_LOCK_FILE,
@@ -99,6 +98,7 @@ from rocketspark.store.store_state import (
     StoreState,
     WriteLock,
 )
+from rocketspark.store.transaction import TransactionService
 
 log = logging.getLogger(__name__)
 

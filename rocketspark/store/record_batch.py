@@ -22,9 +22,7 @@ from rocketspark.errors import CorruptRecordError
 from rocketspark.store.commit_log import CommitLog
 from rocketspark.store.message import (
     KEY_SEPARATOR,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,

@@ -38,7 +38,6 @@ from rocketspark.store.message import (
     Message,
     MessageExt,
     SysFlag,
-    transaction_type,
 )
 
 if TYPE_CHECKING:

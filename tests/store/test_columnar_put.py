@@ -7,7 +7,8 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketspark.store import Message, MessageStore, PutStatus
 from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message_codec import decode_properties
