@@ -155,3 +155,21 @@ def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, stor
                                         "and txnAppId must be specified"):
         (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
          .option("txnAppId", "x").mode("append").save())
+
+
+def test_stream_at_least_once_writes_directly(spark, store_path, store, tmp_path):
+    store.create_topic("in", queues=2)
+    store.create_topic("out", queues=1)
+    store.put_batch([Message("in", f"a{i}".encode(), tags="t") for i in range(40)])
+    src = (spark.readStream.format("rocketmq").option("store", store_path).option("topic", "in")
+           .option("startingOffsets", "earliest").load())
+    q = (src.select("body", "tags").writeStream.format("rocketmq").option("store", store_path)
+         .option("topic", "out").option("deliveryGuarantee", "at_least_once")
+         .option("checkpointLocation", str(tmp_path / "alo-chk"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    got = [m for m in _all(store, "out")]
+    assert sorted(m.body.decode() for m in got) == sorted(f"a{i}" for i in range(40))
+    assert all(m.tags == "t" for m in got)
+    assert not store.has_topic("RMQ_SYS_TRANS_HALF_TOPIC") or store.open_transactions() == []
