@@ -209,8 +209,7 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
             if plan.exactly_once:
                 rs = store.prepare_columns(bodies, producer_group=plan.producer_group,
                                            extra_properties=extra, **kw)
-                first = int(rs.queue_offsets[0])
-                last = int(rs.queue_offsets[-1])
+                first, last = rs[0].queue_offset, rs[-1].queue_offset
                 assert last - first + 1 == len(rs)  # one lock: a consecutive run
                 if runs and runs[-1][1] == first:
                     runs[-1] = (runs[-1][0], last + 1)

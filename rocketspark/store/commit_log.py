@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -207,12 +208,16 @@ class CommitLog:
         if chunks:
             writes.append((chunk_start, chunks))
         set_pending_end(pos)
+        self._write(writes)
+        return placed, pos
+
+    def _write(self, writes: list[tuple[int, list[Any]]]) -> None:
+        """Copy each (CommitLog offset, byte pieces) into its segment, pieces joined once."""
         for at, parts in writes:
             data = b"".join(parts)
             f = self.files.get_or_create(at)
             off = at - f.start_offset
             f.mm[off:off + len(data)] = data
-        return placed, pos
 
     def append_columns(self, start: int, batch: ColumnBatch, store_timestamp: int,
                        next_queue_offset: Callable[[str, int, int], int],
@@ -368,11 +373,7 @@ class CommitLog:
             pos += total
         writes.append((chunk_start, chunk))
         set_pending_end(pos)
-        for at, parts in writes:
-            data = b"".join(parts)
-            f = self.files.get_or_create(at)
-            off = at - f.start_offset
-            f.mm[off:off + len(data)] = data
+        self._write(writes)
         groups = [(t, q, np.asarray(idx, dtype=np.int64)) for (t, q), idx in order.items()]
         return Placement(np.asarray(phys, dtype=np.int64), np.asarray(totals, dtype=np.int64),
                          np.asarray(qoffs, dtype=np.int64), groups, pos)

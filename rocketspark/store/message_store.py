@@ -502,10 +502,11 @@ class MessageStore:
         prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
         return self._append(prepared, now)
 
-    def _topic_for_put(self, topic: str) -> dict[str, Any]:
+    def _topic_for_put(self, topic: str, *, check_topic: bool = True) -> dict[str, Any]:
+        """The topic's config; unknown: created when autoCreateTopicEnable (or not checked)."""
         cfg = self.topics.get(topic)
         if cfg is None:
-            if not self.config.auto_create_topic_enable:
+            if check_topic and not self.config.auto_create_topic_enable:
                 raise UnknownTopicError(
                     f"topic {topic!r} does not exist in store {self.root}; create it first "
                     "(MessageStore.create_topic or `rocketspark topic create`)")
@@ -836,16 +837,7 @@ class MessageStore:
     def _prepare(self, msg: Message, now: int, uniq: str, *, sys_flag: int = 0,
                  prepared_offset: int = 0, check_topic: bool = True) -> PreparedRecord:
         topic = msg.topic
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            if check_topic and not self.config.auto_create_topic_enable:
-                raise UnknownTopicError(
-                    f"topic {topic!r} does not exist in store {self.root}; create it first "
-                    "(MessageStore.create_topic or `rocketspark topic create`)")
-            validate_topic(topic)
-            self.topics.create(topic, self.config.default_topic_queue_nums,
-                               self.config.default_topic_queue_nums, perm=6, order=False)
-            cfg = self.topics.get(topic)
+        cfg = self._topic_for_put(topic, check_topic=check_topic)
         queue_id = self._select_queue(msg, int(cfg["writeQueueNums"]))
         props = msg.all_properties()
         props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
