@@ -169,95 +169,96 @@ class TransactionService:
         prepare paths write them) commits to a record whose properties are the
         prefix before them: bytes are sliced, not decoded and re-encoded.
         """
-        # Hot path: one slice-and-find pass per half, the headers come from struct.
+        # Hot path: headers and field positions for a whole segment at once in numpy;
+        # per half only the slicing and the search for the trailing properties.
         from rocketspark.store.commit_log import ColumnBatch
-        from rocketspark.store.message_codec import HEADER_V4, MESSAGE_MAGIC_CODE
+        from rocketspark.store.message_codec import (
+            HEADER_V4,
+            HEADER_V4_DTYPE,
+            MESSAGE_MAGIC_CODE,
+        )
 
         store = self.store
         n = len(entries)
-        phys = entries["offset"].tolist()
-        tags = entries["tags"].astype(np.int64)
-        unpack = HEADER_V4.unpack_from
+        phys = entries["offset"].astype(np.int64)
+        seg_idx = phys // store.commit_log.segment_size
+        bounds = [0, *(np.flatnonzero(np.diff(seg_idx)) + 1).tolist(), n]
         header = HEADER_V4.size
         marker = _FINAL_MARKER
-        topics: list[str] = [""] * n
-        qids = [0] * n
-        bodies: list[bytes] = [b""] * n
-        rests: list[bytes] = [b""] * n
-        crcs = [0] * n
-        born_ts = [0] * n
-        flags = [0] * n
-        reconsume = [0] * n
-        sys_flags = [0] * n
-        born_ips: list[bytes] = [b""] * n
-        born_ports = [0] * n
+        qid_sep = b"\x02REAL_QID\x01"
+        uniq_tag, keys_tag = b"\x02UNIQ_KEY\x01", b"\x02KEYS\x01"
+        topics: list[str] = []
+        qids: list[int] = []
+        bodies: list[bytes] = []
+        rests: list[bytes] = []
         uniq_given: dict[int, str] = {}
         keyed: list[int] = []
         key_strings: list[str] = []
         topic_cache: dict[bytes, tuple[str, bytes, int]] = {}
-        seg = store.commit_log.segment
-        f = None
-        for i in range(n):
-            phy = phys[i]
-            if f is None or not f.start_offset <= phy < f.start_offset + f.size:
-                f = seg(phy)
-                mm = f.mm
-                base = f.start_offset
-            rel = phy - base
-            h = unpack(mm, rel)
-            # (total, magic, crc, qid, flag, qoff, phy, sysflag, born_ts, born_ip, born_port,
-            #  store_ts, store_ip, store_port, reconsume, prepared, body_len)
-            if h[1] != MESSAGE_MAGIC_CODE or h[7] & 0x31:  # v2, IPv6 hosts, compressed
-                return None
-            body_end = rel + header + h[16]
-            tlen = mm[body_end]
-            plen_at = body_end + 1 + tlen
-            plen = (mm[plen_at] << 8) | mm[plen_at + 1]
-            props = mm[plen_at + 2:plen_at + 2 + plen]
-            cut = props.rfind(marker)
-            if cut < 0:
-                return None
-            tail = props[cut + len(marker):]
-            real, sep, qid = tail[:-1].partition(b"\x02REAL_QID\x01")
-            if not sep or not tail.endswith(b"\x02"):
-                return None
-            info = topic_cache.get(real)
-            if info is None:
-                name = real.decode("utf-8")
-                write_queues, part, magic = store._topic_info(name)
-                info = topic_cache[real] = (name, part, magic)
-            prefix = props[:cut]
-            topics[i] = info[0]
-            qids[i] = int(qid)
-            bodies[i] = mm[rel + header:body_end]
-            rests[i] = b"".join((info[1], len(prefix).to_bytes(2, "big"), prefix))
-            crcs[i] = h[2]
-            flags[i] = h[4]
-            sys_flags[i] = (h[7] & ~0xC) | 0x8  # TRANSACTION_COMMIT
-            born_ts[i] = h[8]
-            born_ips[i] = h[9]
-            born_ports[i] = h[10]
-            reconsume[i] = h[14]
-            lead = b"\x02" + prefix
-            uniq = _prop(lead, b"UNIQ_KEY")
-            uniq_given[i] = uniq if uniq is not None else ""
-            keys = _prop(lead, b"KEYS")
-            if keys:
-                keyed.append(i)
-                key_strings.append(keys)
+        headers = []
+        i = 0
+        for a, b in zip(bounds, bounds[1:]):
+            f = store.commit_log.segment(int(phys[a]))
+            buf = np.frombuffer(f.mm, dtype=np.uint8)
+            rel = phys[a:b] - f.start_offset
+            starts_view = np.ndarray(shape=(len(buf) - header + 1,), dtype=HEADER_V4_DTYPE,
+                                     buffer=buf, offset=0, strides=(1,))
+            hdr = starts_view[rel]
+            del starts_view
+            if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
+                return None  # v2 records, IPv6 hosts or compressed bodies: the record path
+            body_start = rel + header
+            body_end = body_start + hdr["body_len"].astype(np.int64)
+            plen_at = body_end + 1 + buf[body_end].astype(np.int64)
+            props_start = plen_at + 2
+            props_end = props_start + ((buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1])
+            del buf
+            headers.append(hdr)
+            mm = f.mm
+            for bs, be, ps, pe in zip(body_start.tolist(), body_end.tolist(),
+                                      props_start.tolist(), props_end.tolist()):
+                props = mm[ps:pe]
+                cut = props.rfind(marker)
+                if cut < 0 or props[-1:] != b"\x02":
+                    return None
+                real, sep, qid = props[cut + len(marker):-1].partition(qid_sep)
+                if not sep:
+                    return None
+                info = topic_cache.get(real)
+                if info is None:
+                    name = real.decode("utf-8")
+                    _, part, magic = store._topic_info(name)
+                    info = topic_cache[real] = (name, part, magic)
+                prefix = props[:cut]
+                topics.append(info[0])
+                qids.append(int(qid))
+                bodies.append(mm[bs:be])
+                rests.append(b"".join((info[1], len(prefix).to_bytes(2, "big"), prefix)))
+                lead = b"\x02" + prefix
+                at = lead.find(uniq_tag)
+                if at >= 0:
+                    at += len(uniq_tag)
+                    uniq_given[i] = lead[at:lead.index(b"\x02", at)].decode("utf-8")
+                else:
+                    uniq_given[i] = ""
+                at = lead.find(keys_tag)
+                if at >= 0:
+                    at += len(keys_tag)
+                    keyed.append(i)
+                    key_strings.append(lead[at:lead.index(b"\x02", at)].decode("utf-8"))
+                i += 1
+        hdr = headers[0] if len(headers) == 1 else np.concatenate(headers)
         magics = np.fromiter((topic_cache[t.encode()][2] for t in topics), dtype=np.int32,
                              count=n)
         batch = ColumnBatch(
             topics=topics, queue_ids=np.asarray(qids, dtype=np.int32), bodies=bodies,
-            rests=rests, crcs=np.asarray(crcs, dtype=np.int64), magics=magics,
-            tags_codes=tags, born_host=store.born_host,
-            born_ts=np.asarray(born_ts, dtype=np.int64),
-            flags=np.asarray(flags, dtype=np.int64),
-            reconsume=np.asarray(reconsume, dtype=np.int64),
-            sys_flags=np.asarray(sys_flags, dtype=np.int64),
-            prepared=entries["offset"].astype(np.int64),
-            born_ips=np.frombuffer(b"".join(born_ips), dtype=">u4").astype(np.int64),
-            born_ports=np.asarray(born_ports, dtype=np.int64))
+            rests=rests, crcs=hdr["crc"].astype(np.int64), magics=magics,
+            tags_codes=entries["tags"].astype(np.int64), born_host=store.born_host,
+            born_ts=hdr["born_ts"].astype(np.int64), flags=hdr["flag"].astype(np.int64),
+            reconsume=hdr["reconsume"].astype(np.int64),
+            sys_flags=(hdr["sys_flag"].astype(np.int64) & ~0xC) | 0x8,  # TRANSACTION_COMMIT
+            prepared=phys, born_ips=hdr["born_ip"].astype(np.int64),
+            born_ports=hdr["born_port"].astype(np.int64))
         return batch, "", 0, uniq_given, keyed, key_strings
 
     def _op_record(self, half_offsets: list[int], commit: bool, now: int) -> PreparedRecord:
@@ -514,14 +515,6 @@ def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:
         parts.append(got)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-
-def _prop(lead: bytes, name: bytes) -> str | None:
-    """The value of property ``name`` in ``lead`` (\\x02 + the properties), or None."""
-    at = lead.find(b"\x02" + name + b"\x01")
-    if at < 0:
-        return None
-    start = at + len(name) + 2
-    return lead[start:lead.index(b"\x02", start)].decode("utf-8")
 
 
 def _parse_host(text: str) -> HostAddress:
