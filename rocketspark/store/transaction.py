@@ -74,7 +74,11 @@ class TransactionService:
         # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, or RESOLVED (by
         # a RocketMQ op record that does not say how). A dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
-        self._op_read = 0  # next op queue offset to read
+        # Next op queue offset to read: starts where the persisted progress says every
+        # earlier op only resolves halves below the half progress (both in
+        # consumerOffset.json under CHECK_GROUP, as RocketMQ's check service keeps them).
+        self._op_read: int | None = None
+        self._op_spans: list[tuple[int, int]] = []  # (op offset, largest half it resolves)
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -158,6 +162,7 @@ class TransactionService:
             else:
                 op_results = store._append_locked(ops, now)
             self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
+            self._note_ops(op_results, todo)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
         store._after_append(op_results)
         return store._after_append(finals) if len(finals) else finals
@@ -282,18 +287,46 @@ class TransactionService:
             born_timestamp=half.born_timestamp, reconsume_times=half.reconsume_times,
             prepared_offset=half.commitlog_offset, born_host=_parse_host(half.born_host))
 
+    def _start(self) -> int:
+        if self._op_read is None:
+            offsets = self.store.offsets
+            self._resolved.floor = offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
+            self._op_read = offsets.query(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) or 0
+        return self._op_read
+
+    def _commit_progress(self, progress: int) -> None:
+        """Record that every half below ``progress`` is resolved (and which ops to skip)."""
+        store = self.store
+        op_progress = self._start()
+        for op_offset, max_half in self._op_spans:
+            if max_half >= progress:
+                op_progress = op_offset
+                break
+        self._op_spans = [sp for sp in self._op_spans if sp[0] >= op_progress]
+        self._resolved.floor = max(self._resolved.floor, progress)
+        store.offsets.commit_many(CHECK_GROUP, {(TRANS_HALF_TOPIC, 0): progress,
+                                                (TRANS_OP_HALF_TOPIC, 0): op_progress})
+
+    def _note_ops(self, op_results: Sequence[PutResult], todo: np.ndarray) -> None:
+        """Remember ops this process wrote (they are not read back)."""
+        for k, r in enumerate(op_results):
+            last = min((k + 1) * OP_CHUNK, len(todo)) - 1
+            self._op_spans.append((r.queue_offset, int(todo[last])))
+
     def _read_ops(self) -> None:
         """Learn every op record written since the last look (by any process)."""
         store = self.store
         if not store.has_topic(TRANS_OP_HALF_TOPIC):
             return
+        self._start()
+        assert self._op_read is not None
         cq = store._cq(TRANS_OP_HALF_TOPIC, 0)
         end = cq.max_offset()
         while self._op_read < end:
             entries = cq.read(self._op_read, min(end - self._op_read, 4096))
             if not len(entries):
                 break
-            for phy in entries["offset"].tolist():
+            for k, phy in enumerate(entries["offset"].tolist()):
                 op = store.commit_log.read(int(phy))
                 if op.tags != TRANS_OP_REMOVE_TAG:
                     continue
@@ -303,6 +336,8 @@ class TransactionService:
                     OFFSET_SEPARATOR) if p.strip().isdigit()]
                 self._resolved.set_open(done, RESOLVED if committed is None
                                         else COMMITTED if committed else ROLLED_BACK)
+                if done:
+                    self._op_spans.append((self._op_read + k, max(done)))
             self._op_read += len(entries)
 
     def status(self, half_offset: int) -> str:
@@ -338,7 +373,7 @@ class TransactionService:
         # check step) start there.
         progress = int(offsets[0]) if len(offsets) else end
         if progress > start:
-            store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
+            self._commit_progress(progress)
         if exclude is not None and len(exclude):
             offsets = offsets[~np.isin(offsets, exclude)]
         out = []
@@ -417,7 +452,7 @@ class TransactionService:
         if put_back:
             self._put_back(put_back)
         if progress > start:
-            store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
+            self._commit_progress(progress)
         return counts
 
     def _put_back(self, halves: list[MessageExt]) -> None:
@@ -438,8 +473,10 @@ class TransactionService:
             results = store._append_locked(prepared, now)
             # The old copies are closed by an op record so they are not checked again;
             # their resolution follows the new copies.
-            store._append_locked([self._op_record(old_offsets, False, now)], now)
-            self._resolved.set_many(np.asarray(old_offsets, dtype=np.int64), ROLLED_BACK)
+            op_results = store._append_locked([self._op_record(old_offsets, False, now)], now)
+            closed = np.asarray(sorted(old_offsets), dtype=np.int64)
+            self._resolved.set_many(closed, ROLLED_BACK)
+            self._note_ops(op_results, closed)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
         store._after_append(results)
 
@@ -468,10 +505,15 @@ _FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
 
 
 class _ResolutionTable:
-    """How each half queue offset was resolved, one byte per offset."""
+    """How each half queue offset was resolved, one byte per offset.
+
+    Offsets below ``floor`` (the persisted check progress) are resolved even
+    when this process never read the op that says how.
+    """
 
     def __init__(self) -> None:
         self._b = np.zeros(0, dtype=np.uint8)
+        self.floor = 0
 
     def _grow(self, upto: int) -> None:
         if upto > len(self._b):
@@ -480,12 +522,14 @@ class _ResolutionTable:
             self._b = bigger
 
     def get(self, off: int) -> int:
-        return int(self._b[off]) if 0 <= off < len(self._b) else OPEN
+        state = int(self._b[off]) if 0 <= off < len(self._b) else OPEN
+        return RESOLVED if state == OPEN and off < self.floor else state
 
     def get_many(self, offs: np.ndarray) -> np.ndarray:
         out = np.zeros(len(offs), dtype=np.uint8)
         inside = offs < len(self._b)
         out[inside] = self._b[offs[inside]]
+        out[(out == OPEN) & (offs < self.floor)] = RESOLVED
         return out
 
     def set_many(self, offs: np.ndarray, state: int) -> None:

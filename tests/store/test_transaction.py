@@ -83,3 +83,34 @@ def test_check_resolves_old_halves_through_the_callback(store, clock):
     assert asked.count(b"unsure") == 15
     assert [m.body for m in store.pull("out", 0, 0).messages] == [b"keep"]
     del unsure
+
+
+def test_a_new_process_skips_ops_of_halves_below_the_check_progress(tmp_path):
+    """The op queue is not re-read from its start by every new process (a long-lived
+    exactly-once sink commits thousands of batches)."""
+    import numpy as np
+
+    from rocketspark.store import Message, MessageStore
+
+    path = tmp_path / "s"
+    with MessageStore.open(path) as s:
+        s.create_topic("out", queues=1)
+        batches = []
+        for b in range(5):
+            hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
+                                   producer_group="pg")
+            s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
+            batches.append(np.asarray(hs.queue_offsets))
+        live = s.prepare_columns([b"y"], topic="out", producer_group="pg")
+        assert [h.queue_offset for h in s.open_transactions()] == [500]
+        assert s.max_offset("out", 0) == 300
+    with MessageStore.open(path) as s:  # a new opener: starts at the persisted progress
+        tx = s._transactions
+        assert tx._start() == 5 and tx._resolved.floor == 500
+        tx._read_ops()
+        assert s.transaction_status(int(batches[0][0])) == "resolved"
+        assert s.transaction_status(int(live.queue_offsets[0])) == "open"
+        s.commit_transaction(batches[0])  # again: below the progress, nothing is written
+        assert s.max_offset("out", 0) == 300
+        s.commit_transaction(live)
+        assert s.max_offset("out", 0) == 301 and s.open_transactions() == []
