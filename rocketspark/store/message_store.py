@@ -563,6 +563,10 @@ class MessageStore:
             return _no_results(self.store_host)
         self._ensure_system_topic(TRANS_HALF_TOPIC, 1)
         self._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
+        for k, v in (extra_properties or {}).items():
+            if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
+                raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
+                                  "separator in its name or value")
         extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
         if not self._columnar:
             return self.prepare_batch(cols.messages(), producer_group=producer_group,
@@ -612,11 +616,14 @@ class MessageStore:
         col_bodies, col_topics, default_topic = cols.bodies, cols.topics, cols.topic
         col_tags, col_keys, col_props = cols.tags, cols.keys, cols.properties
         col_qids, col_shard = cols.queue_ids, cols.sharding_keys
+        hex4 = _HEX4
+        topic_head = half_head_text = ""
         if half is not None:
             group, extra = half
             half_head = f"PGROUP\x01{group}\x02__transactionId__\x01"
-            extra_pairs = extra.count("\x02")
+
             half_info = self._topic_info(TRANS_HALF_TOPIC)
+            half_head_text = half_info[1].decode("latin-1")
         for i in range(n):
             topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
             if topic is not last_topic and topic != last_topic:
@@ -632,6 +639,7 @@ class MessageStore:
                     if last_topic is not None:
                         same_topic = False
                 write_queues, topic_part, magic, uniq_tail = info
+                topic_head = topic_part.decode("latin-1")
                 last_topic = topic
             topics[i] = topic
             q = col_qids[i] if col_qids is not None else None
@@ -675,32 +683,39 @@ class MessageStore:
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
+            if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
+                raise ConfigError(
+                    f"row {i} of topic {topic!r}: a property name or value, tag or key "
+                    "contains a \\x01 or \\x02 separator character")
             if own_uniq is None:
-                uniq = f"{uniq_prefix}{(uniq_start + i) & 0xFFFF:04X}"
-                text += f"{uniq_tail}{uniq[-4:]}\x02"
-                pairs += 1
+                suffix = hex4[(uniq_start + i) & 0xFFFF]
+                text += f"{uniq_tail}{suffix}\x02"
+                uniq = uniq_prefix + suffix if half is not None else ""
             else:
                 uniq = own_uniq
                 uniq_given[i] = own_uniq
             if half is not None:
                 text += (f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
                          f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02")
-                pairs += 5 + extra_pairs
-            if text.count("\x01") != pairs or text.count("\x02") != pairs:
-                raise ConfigError(
-                    f"row {i} of topic {topic!r}: a property name or value, tag or key "
-                    "contains a \\x01 or \\x02 separator character")
-            pb = text.encode("utf-8")
             body = col_bodies[i]
             if body.__class__ is not bytes:
                 if body is None:
                     raise ConfigError(f"row {i} of topic {topic!r} has no body")
                 body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-            if len(pb) > 32767 or len(body) > max_body:
-                check_sizes(topic, len(body), len(pb), max_body)
             bodies[i] = body
-            rests[i] = b"".join((topic_part if half is None else half_info[1],
-                                 len(pb).to_bytes(2, "big"), pb))
+            head = topic_head if half is None else half_head_text
+            if text.isascii():
+                size = len(text)
+                if size > 32767 or len(body) > max_body:
+                    check_sizes(topic, len(body), size, max_body)
+                # one encode: TOPICLENGTH+TOPIC, PROPERTIESLENGTH (2 bytes) and the text
+                rests[i] = f"{head}{chr(size >> 8)}{chr(size & 0xFF)}{text}".encode("latin-1")
+            else:
+                pb = text.encode("utf-8")
+                size = len(pb)
+                if size > 32767 or len(body) > max_body:
+                    check_sizes(topic, len(body), size, max_body)
+                rests[i] = b"".join((head.encode("latin-1"), size.to_bytes(2, "big"), pb))
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         if half is not None:
             batch = ColumnBatch(
@@ -1666,6 +1681,10 @@ class _Columns:
             out.append(Message(t or self.topic, b, tags=tg, keys=k or (),
                                properties=dict(p) if p else {}, queue_id=q, sharding_key=sk))
         return out
+
+
+# The last four hex digits of generated UNIQ_KEYs, by counter value.
+_HEX4 = tuple(f"{i:04X}" for i in range(65536))
 
 
 def _no_results(host: HostAddress) -> PutResults:
