@@ -13,6 +13,9 @@
     schedule run
     store check [DIR]       read-only: verify every record and ConsumeQueue entry
     store recover [DIR]     open the store (running recovery) and report what it did
+    store clean [DIR] [--reserved-hours H]
+                            delete CommitLog segments older than fileReservedTime and
+                            the ConsumeQueue / index files that only point into them
 
 The store directory comes from --store, else $ROCKETSPARK_STORE, else the
 storePathRootDir of the broker.conf given with --config (or conf/broker.conf).
@@ -229,6 +232,17 @@ def cmd_store_recover(args, out) -> int:
     return 0
 
 
+def cmd_store_clean(args, out) -> int:
+    with _open(args) as store:
+        hours = (store.config.file_reserved_time if args.reserved_hours is None
+                 else args.reserved_hours)
+        done = store.delete_expired(reserved_hours=hours)
+        print(f"deleted {done['commitlog']} CommitLog segment(s) older than {hours:g} h, "
+              f"{done['consumequeue']} ConsumeQueue file(s) and {done['index']} index "
+              f"file(s); the CommitLog now starts at {store.commit_log.min_offset}", file=out)
+    return 0
+
+
 def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -292,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     schsub.add_parser("run", help="deliver due delayed messages").set_defaults(
         func=cmd_schedule_run)
 
-    st = sub.add_parser("store", help="check or recover a store directory")
+    st = sub.add_parser("store", help="check, recover or clean a store directory")
     stsub = st.add_subparsers(dest="action", required=True)
     ck = stsub.add_parser("check")
     ck.add_argument("dir", nargs="?")
@@ -300,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     rc = stsub.add_parser("recover")
     rc.add_argument("dir", nargs="?")
     rc.set_defaults(func=cmd_store_recover)
+    cl = stsub.add_parser("clean", help="delete expired segments (fileReservedTime)")
+    cl.add_argument("dir", nargs="?")
+    cl.add_argument("--reserved-hours", type=float, default=None,
+                    help="keep segments younger than this (default: fileReservedTime)")
+    cl.set_defaults(func=cmd_store_clean)
     return p
 
 
