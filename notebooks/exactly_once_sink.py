@@ -37,6 +37,17 @@ def start_copy():
             .option("checkpointLocation", os.path.join(WORK, "copy-chk"))
             .trigger(processingTime="0 seconds").start())
 
+
+def copied() -> int:
+    with MessageStore.open(STORE, **STORE_OPTIONS) as store:
+        return sum(store.max_offset("payments-copy", i) for i in range(2))
+
+
+def wait_for_copies(at_least: int, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline and copied() < at_least:
+        time.sleep(0.2)
+
 # COMMAND ----------
 
 # MAGIC %md Start the copy and stop it while it is running.
@@ -44,15 +55,9 @@ def start_copy():
 # COMMAND ----------
 
 q = start_copy()
-with MessageStore.open(STORE, **STORE_OPTIONS) as store:
-    deadline = time.time() + 120
-    while time.time() < deadline and sum(store.max_offset("payments-copy", i)
-                                         for i in range(2)) < 800:
-        time.sleep(0.2)
+wait_for_copies(800, seconds=120)
 q.stop()
-with MessageStore.open(STORE, **STORE_OPTIONS) as store:
-    copied = sum(store.max_offset("payments-copy", i) for i in range(2))
-print(f"copied before the stop: {copied} of 3000")
+print(f"copied before the stop: {copied()} of 3000")
 
 # COMMAND ----------
 
@@ -61,12 +66,8 @@ print(f"copied before the stop: {copied} of 3000")
 # COMMAND ----------
 
 q = start_copy()
-with MessageStore.open(STORE, **STORE_OPTIONS) as store:
-    deadline = time.time() + 180
-    while time.time() < deadline and sum(store.max_offset("payments-copy", i)
-                                         for i in range(2)) < 3000:
-        time.sleep(0.2)
-time.sleep(2)
+wait_for_copies(3000, seconds=180)
+time.sleep(2)  # a batch that would copy anything twice has time to show it
 q.stop()
 
 # COMMAND ----------

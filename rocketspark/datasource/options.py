@@ -30,24 +30,22 @@ def _text(key: str, value: str) -> str:
     return value
 
 
-def _positive_int(key: str, value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"option {key}: expected a positive integer, got {value!r}") from None
-    if n <= 0:
-        raise ConfigError(f"option {key}: must be a positive integer, got {value!r}")
-    return n
+def _int_option(minimum: int, expected: str, must: str) -> Callable[[str, str], int]:
+    """A parser of integers >= ``minimum``, with the option's own wording for errors."""
+    def parse(key: str, value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"option {key}: expected {expected}, got {value!r}") from None
+        if n < minimum:
+            raise ConfigError(f"option {key}: must be {must}, got {value!r}")
+        return n
+    return parse
 
 
-def _non_negative_int(key: str, value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"option {key}: expected an integer >= 0, got {value!r}") from None
-    if n < 0:
-        raise ConfigError(f"option {key}: must be >= 0, got {value!r}")
-    return n
+_positive_int = _int_option(1, "a positive integer", "a positive integer")
+_non_negative_int = _int_option(0, "an integer >= 0", ">= 0")
+_timestamp_ms = _int_option(0, "milliseconds since the epoch", ">= 0")
 
 
 def _bool(key: str, value: str) -> bool:
@@ -145,17 +143,6 @@ def _ending_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, in
                                       for o in q.values()):
         raise ConfigError(f"option {key}: -2 (earliest) is not allowed as an ending offset")
     return spec
-
-
-def _timestamp_ms(key: str, value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"option {key}: expected milliseconds since the epoch, got "
-                          f"{value!r}") from None
-    if n < 0:
-        raise ConfigError(f"option {key}: must be >= 0, got {value!r}")
-    return n
 
 
 @dataclass(frozen=True)
