@@ -754,6 +754,19 @@ class MessageStore:
     def _append_columns_locked(self, batch: ColumnBatch, now: int, uniq_prefix: str,
                                uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
                                key_strings: list[str]) -> PutResults:
+        return self._append_columns_then_locked(batch, (), now, uniq_prefix, uniq_start,
+                                                uniq_given, keyed, key_strings)[0]
+
+    def _append_columns_then_locked(
+            self, batch: ColumnBatch, then: Sequence[PreparedRecord], now: int,
+            uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
+            key_strings: list[str]) -> tuple[PutResults, list[PutResult]]:
+        """Append ``batch`` and then the records ``then`` as ONE append.
+
+        COMMIT_POS moves once, after both are copied: a writer killed between
+        them leaves an unfinished append that the next writer or recovery wipes
+        whole (a transaction commit's final records never outlive its op record).
+        """
         state = self.state
         start = state.commit_pos
         store_ts = max(now, self.clock())
@@ -763,7 +776,12 @@ class MessageStore:
 
         placed = self.commit_log.append_columns(start, batch, store_ts,
                                                 self._reserve_queue_offsets, set_pending)
-        state.commit_pos = placed.end
+        end = placed.end
+        placed_then: list[Appended] = []
+        if then:
+            placed_then, end = self.commit_log.append(end, then, store_ts,
+                                                      self._reserve_queue_offsets, set_pending)
+        state.commit_pos = end
         dirty = self._dirty_queues
         for topic, qid, idx in placed.groups:
             first = int(placed.queue_offsets[idx[0]])
@@ -773,12 +791,15 @@ class MessageStore:
                 dirty[(topic, qid)] = first
         self._index_columns(batch, placed, store_ts, uniq_prefix, uniq_start, uniq_given,
                             keyed, key_strings)
-        state.dispatched_pos = placed.end
+        if then:
+            self._dispatch(then, placed_then, store_ts)
+        state.dispatched_pos = end
         state.write_seq = state.write_seq + 1
-        self._known_commit_pos = placed.end
-        return PutResults(PutStatus.PUT_OK, batch.topics, batch.queue_ids, placed.queue_offsets,
-                          placed.phys, placed.sizes, store_ts, self.store_host, uniq_prefix,
-                          uniq_start, uniq_given)
+        self._known_commit_pos = end
+        results = PutResults(PutStatus.PUT_OK, batch.topics, batch.queue_ids,
+                             placed.queue_offsets, placed.phys, placed.sizes, store_ts,
+                             self.store_host, uniq_prefix, uniq_start, uniq_given)
+        return results, self._record_results(then, placed_then, store_ts)
 
     def _index_columns(self, batch: ColumnBatch, placed: Placement, store_ts: int,
                        uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str],
@@ -925,6 +946,10 @@ class MessageStore:
         state.dispatched_pos = end
         state.write_seq = state.write_seq + 1
         self._known_commit_pos = end
+        return self._record_results(prepared, placed, store_ts)
+
+    def _record_results(self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended],
+                        store_ts: int) -> list[PutResult]:
         host = self.store_host
         return [
             PutResult(PutStatus.PUT_OK, r.topic, r.queue_id, a.queue_offset, a.physical_offset,
@@ -1472,6 +1497,20 @@ class MessageStore:
             start = min(state.flushed_pos, state.dispatched_pos, state.commit_pos)
             report.scanned_from = start
             end, reason = self._redispatch(start, None)
+            if state.valid and state.commit_pos < state.pending_end and (
+                    state.commit_pos <= end <= state.pending_end):
+                # A writer was killed inside an append: the records it had copied in
+                # full were never acknowledged (COMMIT_POS had not moved), so the whole
+                # append goes, as a live writer would wipe it (_sync_with_writers). An
+                # append of several records is then all or nothing, which the exactly-
+                # once sink's commit (final records + op record) relies on. Valid data
+                # past PENDING_END means the state file is older than the CommitLog
+                # (an OS crash lost its page): then nothing is cut.
+                if end > state.commit_pos:
+                    log.warning("store %s: discarding an unfinished append at CommitLog "
+                                "[%d, %d)", self.root, state.commit_pos, end)
+                    reason = "unfinished append"
+                end = state.commit_pos
             report.commit_end = end
             report.reason = reason
             garbage_end = max(state.pending_end,

@@ -56,7 +56,6 @@ RESOLUTION_ROLLBACK = "rollback"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
 OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
-FINALS_AND_OPS_SPLIT = True  # see end(): the columnar commit is not crash-atomic yet
 
 
 class TransactionState(enum.Enum):
@@ -150,16 +149,15 @@ class TransactionService:
                    for i in range(0, len(todo), OP_CHUNK)]
             finals: Sequence[PutResult] = []
             if commit:
-                # The sliced (columnar) commit is off: it appends the final records and
-                # the op records in two appends, and a crash between them leaves
-                # committed copies whose halves still look open, which a recovering
-                # sink commits again (seen as duplicates in test_crash). The record
-                # path below writes both in one atomic append. TODO: one append.
-                batch = None if FINALS_AND_OPS_SPLIT else self._final_columns(entries)
+                # Final records and op records go in ONE append: a crash between them
+                # would leave committed copies whose halves still look open, which a
+                # recovering sink would commit again (test_crash saw exactly that when
+                # they were two appends). One append is all or nothing (_recover).
+                batch = self._final_columns(entries)
                 if batch is not None:
                     columns, *index_info = batch
-                    finals = store._append_columns_locked(columns, now, *index_info)
-                    op_results = store._append_locked(ops, now)
+                    finals, op_results = store._append_columns_then_locked(
+                        columns, ops, now, *index_info)
                 else:
                     prepared = [self._final_record(store.commit_log.read(int(phy)), now)
                                 for phy in entries["offset"].tolist()]

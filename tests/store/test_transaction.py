@@ -114,3 +114,37 @@ def test_a_new_process_skips_ops_of_halves_below_the_check_progress(tmp_path):
         assert s.max_offset("out", 0) == 300
         s.commit_transaction(live)
         assert s.max_offset("out", 0) == 301 and s.open_transactions() == []
+
+
+@pytest.mark.parametrize("mode", ["before-ops", "after-ops"])
+def test_a_commit_killed_midway_leaves_nothing_and_can_be_redone(tmp_path, mode):
+    """Final records and the op record are one append: a SIGKILL inside it keeps neither."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.store.helpers.killed_commit import SMALL as KC_SMALL
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    count = 40  # above the small-batch size: the sliced (columnar) commit runs
+    proc = subprocess.run([sys.executable, "-m", "tests.store.helpers.killed_commit",
+                           str(tmp_path / "s"), str(count), mode],
+                          cwd=root, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    halves = [int(x) for x in proc.stdout.decode().split(",")]
+    assert len(halves) == count
+    with MessageStore.open(tmp_path / "s", **KC_SMALL) as s:
+        assert s.max_offset("out", 0) + s.max_offset("out", 1) == 0
+        assert s.query_by_key("out", "k1") == []
+        assert {s.transaction_status(h) for h in halves} == {"open"}
+        rep = s.recovery_report
+        assert rep.abnormal_exit and rep.reason == "unfinished append"
+        assert rep.discarded_bytes > 0
+        s.commit_transaction(halves)
+    with MessageStore.open(tmp_path / "s", **KC_SMALL) as s:
+        bodies = sorted(m.body for q in (0, 1)
+                        for m in s.pull("out", q, 0, max_msgs=100).messages)
+        assert bodies == sorted(b"row-%d" % i for i in range(count))
+        assert len(s.query_by_key("out", "k1")) == 1
+        assert {s.transaction_status(h) for h in halves} == {"committed"}
