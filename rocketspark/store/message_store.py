@@ -298,7 +298,10 @@ class MessageStore:
             self._queues: dict[tuple[str, int], ConsumeQueue] = {}
             self._queues_guard = threading.Lock()
             self._qo: dict[tuple[str, int], int] = {}
+            # First unflushed ConsumeQueue offset per queue this process wrote to. The
+            # background flusher swaps the dict under this guard while writers add.
             self._dirty_queues: dict[tuple[str, int], int] = {}
+            self._dirty_guard = threading.Lock()
             self._known_commit_pos = -1
             self._round_robin: dict[str, int] = {}
             self._ids = UniqueIdGenerator(self.store_host.ip if not self.store_host.is_v6
@@ -782,13 +785,11 @@ class MessageStore:
             placed_then, end = self.commit_log.append(end, then, store_ts,
                                                       self._reserve_queue_offsets, set_pending)
         state.commit_pos = end
-        dirty = self._dirty_queues
         for topic, qid, idx in placed.groups:
             first = int(placed.queue_offsets[idx[0]])
             self._cq(topic, qid).put(first, placed.phys[idx], placed.sizes[idx],
                                      batch.tags_codes[idx])
-            if (topic, qid) not in dirty:
-                dirty[(topic, qid)] = first
+            self._mark_dirty((topic, qid), first)
         self._index_columns(batch, placed, store_ts, uniq_prefix, uniq_start, uniq_given,
                             keyed, key_strings)
         if then:
@@ -1021,14 +1022,17 @@ class MessageStore:
                 index_uniq.append(r.uniq_key)
                 index_keys.append(r.keys)
                 index_phy.append(a.physical_offset)
-        dirty = self._dirty_queues
         for key, (first, offs, sizes, tags) in groups.items():
             self._cq(*key).put(first, offs, sizes, tags)
-            if key not in dirty:
-                dirty[key] = first
+            self._mark_dirty(key, first)
         if index_phy:
             self.index.build_index_batch(index_topics, index_uniq, index_keys, index_phy,
                                          [store_ts] * len(index_phy))
+
+    def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
+        with self._dirty_guard:
+            if key not in self._dirty_queues:
+                self._dirty_queues[key] = first
 
     def _redispatch(self, start: int, end: int | None, *, index_from: int | None = None,
                     progress: Callable[[int], None] | None = None) -> tuple[int, str]:
@@ -1070,7 +1074,7 @@ class MessageStore:
                 else:
                     code = tags_code(check.tags)
                 q.put(check.queue_offset, [pos], [check.size], [code])
-                self._dirty_queues.setdefault((check.topic, check.queue_id), check.queue_offset)
+                self._mark_dirty((check.topic, check.queue_id), check.queue_offset)
         if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
             keys = tuple(k for k in (check.keys or "").split(" ") if k)
             self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
@@ -1148,12 +1152,16 @@ class MessageStore:
         """Force the CommitLog, the ConsumeQueues, the index and the checkpoint to disk."""
         state = self.state
         with self._flush_lock:
+            # Below DISPATCHED_POS every ConsumeQueue entry is written and marked dirty
+            # (COMMIT_POS moves before the dispatch): FLUSHED_POS may only claim that.
+            dispatched = state.dispatched_pos
             end = state.commit_pos
             start = state.flushed_pos
             if end <= start:
                 return
             self.commit_log.flush(min(start, state.synced_pos), end)
-            dirty, self._dirty_queues = self._dirty_queues, {}
+            with self._dirty_guard:
+                dirty, self._dirty_queues = self._dirty_queues, {}
             for (topic, qid), first in dirty.items():
                 q = self._queues.get((topic, qid))
                 if q is not None:
@@ -1164,8 +1172,9 @@ class MessageStore:
             self.checkpoint.flush()
             if end > state.synced_pos:
                 state.synced_pos = end
-            if end > state.flushed_pos:
-                state.flushed_pos = end
+            flushed = min(end, dispatched)
+            if flushed > state.flushed_pos:
+                state.flushed_pos = flushed
 
     # -- pull ----------------------------------------------------------------------
 
