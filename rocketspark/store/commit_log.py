@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError, MessageTooLargeError
+from rocketspark.store.byte_gather import Pieces, interleave
 from rocketspark.store.mapped_file import MappedFile, MappedFileQueue
 from rocketspark.store.message import MessageExt, SysFlag
 from rocketspark.store.message_codec import (
@@ -83,6 +84,13 @@ class Appended:
 
 # Batches up to this many records are appended with ``struct`` rather than numpy.
 SMALL_BATCH = 8
+# From this many records a batch's bytes are gathered (byte_gather) rather than joined.
+GATHER_MIN = 2048
+
+
+def _rest_list(rests: Pieces | tuple[Pieces, ...]) -> list[bytes]:
+    parts = [p.to_list() for p in (rests if isinstance(rests, tuple) else (rests,))]
+    return [b"".join(row) for row in zip(*parts)]
 
 
 def _column_getter(n: int) -> Callable[[np.ndarray | int], list[int]]:
@@ -104,8 +112,8 @@ class ColumnBatch:
 
     topics: list[str] | str
     queue_ids: np.ndarray  # int32
-    bodies: list[bytes]
-    rests: list[bytes]
+    bodies: list[bytes] | Pieces
+    rests: list[bytes] | Pieces | tuple[Pieces, ...]  # a tuple: pieces joined per record
     crcs: np.ndarray  # int64
     magics: np.ndarray | int
     tags_codes: np.ndarray  # int64
@@ -230,13 +238,30 @@ class CommitLog:
         """
         n = len(batch)
         if n <= SMALL_BATCH:
+            if isinstance(batch.bodies, Pieces):
+                batch.bodies = batch.bodies.to_list()
+            if not isinstance(batch.rests, list):
+                batch.rests = _rest_list(batch.rests)
             return self._append_columns_small(start, batch, store_timestamp,
                                               next_queue_offset, set_pending_end)
         seg_size = self.segment_size
         header_size = HEADER_V4.size
-        body_len = np.fromiter(map(len, batch.bodies), dtype=np.int64, count=n)
-        totals = header_size + body_len + np.fromiter(map(len, batch.rests), dtype=np.int64,
-                                                      count=n)
+        # Pieces (the segmented copy) for big batches or when the caller gave them;
+        # below GATHER_MIN records a bytes.join of the objects is cheaper.
+        gather = (n >= GATHER_MIN or not isinstance(batch.bodies, list)
+                  or not isinstance(batch.rests, list))
+        if gather:
+            body_p = (batch.bodies if isinstance(batch.bodies, Pieces)
+                      else Pieces.of_list(batch.bodies))
+            rest_ps = (list(batch.rests) if isinstance(batch.rests, tuple) else
+                       [batch.rests if isinstance(batch.rests, Pieces)
+                        else Pieces.of_list(batch.rests)])
+            body_len = body_p.lengths
+            totals = header_size + body_len + sum(p.lengths for p in rest_ps)
+        else:
+            body_len = np.fromiter(map(len, batch.bodies), dtype=np.int64, count=n)
+            totals = header_size + body_len + np.fromiter(map(len, batch.rests),
+                                                          dtype=np.int64, count=n)
         biggest = int(totals.max())
         if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
             raise MessageTooLargeError(
@@ -244,8 +269,13 @@ class CommitLog:
                 f"{seg_size} bytes (mappedFileSizeCommitLog)")
         # Queue offsets: each (topic, queue) gets a consecutive run, in batch order.
         if isinstance(batch.topics, str):
-            keys = batch.queue_ids
-            uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+            # Queue ids are small non-negative ints: bincount groups them in O(n).
+            keys = batch.queue_ids.astype(np.int64)
+            per_queue = np.bincount(keys)
+            uniq = np.flatnonzero(per_queue)
+            remap = np.cumsum(per_queue > 0) - 1
+            inverse = remap[keys]
+            counts = per_queue[uniq]
             group_names = [(batch.topics, int(q)) for q in uniq]
         else:
             ids: dict[tuple[str, int], int] = {}
@@ -301,8 +331,22 @@ class CommitLog:
         hdr["reconsume"] = batch.reconsume
         hdr["prepared"] = batch.prepared
         hdr["body_len"] = body_len
-        heads = memoryview(hdr.tobytes())
         set_pending_end(pos)
+        if gather:
+            head_p = Pieces.fixed(hdr, header_size, n)
+            for at, first, stop, blank in chunks:
+                f = self.files.get_or_create(at)
+                off = at - f.start_offset
+                if stop > first:
+                    data = interleave([head_p.take(first, stop), body_p.take(first, stop),
+                                       *(p.take(first, stop) for p in rest_ps)])
+                    f.mm[off:off + data.size] = data
+                    off += data.size
+                    del data
+                if blank:
+                    f.mm[off:off + BLANK.size] = BLANK.pack(blank, BLANK_MAGIC_CODE)
+            return Placement(phys, totals, queue_offsets, groups, pos)
+        heads = memoryview(hdr.tobytes())
         bodies, rests = batch.bodies, batch.rests
         for at, first, stop, blank in chunks:
             parts: list[bytes | memoryview] = [b""] * (3 * (stop - first))

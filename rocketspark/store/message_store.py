@@ -763,7 +763,8 @@ class MessageStore:
     def _append_columns_then_locked(
             self, batch: ColumnBatch, then: Sequence[PreparedRecord], now: int,
             uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
-            key_strings: list[str]) -> tuple[PutResults, list[PutResult]]:
+            key_strings: list[str], uniq_hashes: np.ndarray | None = None
+    ) -> tuple[PutResults, list[PutResult]]:
         """Append ``batch`` and then the records ``then`` as ONE append.
 
         COMMIT_POS moves once, after both are copied: a writer killed between
@@ -791,7 +792,7 @@ class MessageStore:
                                      batch.tags_codes[idx])
             self._mark_dirty((topic, qid), first)
         self._index_columns(batch, placed, store_ts, uniq_prefix, uniq_start, uniq_given,
-                            keyed, key_strings)
+                            keyed, key_strings, uniq_hashes)
         if then:
             self._dispatch(then, placed_then, store_ts)
         state.dispatched_pos = end
@@ -804,27 +805,34 @@ class MessageStore:
 
     def _index_columns(self, batch: ColumnBatch, placed: Placement, store_ts: int,
                        uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str],
-                       keyed: list[int], key_strings: list[str]) -> None:
-        """Index topic#UNIQ_KEY then topic#key of each record, in record order."""
+                       keyed: list[int], key_strings: list[str],
+                       uniq_hashes: np.ndarray | None = None) -> None:
+        """Index topic#UNIQ_KEY then topic#key of each record, in record order.
+
+        ``uniq_hashes``: the topic#UNIQ_KEY hashCodes, when the caller has them.
+        """
         n = len(batch)
-        if n <= SMALL_BATCH and not keyed and not uniq_given:
+        if uniq_hashes is not None:
+            hashes = uniq_hashes
+        elif n <= SMALL_BATCH and not keyed and not uniq_given:
             hashes_small = []
             for i in range(n):
                 base = self._uniq_hash_base(batch.topic_of(i), uniq_prefix)
                 hashes_small.append(hex_suffixed_hash(base, uniq_start + i))
             self.index.put_hashes(hashes_small, placed.phys.tolist(), [store_ts] * n)
             return
-        counters = uniq_start + np.arange(n, dtype=np.int64)
-        if isinstance(batch.topics, str):
-            hashes = java_hash_hex_suffixed(f"{batch.topics}#{uniq_prefix}", counters)
         else:
-            hashes = np.empty(n, dtype=np.int32)
-            topics_arr = np.asarray(batch.topics, dtype=object)
-            for t in set(batch.topics):
-                sel = np.flatnonzero(topics_arr == t)
-                hashes[sel] = java_hash_hex_suffixed(f"{t}#{uniq_prefix}", counters[sel])
+            counters = uniq_start + np.arange(n, dtype=np.int64)
+            if isinstance(batch.topics, str):
+                hashes = java_hash_hex_suffixed(f"{batch.topics}#{uniq_prefix}", counters)
+            else:
+                hashes = np.empty(n, dtype=np.int32)
+                topics_arr = np.asarray(batch.topics, dtype=object)
+                for t in set(batch.topics):
+                    sel = np.flatnonzero(topics_arr == t)
+                    hashes[sel] = java_hash_hex_suffixed(f"{t}#{uniq_prefix}", counters[sel])
         owners = np.arange(n, dtype=np.int64)
-        if uniq_given:
+        if uniq_given and uniq_hashes is None:
             at = np.fromiter(uniq_given, dtype=np.int64, count=len(uniq_given))
             hashes[at] = java_hash_many([f"{batch.topic_of(int(i))}#{uniq_given[int(i)]}"
                                          for i in at])

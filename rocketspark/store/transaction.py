@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rocketspark.errors import OffsetOutOfRangeError, TransactionError
+from rocketspark.store.index_file import java_hash_many
 from rocketspark.store.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -38,6 +39,7 @@ from rocketspark.store.message import (
     Message,
     MessageExt,
     SysFlag,
+    java_string_hash,
 )
 
 if TYPE_CHECKING:
@@ -123,8 +125,8 @@ class TransactionService:
         """
         store = self.store
         store._check_open()
-        wanted = np.unique(half_offsets if isinstance(half_offsets, np.ndarray) else
-                           np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
+        wanted = _sorted_unique(half_offsets if isinstance(half_offsets, np.ndarray) else
+                                np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
         if not len(wanted):
             return []
         now = store.clock()
@@ -176,99 +178,90 @@ class TransactionService:
 
         A half whose properties end with TRAN_MSG, REAL_TOPIC, REAL_QID (as both
         prepare paths write them) commits to a record whose properties are the
-        prefix before them: bytes are sliced, not decoded and re-encoded.
+        prefix before them: its bytes are gathered from the half's (byte_gather),
+        never decoded and re-encoded. Returns (batch, uniq prefix, uniq start,
+        UNIQ_KEYs by record, keyed records, their KEYS, index hashes of UNIQ_KEY).
         """
-        # Hot path: headers and field positions for a whole segment at once in numpy;
-        # per half only the slicing and the search for the trailing properties.
+        from rocketspark.store.byte_gather import Pieces
         from rocketspark.store.commit_log import ColumnBatch
-        from rocketspark.store.message_codec import (
-            HEADER_V4,
-            HEADER_V4_DTYPE,
-            MESSAGE_MAGIC_CODE,
-        )
 
         store = self.store
         n = len(entries)
         phys = entries["offset"].astype(np.int64)
         seg_idx = phys // store.commit_log.segment_size
         bounds = [0, *(np.flatnonzero(np.diff(seg_idx)) + 1).tolist(), n]
-        header = HEADER_V4.size
-        marker = _FINAL_MARKER
-        qid_sep = b"\x02REAL_QID\x01"
-        uniq_tag, keys_tag = b"\x02UNIQ_KEY\x01", b"\x02KEYS\x01"
-        topics: list[str] = []
-        qids: list[int] = []
-        bodies: list[bytes] = []
-        rests: list[bytes] = []
-        uniq_given: dict[int, str] = {}
-        keyed: list[int] = []
-        key_strings: list[str] = []
-        topic_cache: dict[bytes, tuple[str, bytes, int]] = {}
-        headers = []
-        i = 0
-        for a, b in zip(bounds, bounds[1:]):
+        parts = []
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
             f = store.commit_log.segment(int(phys[a]))
-            buf = np.frombuffer(f.mm, dtype=np.uint8)
             rel = phys[a:b] - f.start_offset
-            starts_view = np.ndarray(shape=(len(buf) - header + 1,), dtype=HEADER_V4_DTYPE,
-                                     buffer=buf, offset=0, strides=(1,))
-            hdr = starts_view[rel]
-            del starts_view
-            if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
-                return None  # v2 records, IPv6 hosts or compressed bodies: the record path
-            body_start = rel + header
-            body_end = body_start + hdr["body_len"].astype(np.int64)
-            plen_at = body_end + 1 + buf[body_end].astype(np.int64)
-            props_start = plen_at + 2
-            props_end = props_start + ((buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1])
-            del buf
-            headers.append(hdr)
-            mm = f.mm
-            for bs, be, ps, pe in zip(body_start.tolist(), body_end.tolist(),
-                                      props_start.tolist(), props_end.tolist()):
-                props = mm[ps:pe]
-                cut = props.rfind(marker)
-                if cut < 0 or props[-1:] != b"\x02":
-                    return None
-                real, sep, qid = props[cut + len(marker):-1].partition(qid_sep)
-                if not sep:
-                    return None
-                info = topic_cache.get(real)
-                if info is None:
-                    name = real.decode("utf-8")
-                    _, part, magic = store._topic_info(name)
-                    info = topic_cache[real] = (name, part, magic)
-                prefix = props[:cut]
-                topics.append(info[0])
-                qids.append(int(qid))
-                bodies.append(mm[bs:be])
-                rests.append(b"".join((info[1], len(prefix).to_bytes(2, "big"), prefix)))
-                lead = b"\x02" + prefix
-                at = lead.find(uniq_tag)
-                if at >= 0:
-                    at += len(uniq_tag)
-                    uniq_given[i] = lead[at:lead.index(b"\x02", at)].decode("utf-8")
-                else:
-                    uniq_given[i] = ""
-                at = lead.find(keys_tag)
-                if at >= 0:
-                    at += len(keys_tag)
-                    keyed.append(i)
-                    key_strings.append(lead[at:lead.index(b"\x02", at)].decode("utf-8"))
-                i += 1
-        hdr = headers[0] if len(headers) == 1 else np.concatenate(headers)
-        magics = np.fromiter((topic_cache[t.encode()][2] for t in topics), dtype=np.int32,
-                             count=n)
+            lo = int(rel.min())
+            hi = int((rel + entries["size"][a:b]).max())
+            src = f.mm[lo:hi]  # one copy of the region: no pointer into the map is kept
+            part = _parse_halves(src, rel - lo, k, a)
+            if part is None:
+                return None  # v2 records, IPv6 hosts, compressed or foreign halves
+            parts.append(part)
+        cat: dict[str, Any] = {}
+        for key, first in parts[0].items():
+            if isinstance(first, np.ndarray):
+                cat[key] = first if len(parts) == 1 else np.concatenate([p[key] for p in parts])
+            elif isinstance(first, list):
+                cat[key] = [x for p in parts for x in p[key]]
+            elif isinstance(first, dict):
+                cat[key] = {i: v for p in parts for i, v in p[key].items()}
+        srcs = [p["src"] for p in parts]
+        names: list[str] = []
+        topic_ids: dict[str, int] = {}
+        tid_parts = []
+        for p in parts:
+            remap = np.asarray([topic_ids.setdefault(t, len(topic_ids))
+                                for t in p["topic_names"]], dtype=np.int64)
+            tid_parts.append(remap[p["topic"]])
+        names = list(topic_ids)
+        tid = tid_parts[0] if len(tid_parts) == 1 else np.concatenate(tid_parts)
+        infos = [store._topic_info(t) for t in names]
+        hdr = cat["hdr"]
+        seg = cat["seg"]
+        plen = cat["prefix_len"]
+        rests = (Pieces([i[1] for i in infos], np.zeros(n, dtype=np.int64),
+                        np.asarray([len(i[1]) for i in infos], dtype=np.int64)[tid],
+                        tid if len(infos) > 1 else 0),
+                 Pieces.fixed(plen.astype(">u2"), 2, n),
+                 Pieces(srcs, cat["props_start"], plen, seg if len(srcs) > 1 else 0))
+        bodies = Pieces(srcs, cat["body_start"], hdr["body_len"].astype(np.int64),
+                        seg if len(srcs) > 1 else 0)
+        topics: list[str] | str = names[0] if len(names) == 1 else [names[t] for t in
+                                                                    tid.tolist()]
+        magics = (infos[0][2] if len(infos) == 1 else
+                  np.asarray([i[2] for i in infos], dtype=np.int32)[tid])
         batch = ColumnBatch(
-            topics=topics, queue_ids=np.asarray(qids, dtype=np.int32), bodies=bodies,
-            rests=rests, crcs=hdr["crc"].astype(np.int64), magics=magics,
+            topics=topics, queue_ids=cat["qid"].astype(np.int32), bodies=bodies, rests=rests,
+            crcs=hdr["crc"].astype(np.int64), magics=magics,
             tags_codes=entries["tags"].astype(np.int64), born_host=store.born_host,
             born_ts=hdr["born_ts"].astype(np.int64), flags=hdr["flag"].astype(np.int64),
             reconsume=hdr["reconsume"].astype(np.int64),
             sys_flags=(hdr["sys_flag"].astype(np.int64) & ~0xC) | 0x8,  # TRANSACTION_COMMIT
             prepared=phys, born_ips=hdr["born_ip"].astype(np.int64),
             born_ports=hdr["born_port"].astype(np.int64))
-        return batch, "", 0, uniq_given, keyed, key_strings
+        # UNIQ_KEY hashes (topic#UNIQ_KEY) for the index: hashCode of "topic#" carried on
+        # over the 32 ASCII characters of the key, in uint32 (Java's int overflow).
+        uniq = cat["uniq"]
+        fast = cat["uniq_ok"]
+        topic_hash = np.asarray([java_string_hash(t + "#") & 0xFFFFFFFF for t in names],
+                                dtype=np.uint32)
+        hashes = topic_hash[tid]
+        with np.errstate(over="ignore"):
+            for j in range(UNIQ_HEX_LEN):
+                hashes = hashes * np.uint32(31) + uniq[:, j]
+        slow = np.flatnonzero(~fast)
+        if len(slow):
+            hashes[slow] = java_hash_many(
+                [f"{names[int(tid[i])]}#{cat['uniq_text'][int(i)]}" for i in slow]).view(
+                np.uint32)
+        uniq_given = _UniqAt(uniq, fast, cat["uniq_text"])
+        keyed = cat["keyed"]
+        key_strings = cat["key_strings"]
+        return batch, "", 0, uniq_given, keyed, key_strings, hashes.view(np.int32)
 
     def _op_record(self, half_offsets: list[int], commit: bool, now: int) -> PreparedRecord:
         return self.store._prepare_raw(
@@ -506,6 +499,218 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
 
 OPEN, COMMITTED, ROLLED_BACK, RESOLVED = 0, 1, 2, 3
 _FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
+_QID_SEP = b"\x02REAL_QID\x01"
+_UNIQ_HEAD = b"UNIQ_KEY\x01"
+_TXN_HEAD = b"__transactionId__\x01"
+UNIQ_HEX_LEN = 32  # the UNIQ_KEYs we (and RocketMQ's clients) generate
+_ROWS = 16384  # rows per block of a 2-D byte comparison
+
+
+def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,
+                mask: np.ndarray | None = None) -> np.ndarray:
+    """Per row: do the bytes at ``at`` equal ``template`` (where ``mask`` is True)?"""
+    width = len(template)
+    t = np.frombuffer(template, dtype=np.uint8)
+    out = np.zeros(len(at), dtype=bool)
+    if len(buf) < width:
+        return out
+    inside = (at >= 0) & (at + width <= len(buf))
+    safe = np.where(inside, at, 0)
+    win = _byte_rows(buf, width)
+    for c in range(0, len(at), _ROWS):
+        block = win[safe[c:c + _ROWS]] == t
+        if mask is not None:
+            block |= ~mask
+        out[c:c + _ROWS] = block.all(axis=1)
+    return out & inside
+
+
+def _byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
+    """Row k = buf[k:k + width] (a stride-1 view: indexing it copies no index grid)."""
+    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width),
+                                           strides=(1, 1), writeable=False)
+
+
+def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
+    """From one committed prefix, the fixed tail our prepare paths give every half.
+
+    ``UNIQ_KEY=<32>`` ``PGROUP=<group>`` ``__transactionId__=<same 32>`` then the
+    caller's extra properties, up to the end of the prefix. Returns (template,
+    mask of its fixed bytes, position of each 32-character slot), or None.
+    """
+    j = p.rfind(b"\x02" + _TXN_HEAD)
+    if j < 0:
+        return None
+    u_end = j + 1 + len(_TXN_HEAD) + UNIQ_HEX_LEN
+    uniq = p[j + 1 + len(_TXN_HEAD):u_end]
+    if len(uniq) != UNIQ_HEX_LEN or p[u_end:u_end + 1] != b"\x02" or b"\x02" in uniq:
+        return None
+    extra = p[u_end + 1:]
+    k = p.rfind(b"\x02PGROUP\x01", 0, j)
+    if k < 0:
+        return None
+    group = p[k + 8:j]
+    if b"\x02" in group or p[k - UNIQ_HEX_LEN - len(_UNIQ_HEAD):k] != _UNIQ_HEAD + uniq:
+        return None
+    slot = b"\x00" * UNIQ_HEX_LEN
+    template = b"".join((_UNIQ_HEAD, slot, b"\x02PGROUP\x01", group, b"\x02", _TXN_HEAD, slot,
+                         b"\x02", extra))
+    first = len(_UNIQ_HEAD)
+    second = first + UNIQ_HEX_LEN + 8 + len(group) + 1 + len(_TXN_HEAD)
+    mask = np.ones(len(template), dtype=bool)
+    mask[first:first + UNIQ_HEX_LEN] = False
+    mask[second:second + UNIQ_HEX_LEN] = False
+    return template, mask, first, second
+
+
+def _property(p: bytes, name: bytes) -> str | None:
+    """The value of property ``name`` in encoded properties ``p`` (None: absent)."""
+    lead = b"\x02" + p
+    at = lead.find(b"\x02" + name + b"\x01")
+    if at < 0:
+        return None
+    at += len(name) + 2
+    end = lead.find(b"\x02", at)
+    return lead[at:end if end >= 0 else len(lead)].decode("utf-8")
+
+
+def _parse_halves(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str, Any] | None:
+    """Find, in numpy, where each half's committed record comes from (None: not ours).
+
+    ``src`` holds the halves' bytes, ``rel`` their offsets in it. Per half:
+    the body, the properties prefix to keep (everything before TRAN_MSG),
+    REAL_TOPIC and REAL_QID, and its 32-character UNIQ_KEY when it sits in
+    the fixed tail both prepare paths write. Only halves with KEYS (or an
+    unusual layout) are looked at one by one.
+    """
+    from rocketspark.store.message_codec import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
+
+    buf = np.frombuffer(src, dtype=np.uint8)
+    m = len(rel)
+    header = HEADER_V4.size
+    starts_view = np.ndarray(shape=(len(buf) - header + 1,), dtype=HEADER_V4_DTYPE,
+                             buffer=buf, offset=0, strides=(1,))
+    hdr = starts_view[rel]
+    del starts_view
+    if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
+        return None  # v2 records, IPv6 hosts or compressed bodies: the record path
+    body_start = rel + header
+    body_end = body_start + hdr["body_len"].astype(np.int64)
+    if np.any(body_end + 3 > len(buf)):
+        return None
+    plen_at = body_end + 1 + buf[body_end].astype(np.int64)
+    props_start = plen_at + 2
+    props_end = props_start + ((buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1])
+    if np.any(props_end > len(buf)) or np.any(props_end <= props_start):
+        return None
+    last = props_end - 1
+    if np.any(buf[last] != 2):
+        return None
+    # REAL_QID: the digits before the last \x02, read backwards.
+    digits = np.zeros(m, dtype=np.int64)
+    qid = np.zeros(m, dtype=np.int64)
+    going = np.ones(m, dtype=bool)
+    scale = 1
+    for j in range(1, 7):
+        at = last - j
+        c = buf[np.maximum(at, 0)].astype(np.int64)
+        dig = going & (at >= props_start) & (c >= 48) & (c <= 57)
+        qid += np.where(dig, (c - 48) * scale, 0)
+        digits += dig
+        going = dig
+        scale *= 10
+    if np.any(digits == 0) or np.any(going):
+        return None
+    topic_end = last - digits - len(_QID_SEP)
+    if not _rows_equal(buf, topic_end, _QID_SEP).all():
+        return None
+    # REAL_TOPIC: learn each distinct topic from its first half, compare the rest.
+    topic = np.full(m, -1, dtype=np.int64)
+    lead = np.zeros(m, dtype=np.int64)
+    names: list[str] = []
+    todo = np.arange(m)
+    while len(todo):
+        i0 = int(todo[0])
+        cut = src.rfind(_FINAL_MARKER, int(props_start[i0]), int(topic_end[i0]))
+        if cut < 0:
+            return None
+        real = src[cut + len(_FINAL_MARKER):int(topic_end[i0])]
+        template = _FINAL_MARKER + real
+        at = topic_end[todo] - len(template)
+        ok = (at >= props_start[todo]) & _rows_equal(buf, at, template)
+        if not ok[0]:
+            return None
+        try:
+            names.append(real.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        topic[todo[ok]] = len(names) - 1
+        lead[todo[ok]] = at[ok]
+        todo = todo[~ok]
+    prefix_len = lead - props_start
+    if np.any((prefix_len > 0) & (buf[np.maximum(lead - 1, 0)] != 2)):
+        return None  # the prefix would not end on a whole property
+    # UNIQ_KEY: the fixed tail of the prefix, learned from one half and compared.
+    uniq = np.zeros((m, UNIQ_HEX_LEN), dtype=np.uint8)
+    uniq_ok = np.zeros(m, dtype=bool)
+    head_end = lead.copy()  # where the properties before UNIQ_KEY end
+    todo = np.arange(m)
+    tries = 0
+    while len(todo) and tries < 8:
+        tries += 1
+        i0 = int(todo[0])
+        learned = _learn_uniq_template(src[int(props_start[i0]):int(lead[i0])])
+        if learned is None:
+            todo = todo[1:]
+            continue
+        template, mask, first, second = learned
+        at = lead[todo] - len(template)
+        ok = (at >= props_start[todo]) & _rows_equal(buf, at, template, mask)
+        ok &= (at == props_start[todo]) | (buf[np.maximum(at - 1, 0)] == 2)
+        rows, at = todo[ok], at[ok]
+        win = _byte_rows(buf, UNIQ_HEX_LEN)
+        one = win[at + first]
+        good = (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (
+            one != 2).all(axis=1)
+        uniq[rows[good]] = one[good]
+        uniq_ok[rows[good]] = True
+        head_end[rows[good]] = at[good]
+        todo = todo[~uniq_ok[todo]]
+        if len(todo) and todo[0] == i0:
+            todo = todo[1:]  # its own template failed it: one by one
+    # One by one: halves with properties before UNIQ_KEY (user properties, tags,
+    # keys) for their KEYS, and halves whose UNIQ_KEY the template did not cover.
+    uniq_text: dict[int, str] = {}
+    keyed: list[int] = []
+    key_strings: list[str] = []
+    for i in np.flatnonzero((head_end > props_start) | ~uniq_ok).tolist():
+        p = src[int(props_start[i]):int(head_end[i])]
+        if not uniq_ok[i]:
+            uniq_text[base + i] = _property(p, b"UNIQ_KEY") or ""
+        keys = _property(p, b"KEYS")
+        if keys:
+            keyed.append(base + i)
+            key_strings.append(keys)
+    return {"src": src, "hdr": hdr, "seg": np.full(m, seg_no, dtype=np.int64),
+            "body_start": body_start, "props_start": props_start, "prefix_len": prefix_len,
+            "qid": qid, "topic": topic, "topic_names": names, "uniq": uniq,
+            "uniq_ok": uniq_ok, "uniq_text": uniq_text, "keyed": keyed,
+            "key_strings": key_strings}
+
+
+class _UniqAt:
+    """UNIQ_KEY of each committed record, decoded only when a PutResult asks."""
+
+    def __init__(self, uniq: np.ndarray, ok: np.ndarray, text: dict[int, str]):
+        self._uniq, self._ok, self._text = uniq, ok, text
+
+    def get(self, i: int, default: str | None = None) -> str | None:
+        if self._ok[i]:
+            return self._uniq[i].tobytes().decode("ascii")
+        return self._text.get(i, default)
+
+    def __bool__(self) -> bool:
+        return True
 
 
 class _ResolutionTable:
@@ -548,6 +753,17 @@ class _ResolutionTable:
             self._grow(int(a.max()) + 1)
             a = a[self._b[a] == OPEN]
             self._b[a] = state
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique for int arrays, without its hash table (slow at 500k values here)."""
+    values = np.asarray(values, dtype=np.int64)
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values  # already ascending: the sink's runs are
+    values = np.sort(values)
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
 
 
 def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.store import Message, MessageStore, PutStatus
+from rocketspark.store import Message, MessageStore, PutStatus, commit_log
 from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
 from rocketspark.store.message_store import PutResults
 
@@ -51,7 +51,15 @@ def _messages(rng: random.Random, n: int) -> list[Message]:
     return out
 
 
-def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock):
+@pytest.fixture(params=["join", "gather"])
+def copy_path(request, monkeypatch):
+    """Both ways append_columns copies bytes: joined objects, and the segmented gather."""
+    if request.param == "gather":
+        monkeypatch.setattr(commit_log, "GATHER_MIN", commit_log.SMALL_BATCH + 1)
+    return request.param
+
+
+def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock, copy_path):
     rng = random.Random(7)
     batches = [_messages(rng, rng.randrange(1, 60)) for _ in range(12)]
     roots = []
@@ -150,7 +158,8 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock):
     assert _index_bodies(roots[0]) == _index_bodies(roots[1])
 
 
-def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_path, clock):
+def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_path, clock,
+                                                                            copy_path):
     rng = random.Random(3)
     msgs = _messages(rng, 40)
     msgs = [Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=m.properties,

@@ -1,0 +1,159 @@
+"""Byte pieces gathered into one buffer at memcpy speed: the store's segmented copy.
+
+Building a CommitLog region means concatenating, record after record, a
+header, a body and the rest of the record, taken from different buffers.
+``b"".join`` over Python objects costs ~0.3-0.6 µs a piece (a memoryview slice
+more), which at a million records a second is the whole budget. Arrow's
+``binary_view`` type describes each value as (length, buffer, offset) into a
+list of buffers; casting it to ``large_binary`` copies the values into one
+contiguous data buffer in C++. The views themselves are built with numpy,
+so gathering n pieces costs a few nanoseconds a piece plus the bytes.
+
+``Pieces`` describes n byte strings as slices of a few buffers; ``interleave``
+concatenates the i-th piece of every column, row after row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+INLINE = 12  # a binary_view value of up to 12 bytes lives inside its view
+_MAX_BUFFER = (1 << 31) - 1  # view offsets are int32
+_VIEW = np.dtype([("length", "<i4"), ("prefix", "V4"), ("buffer", "<i4"), ("offset", "<i4")])
+_VIEW_INLINE = np.dtype([("length", "<i4"), ("data", "V12")])
+
+
+@dataclass(slots=True)
+class Pieces:
+    """n byte strings: piece i is ``buffers[index[i]][offsets[i]:offsets[i] + lengths[i]]``.
+
+    ``index`` may be a scalar (every piece from the same buffer). Buffers are
+    bytes-like objects under 2 GiB.
+    """
+
+    buffers: list[Any]
+    offsets: np.ndarray  # int64
+    lengths: np.ndarray  # int64
+    index: np.ndarray | int = 0
+
+    @classmethod
+    def of_list(cls, items: Sequence[bytes]) -> Pieces:
+        """Pieces of a list of bytes objects (joined once, ~50 ns an item)."""
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        offsets = np.zeros(len(items), dtype=np.int64)
+        if len(items) > 1:
+            np.cumsum(lengths[:-1], out=offsets[1:])
+        data = b"".join(items)
+        return cls([data], offsets, lengths)
+
+    @classmethod
+    def repeated(cls, value: bytes, n: int) -> Pieces:
+        """The same bytes n times (no copy)."""
+        return cls([value], np.zeros(n, dtype=np.int64), np.full(n, len(value), dtype=np.int64))
+
+    @classmethod
+    def fixed(cls, data: Any, width: int, n: int) -> Pieces:
+        """n consecutive pieces of ``width`` bytes from the start of ``data``."""
+        return cls([data], np.arange(n, dtype=np.int64) * width,
+                   np.full(n, width, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def take(self, first: int, stop: int) -> Pieces:
+        index = self.index if np.isscalar(self.index) else self.index[first:stop]
+        return Pieces(self.buffers, self.offsets[first:stop], self.lengths[first:stop], index)
+
+    def to_list(self) -> list[bytes]:
+        """Each piece as bytes (for the few-record paths)."""
+        views = [memoryview(b) for b in self.buffers]
+        idx = (np.full(len(self), self.index) if np.isscalar(self.index)
+               else self.index).tolist()
+        return [bytes(views[b][o:o + n]) for b, o, n in
+                zip(idx, self.offsets.tolist(), self.lengths.tolist())]
+
+
+def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
+             width: int = INLINE) -> np.ndarray:
+    """The ``width`` bytes at each offset (zeroed past each length), as void scalars.
+
+    A stride-1 2-D view of ``data`` indexed by row copies ``width`` bytes per
+    offset with no index grid; offsets too near the end take a padded copy.
+    """
+    m = len(offsets)
+    out = np.zeros((m, width), dtype=np.uint8)
+    if len(data) >= width:
+        win = np.lib.stride_tricks.as_strided(data, shape=(len(data) - width + 1, width),
+                                              strides=(1, 1), writeable=False)
+        near = offsets > len(data) - width
+        if near.any():
+            ok = ~near
+            out[ok] = win[offsets[ok]]
+        else:
+            out[:] = win[offsets]
+    else:
+        near = np.ones(m, dtype=bool)
+    if near.any():
+        padded = np.concatenate((data[-width:] if len(data) >= width else data,
+                                 np.zeros(width, dtype=np.uint8)))
+        base = max(len(data) - width, 0)
+        pwin = np.lib.stride_tricks.as_strided(padded, shape=(len(padded) - width + 1, width),
+                                               strides=(1, 1), writeable=False)
+        out[near] = pwin[offsets[near] - base]
+    if lengths is not None:
+        out[np.arange(width) >= lengths[:, None]] = 0
+    return out.view(f"V{width}").ravel()
+
+
+def interleave(columns: Sequence[Pieces]) -> pa.Buffer:
+    """Concatenate piece i of column 0, piece i of column 1, ..., for every i in order."""
+    n = len(columns[0])
+    k = len(columns)
+    views = np.zeros((n, k), dtype=_VIEW)
+    inline_views = views.view(_VIEW_INLINE)
+    buffers: list[pa.Buffer] = []
+    for c, col in enumerate(columns):
+        if len(col) != n:
+            raise ValueError(f"column {c} has {len(col)} pieces, column 0 has {n}")
+        base = len(buffers)
+        idx = np.broadcast_to(np.asarray(col.index, dtype=np.int64), (n,))
+        lengths, offsets = col.lengths, col.offsets
+        v = views[:, c]
+        v["length"] = lengths
+        for b, raw in enumerate(col.buffers):
+            if len(col.buffers) == 1:
+                sel: slice | np.ndarray = slice(None)
+            else:
+                sel = np.flatnonzero(idx == b)
+                if not len(sel):
+                    continue
+            data = np.frombuffer(raw, dtype=np.uint8)
+            if len(data) > _MAX_BUFFER:
+                raise ValueError(f"a gather buffer of {len(data)} bytes is over 2 GiB")
+            lens = lengths[sel]
+            offs = offsets[sel]
+            if len(offs) and (int(offs.min()) < 0 or int((offs + lens).max()) > len(data)):
+                raise ValueError("a piece reaches outside its buffer")
+            small = lens <= INLINE
+            rows = np.arange(n)[sel] if isinstance(sel, slice) else sel
+            if small.any():
+                s_rows, s_off, s_len = rows[small], offs[small], lens[small]
+                inline_views["data"][s_rows, c] = _windows(data, s_off, s_len)
+            big = ~small
+            if big.any():
+                b_rows, b_off = rows[big], offs[big]
+                views["prefix"][b_rows, c] = _windows(data, b_off, None, 4)
+                views["buffer"][b_rows, c] = base + b
+                views["offset"][b_rows, c] = b_off
+        buffers.extend(pa.py_buffer(raw) for raw in col.buffers)
+    arr = pa.Array.from_buffers(pa.binary_view(), n * k,
+                                [None, pa.py_buffer(views), *buffers])
+    out = arr.cast(pa.large_binary())
+    bufs = out.buffers()
+    ends = np.frombuffer(bufs[1], dtype=np.int64, count=n * k + 1, offset=0)
+    return bufs[2].slice(int(ends[0]), int(ends[-1] - ends[0]))
