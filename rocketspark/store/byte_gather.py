@@ -71,10 +71,10 @@ class Pieces:
 
     def to_list(self) -> list[bytes]:
         """Each piece as bytes (for the few-record paths)."""
-        views = [memoryview(b) for b in self.buffers]
+        raws = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]  # bytes, any dtype
         idx = (np.full(len(self), self.index) if np.isscalar(self.index)
                else self.index).tolist()
-        return [bytes(views[b][o:o + n]) for b, o, n in
+        return [raws[b][o:o + n].tobytes() for b, o, n in
                 zip(idx, self.offsets.tolist(), self.lengths.tolist())]
 
 

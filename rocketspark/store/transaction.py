@@ -155,7 +155,7 @@ class TransactionService:
                 # would leave committed copies whose halves still look open, which a
                 # recovering sink would commit again (test_crash saw exactly that when
                 # they were two appends). One append is all or nothing (_recover).
-                batch = self._final_columns(entries)
+                batch = self._final_columns(entries) if store._columnar else None
                 if batch is not None:
                     columns, *index_info = batch
                     finals, op_results = store._append_columns_then_locked(
@@ -189,7 +189,11 @@ class TransactionService:
         n = len(entries)
         phys = entries["offset"].astype(np.int64)
         seg_idx = phys // store.commit_log.segment_size
-        bounds = [0, *(np.flatnonzero(np.diff(seg_idx)) + 1).tolist(), n]
+        # Each run of halves in one segment, without a gap over 1 MiB between them, is
+        # copied out as one region (halves far apart are not copied with all between).
+        gaps = phys[1:] - (phys[:-1] + entries["size"][:-1].astype(np.int64))
+        cuts = np.flatnonzero((np.diff(seg_idx) != 0) | (gaps > _REGION_GAP)) + 1
+        bounds = [0, *cuts.tolist(), n]
         parts = []
         for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
             f = store.commit_log.segment(int(phys[a]))
@@ -504,6 +508,7 @@ _UNIQ_HEAD = b"UNIQ_KEY\x01"
 _TXN_HEAD = b"__transactionId__\x01"
 UNIQ_HEX_LEN = 32  # the UNIQ_KEYs we (and RocketMQ's clients) generate
 _ROWS = 16384  # rows per block of a 2-D byte comparison
+_REGION_GAP = 1 << 20
 
 
 def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,

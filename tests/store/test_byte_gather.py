@@ -50,3 +50,6 @@ def test_constructors_and_around_the_inline_size():
     assert got == b"".join(bytes(range(4 * i, 4 * i + 4)) + items[i] + b"\x00\x01"
                            for i in range(6))
     assert body.take(2, 4).to_list() == items[2:4]
+    wide = Pieces.fixed(np.asarray([258, 3], dtype=">u2"), 2, 2)  # offsets are in bytes
+    assert wide.to_list() == [b"\x01\x02", b"\x00\x03"]
+    assert bytes(interleave([wide])) == b"\x01\x02\x00\x03"

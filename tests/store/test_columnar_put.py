@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.store import Message, MessageStore, PutStatus, commit_log
+from rocketspark.store import Message, MessageStore, PutStatus, commit_log, transaction
 from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
 from rocketspark.store.message_store import PutResults
 
@@ -51,11 +51,14 @@ def _messages(rng: random.Random, n: int) -> list[Message]:
     return out
 
 
-@pytest.fixture(params=["join", "gather"])
+@pytest.fixture(params=["join", "gather", "gather-regions"])
 def copy_path(request, monkeypatch):
-    """Both ways append_columns copies bytes: joined objects, and the segmented gather."""
-    if request.param == "gather":
+    """Both ways append_columns copies bytes: joined objects, and the segmented gather
+    (with a commit's halves copied out as one region, or each as its own)."""
+    if request.param.startswith("gather"):
         monkeypatch.setattr(commit_log, "GATHER_MIN", commit_log.SMALL_BATCH + 1)
+    if request.param == "gather-regions":
+        monkeypatch.setattr(transaction, "_REGION_GAP", -1)
     return request.param
 
 
@@ -185,7 +188,8 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_
                 rs = s.put_batch(msgs)
                 hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS_SINK": "x"})
             assert [h.queue_offset for h in hs] == list(range(40))
-            s.commit_transaction(hs[:25])
+            s.commit_transaction(hs[:3])  # a few: the small append path
+            s.commit_transaction(hs[3:25])
             s.rollback_transaction(hs[25:])
         roots.append(root)
     assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
