@@ -29,6 +29,7 @@ from rocketspark.errors import (
     StoreLockedError,
     UnknownTopicError,
 )
+from rocketspark.store.byte_gather import Pieces
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
     SMALL_BATCH,
@@ -609,6 +610,13 @@ class MessageStore:
             self._topic_cache.clear()
             self._topic_cache_until = mono + 1.0
         topic_info = self._topic_cache
+        uniform = self._uniform_batch(cols, now, uniq_prefix, uniq_start, half)
+        if uniform is not None:
+            with self._write_lock:
+                self._sync_with_writers()
+                results = self._append_columns_locked(uniform, now, uniq_prefix, uniq_start,
+                                                      {}, [], [])
+            return self._after_append(results)  # type: ignore[return-value]
         cache: dict[str, tuple[int, bytes, int, str]] = {}
         last_topic = None
         write_queues = 0
@@ -744,6 +752,110 @@ class MessageStore:
             results = self._append_columns_locked(batch, now, uniq_prefix, uniq_start,
                                                   uniq_given, keyed, key_strings)
         return self._after_append(results)  # type: ignore[return-value]
+
+    def _uniform_batch(self, cols: _Columns, now: int, uniq_prefix: str, uniq_start: int,
+                       half: tuple[str, str] | None) -> ColumnBatch | None:
+        """The batch of rows that differ only in their body, built without a row loop.
+
+        One topic, one tag (or none), no keys, properties, queue ids or sharding
+        keys: every record's properties are then one template with the UNIQ_KEY
+        counter (and for a half, REAL_QID) patched in, built as a numpy byte
+        matrix. Same bytes as the row loop; None when the rows are not uniform
+        (the loop then also reports any bad row).
+        """
+        # Hot path: the common put and the sink's; a few C-level scans of the columns.
+        bodies = cols.bodies
+        n = len(bodies)
+        if n < UNIFORM_MIN or cols.extra is not None or not isinstance(bodies, list):
+            return None
+        topic = cols.topic
+        if cols.topics is not None:
+            if not isinstance(cols.topics, list) or cols.topics.count(cols.topics[0]) != n:
+                return None
+            topic = cols.topics[0] or cols.topic
+        tag = None
+        if cols.tags is not None:
+            if not isinstance(cols.tags, list) or cols.tags.count(cols.tags[0]) != n:
+                return None
+            tag = cols.tags[0]
+        for col in (cols.queue_ids, cols.sharding_keys):
+            if col is not None and (not isinstance(col, list) or col.count(None) != n):
+                return None
+        if (cols.keys is not None and any(cols.keys)) or (
+                cols.properties is not None and any(cols.properties)):
+            return None
+        if topic is None or (tag is not None and not isinstance(tag, str)):
+            return None
+        if tag and ("\x01" in tag or "\x02" in tag):
+            return None
+        if not all(b.__class__ is bytes for b in bodies):
+            return None
+        lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        if n and int(lengths.max()) > self.config.max_message_size:
+            return None
+        known = self._topic_cache.get(topic)
+        if known is None:
+            known = self._topic_cache[topic] = self._topic_info(topic)
+        write_queues, topic_part, magic = known
+        rr = self._round_robin
+        first = rr.get(topic, -1) + 1
+        rr[topic] = first + n - 1
+        queue_ids = (first + np.arange(n, dtype=np.int64)) % write_queues
+        counters = (uniq_start + np.arange(n, dtype=np.int64)) & 0xFFFF
+        hex4 = _hex4_bytes()[counters]
+        head = f"TAGS\x01{tag}\x02" if tag else ""
+        uniq_head = f"{head}UNIQ_KEY\x01{uniq_prefix}".encode()
+        if half is None:
+            text = [uniq_head, b"\x02"]
+            groups = [(None, np.arange(n))]
+            lead = topic_part
+        else:
+            group, extra = half
+            half_topic = self._topic_info(TRANS_HALF_TOPIC)
+            lead = half_topic[1]
+            text = [uniq_head, f"\x02PGROUP\x01{group}\x02__transactionId__\x01{uniq_prefix}"
+                    .encode(), f"\x02{extra}TRAN_MSG\x01true\x02REAL_TOPIC\x01{topic}\x02"
+                    "REAL_QID\x01".encode()]
+            order = np.argsort(queue_ids, kind="stable")
+            per_queue = np.bincount(queue_ids, minlength=write_queues)
+            ends = np.cumsum(per_queue)
+            groups = [(q, order[ends[q] - per_queue[q]:ends[q]])
+                      for q in range(write_queues) if per_queue[q]]
+        buffers = []
+        offsets = np.empty(n, dtype=np.int64)
+        rest_len = np.empty(n, dtype=np.int64)
+        which = np.zeros(n, dtype=np.int64)
+        for g, (q, rows) in enumerate(groups):
+            pieces = text if q is None else [*text, f"{q}\x02".encode()]
+            size = sum(len(p) for p in pieces) + 4 * (1 if q is None else 2)
+            if size > 32767:
+                return None
+            template = bytearray(lead + size.to_bytes(2, "big"))
+            slots = []
+            for k, piece in enumerate(pieces):
+                template += piece
+                if k < (1 if q is None else 2):
+                    slots.append(len(template))
+                    template += b"0000"
+            m = len(rows)
+            matrix = np.tile(np.frombuffer(bytes(template), dtype=np.uint8), (m, 1))
+            for at in slots:
+                matrix[:, at:at + 4] = hex4[rows]
+            buffers.append(matrix)
+            width = len(template)
+            offsets[rows] = np.arange(m, dtype=np.int64) * width
+            rest_len[rows] = width
+            which[rows] = g
+        rests = Pieces(buffers, offsets, rest_len, which if len(buffers) > 1 else 0)
+        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+        codes = np.full(n, tags_code(tag) if tag else 0, dtype=np.int64)
+        if half is None:
+            return ColumnBatch(topics=topic, queue_ids=queue_ids.astype(np.int32),
+                               bodies=bodies, rests=rests, crcs=crcs, magics=magic,
+                               tags_codes=codes, born_host=self.born_host, born_ts=now)
+        return ColumnBatch(topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32),
+                           bodies=bodies, rests=rests, crcs=crcs, magics=half_topic[2],
+                           tags_codes=codes, born_host=self.born_host, born_ts=now)
 
     def _topic_info(self, topic: str) -> tuple[int, bytes, int]:
         """(write queues, TOPICLENGTH+TOPIC bytes, magic) of a topic to put to."""
@@ -1741,6 +1853,16 @@ class _Columns:
 
 # The last four hex digits of generated UNIQ_KEYs, by counter value.
 _HEX4 = tuple(f"{i:04X}" for i in range(65536))
+_HEX4_BYTES: list[np.ndarray] = []
+UNIFORM_MIN = 64  # rows from which a uniform batch is built without the row loop
+
+
+def _hex4_bytes() -> np.ndarray:
+    """_HEX4 as a (65536, 4) uint8 matrix (built on first use)."""
+    if not _HEX4_BYTES:
+        _HEX4_BYTES.append(np.frombuffer("".join(_HEX4).encode(), dtype=np.uint8)
+                           .reshape(65536, 4))
+    return _HEX4_BYTES[0]
 
 
 def _no_results(host: HostAddress) -> PutResults:

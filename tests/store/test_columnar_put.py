@@ -212,3 +212,37 @@ def test_put_columns_rejects_bad_rows_before_writing(tmp_path):
         assert [m.body for m in s.pull("orders", 0, 0).messages] == [b"text body", b"raw"]
         assert [m.keys for m in s.pull("orders", 0, 0).messages] == [["a", "b"], ["c", "d"]]
         assert len(rs) == 2
+
+
+@pytest.mark.parametrize("queues", [4, 12])
+def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, copy_path, queues):
+    """Rows that differ only in body take the template path: same bytes as per record."""
+    roots = []
+    for columnar in (True, False):
+        root = str(tmp_path / ("col" if columnar else "msg"))
+        with MessageStore.open(root, clock=clock, **SMALL) as s:
+            s._ids._prefix = "7F000001" + "0" * 12
+            s._ids._counter = 65500  # the counter wraps inside a batch
+            s.create_topic("uniform", queues=queues)
+            s.create_topic("t" * 127, queues=2)
+            if not columnar:
+                s._columnar = False
+            for tag, topic in ((None, "uniform"), ("created", "uniform"), ("é", "t" * 127)):
+                msgs = [Message(topic, b"body-%d" % i * (i % 7), tags=tag) for i in range(150)]
+                rs = s.put_batch(msgs)
+                n_q = s.topic(topic).write_queue_nums
+                assert [r.queue_id for r in rs] == [(rs[0].queue_id + k) % n_q
+                                                    for k in range(150)]  # round robin
+                if columnar:
+                    hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=[tag] * 150,
+                                           producer_group="pg", extra_properties={"RS": "x"})
+                else:
+                    hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS": "x"})
+                s.commit_transaction(hs[:100])
+                s.rollback_transaction(hs[100:])
+                clock.advance(1)
+        clock.now -= 3
+        roots.append(root)
+    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
+    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
+    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
