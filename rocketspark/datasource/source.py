@@ -401,6 +401,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.plan = plan
         self._target: Positions | None = None  # Trigger.AvailableNow: stop here
         self._last_end: dict | None = None
+        self._legacy_warned = False
         self._waiting_since: float | None = None  # minOffsetsPerTrigger
         self._group_committed: dict | None = None
 
@@ -429,14 +430,27 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         plan, opts = self.plan, self.plan.options
         store = plan.store.open()
-        if start is None:  # Spark 4.0/4.1 call it without arguments
+        if start is None:
+            # Spark 4.0/4.1 call it without arguments: no start, no read limit. Only
+            # Spark knows where a restarted query resumes, so there is no admission
+            # control here (a limit computed from a guessed start could end before the
+            # real one): every available offset, as Kafka's connector without limits.
+            # The end this reader returned last is processed once Spark asks again.
+            if not self._legacy_warned and (opts.get("maxOffsetsPerTrigger")
+                                            or opts.get("minOffsetsPerTrigger")):
+                log.warning("maxOffsetsPerTrigger / minOffsetsPerTrigger need Spark 4.2 "
+                            "(admission control for Python data sources); ignored here")
+                self._legacy_warned = True
+            if self._last_end is not None:
+                self._commit_group(store, self._last_end)
             start = self._last_end if self._last_end is not None else self.initialOffset()
-            limit = self.getDefaultReadLimit()
+            limit = ReadAllAvailable()
+        else:
+            # Spark asks for the next batch only once the previous one is committed, so
+            # ``start`` is processed: the group's offsets follow it now (commit() comes
+            # one batch late, and never for the last batch of Trigger.AvailableNow).
+            self._commit_group(store, start)
         begin = from_json(start)
-        # Spark asks for the next batch only once the previous one is committed, so
-        # ``start`` is processed: the group's offsets follow it now (commit() comes
-        # one batch late, and never for the last batch of Trigger.AvailableNow).
-        self._commit_group(store, start)
         queues = plan.queues(store)
         if any(mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) for mq in queues):
             # Retries wait in SCHEDULE_TOPIC_XXXX until due; with no broker daemon, the

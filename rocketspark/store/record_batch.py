@@ -195,7 +195,10 @@ def _msg_ids(hdr: np.ndarray, phy: np.ndarray) -> pa.Array:
 
 def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
     key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint64)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    if len(key) and bool((key == key[0]).all()):  # one host (the usual): no hashing
+        uniq, inverse = key[:1], np.zeros(len(key), dtype=np.int64)
+    else:
+        uniq, inverse = np.unique(key, return_inverse=True)
     names = [str(HostAddress(int(k >> np.uint64(32)).to_bytes(4, "big"),
                              int(k & np.uint64(0xFFFFFFFF))))
              for k in uniq]

@@ -12,6 +12,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from rocketspark.store import Message, MessageStore
+from tests.datasource.spark_version import ADMISSION_CONTROL, FILTER_PUSHDOWN
 
 pytestmark = pytest.mark.spark
 
@@ -153,8 +154,11 @@ def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, stor
     assert seen == sorted(set(seen)) and len(seen) == 40  # each message exactly once
     for q in range(2):  # in queue order, no gaps
         assert [o for qq, o in seen if qq == q] == list(range(20))
-    # Spark's progress is the group's committed offset: lag is zero
-    assert store.lag("etl", "orders") == {("orders", 0): 0, ("orders", 1): 0}
+    # Spark's progress is the group's committed offset: lag is zero. Before Spark 4.2,
+    # Spark never tells the source that the last batch of an AvailableNow run is done:
+    # the group trails by that batch (5 per queue) until the next run.
+    trail = 0 if ADMISSION_CONTROL else 5
+    assert store.lag("etl", "orders") == {("orders", 0): trail, ("orders", 1): trail}
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
@@ -168,6 +172,9 @@ def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
     out, _ = _run_available_now(df, tmp_path, "m", batches)
     sizes = [n for _, n in sorted(batches) if n]
     assert sum(sizes) == 100
+    if not ADMISSION_CONTROL:  # Spark 4.0/4.1: no read limits, everything at once
+        assert sizes == [100]
+        return
     assert max(sizes) <= 21 and len(sizes) >= 5
     first = spark.read.parquet(out).filter("queueId = 1").count()
     assert first == 5
@@ -187,6 +194,12 @@ def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, st
          .trigger(processingTime="200 milliseconds").start())
     try:
         store.put_batch([Message("trickle", b"a") for _ in range(10)])
+        if not ADMISSION_CONTROL:  # Spark 4.0/4.1: no read limits, the 10 come at once
+            deadline = time.time() + 60
+            while sum(seen) < 10 and time.time() < deadline:
+                time.sleep(0.2)
+            assert sum(seen) == 10
+            return
         time.sleep(3)
         assert sum(seen) == 0  # 10 < 50: still waiting
         store.put_batch([Message("trickle", b"b") for _ in range(45)])
@@ -234,7 +247,8 @@ def test_starting_offsets_group_resumes_where_the_group_is(spark, store_path, st
     out, _ = _run_available_now(df, tmp_path, "g")
     rows = spark.read.parquet(out).collect()
     assert sorted((r.queueId, r.queueOffset) for r in rows) == [(0, 3), (0, 4)]
-    assert store.committed_offset("etl2", "orders", 0) == 5
+    # (before Spark 4.2 the last AvailableNow batch is not committed to the group)
+    assert store.committed_offset("etl2", "orders", 0) == (5 if ADMISSION_CONTROL else 3)
 
 
 def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
@@ -282,8 +296,8 @@ def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, store_pat
                       "and queueOffset < 9")
         assert sorted((r.topic, r.queueId, r.queueOffset) for r in q.collect()) == [
             ("orders", 1, o) for o in range(5, 9)]
-        # pushed down: only the one queue range is planned and read
-        assert q.rdd.getNumPartitions() == 1
+        # pushed down (Spark 4.1+): only the one queue range is planned and read
+        assert q.rdd.getNumPartitions() == (1 if FILTER_PUSHDOWN else 4)
         late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
         assert df.filter(F.col("storeTimestamp") > F.lit(late)).count() == 0
         assert df.filter("queueId in (0)").count() == 25
