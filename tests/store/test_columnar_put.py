@@ -246,3 +246,63 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
     assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
     assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
     assert _index_bodies(roots[0]) == _index_bodies(roots[1])
+
+
+_TRICKY = [b"", b"TRAN_MSG\x01true\x02REAL_TOPIC\x01x\x02REAL_QID\x011\x02", b"\x02" * 40,
+           b"UNIQ_KEY\x01" + b"A" * 32, b"KEYS\x01k"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed):
+    """Random halves (many queues, tricky bodies, extra properties, own UNIQ_KEYs,
+    keys, tags) committed in random groups: the sliced commit and the per-record
+    commit leave byte-identical stores."""
+    rng = random.Random(seed)
+    topics = {"orders": rng.choice([1, 3, 12]), "t" * 127: 2, "big": rng.choice([150, 1024])}
+    msgs = []
+    for i in range(rng.randrange(60, 160)):
+        topic = rng.choice(list(topics))
+        props = rng.choice([{}, {"p": "v" * rng.randrange(0, 5)}, {"UNIQ_KEY": "OWN-%d" % i},
+                            {"UNIQ_KEY": "B" * 32 + str(i % 2)}, {"x": "é", "y": "REAL_QID"}])
+        msgs.append(Message(
+            topic, rng.choice(_TRICKY) + bytes(rng.randrange(256)
+                                               for _ in range(rng.randrange(0, 50))),
+            tags=rng.choice([None, "t%d" % rng.randrange(3), "ünï"]),
+            keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b")]), properties=props,
+            queue_id=rng.randrange(topics[topic]) if rng.random() < 0.3 else None))
+    extra = rng.choice([{}, {"RS_SINK": "s-1"}, {"A": "1", "B": "two"}])
+    groups = []
+    order = list(range(len(msgs)))
+    rng.shuffle(order)
+    while order:
+        k = rng.randrange(1, 40)
+        groups.append(sorted(order[:k]))
+        order = order[k:]
+    commit = [rng.random() < 0.8 for _ in groups]
+    roots = []
+    for columnar in (True, False):
+        root = str(tmp_path / ("fast" if columnar else "record"))
+        with MessageStore.open(root, clock=clock, **SMALL) as s:
+            s._ids._prefix = "7F000001" + "0" * 12
+            s._ids._counter = 0
+            for t, q in topics.items():
+                s.create_topic(t, queues=q)
+            if columnar:  # the columnar prepare, and the sliced commit
+                hs = s.prepare_columns(
+                    [m.body for m in msgs], topics=[m.topic for m in msgs],
+                    tags=[m.tags for m in msgs], keys=[list(m.keys) or None for m in msgs],
+                    properties=[dict(m.properties) or None for m in msgs],
+                    queue_ids=[m.queue_id for m in msgs], producer_group="pg",
+                    extra_properties=extra)
+            else:  # the per-record prepare, and the per-record commit
+                s._columnar = False
+                hs = s.prepare_batch(msgs, producer_group="pg", properties=extra)
+            for g, c in zip(groups, commit):
+                if c:
+                    s.commit_transaction([hs[i] for i in g])
+                else:
+                    s.rollback_transaction([hs[i] for i in g])
+        roots.append(root)
+    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
+    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
+    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
