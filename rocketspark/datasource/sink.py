@@ -173,8 +173,15 @@ class SinkCommit(WriterCommitMessage):
 
 
 def _batch_columns(batch: pa.RecordBatch) -> tuple[dict[str, list[Any]], int]:
-    return {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}, \
-        batch.num_rows
+    cols = {}
+    for i, name in enumerate(batch.schema.names):
+        col = batch.column(i)
+        if name == "body" and pa.types.is_string(col.type):
+            col = col.cast(pa.binary())  # same UTF-8 bytes, as bytes objects: the store's
+        elif name == "body" and pa.types.is_large_string(col.type):  # uniform path
+            col = col.cast(pa.large_binary())
+        cols[name] = col.to_pylist()
+    return cols, batch.num_rows
 
 
 def _rows_columns(rows: Sequence[Any], names: Sequence[str]) -> tuple[dict[str, list[Any]], int]:
