@@ -24,6 +24,7 @@ from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
     FlushTimeoutError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     StoreClosedError,
     StoreLockedError,
@@ -70,6 +71,10 @@ from rocketspark.store.message import (
     transaction_type,
 )
 from rocketspark.store.message_codec import (
+    BLANK,
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADER_V4,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     RECORD_INVALID,
@@ -484,7 +489,90 @@ class MessageStore:
 
     def put(self, message: Message) -> PutResult:
         """Store one message; returns once it is in the page cache (or on disk, SYNC_FLUSH)."""
+        if self._columnar and not message.delay_level and isinstance(message, Message):
+            return self._put_one(message)
         return self.put_batch((message,))[0]
+
+    def _put_one(self, msg: Message) -> PutResult:
+        """put() of one message: the columnar path's bytes without its batch machinery.
+
+        Same property order as the row loop of :meth:`_put_columns` (user
+        properties, TAGS, KEYS, UNIQ_KEY unless given), one ``struct`` header,
+        one ConsumeQueue entry and the index entries written directly.
+        """
+        # Hot path: every single put. Plain ints and struct, no numpy, no batch objects.
+        self._check_open()
+        now = self.clock()
+        topic = msg.topic
+        mono = time.monotonic()
+        if mono > self._topic_cache_until:
+            self._topic_cache.clear()
+            self._topic_cache_until = mono + 1.0
+        info = self._topic_cache.get(topic)
+        if info is None:
+            info = self._topic_cache[topic] = self._topic_info(topic)
+        write_queues, topic_part, magic = info
+        queue_id = self._select_queue(msg, write_queues)
+        user = msg.properties
+        text = "".join([f"{k}\x01{v}\x02" for k, v in user.items()]) if user else ""
+        tags = msg.tags
+        if tags:
+            text += f"TAGS\x01{tags}\x02"
+        keys = msg.keys
+        if keys:
+            text += f"KEYS\x01{' '.join(keys)}\x02"
+        uniq_prefix, counter = self._ids.next_block(1, now)
+        own = user.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if user else None
+        if own is None:
+            uniq = uniq_prefix + _HEX4[counter & 0xFFFF]
+            text += f"UNIQ_KEY\x01{uniq}\x02"
+        else:
+            uniq = own
+        props = text.encode("utf-8")
+        body = msg.body
+        if len(props) > 32767 or len(body) > self.config.max_message_size:
+            check_sizes(topic, len(body), len(props), self.config.max_message_size)
+        rest = b"".join((topic_part, len(props).to_bytes(2, "big"), props))
+        total = HEADER_V4.size + len(body) + len(rest)
+        seg_size = self.commit_log.segment_size
+        if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
+            raise MessageTooLargeError(
+                f"a record of {total} bytes does not fit in a CommitLog segment of "
+                f"{seg_size} bytes (mappedFileSizeCommitLog)")
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        born, store = self.born_host, self.store_host
+        with self._write_lock:
+            self._sync_with_writers()
+            state = self.state
+            pos = state.commit_pos
+            store_ts = max(now, self.clock())
+            seg_end = (pos // seg_size + 1) * seg_size
+            writes = []
+            if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
+                writes.append((pos, [BLANK.pack(seg_end - pos, BLANK_MAGIC_CODE)]))
+                pos = seg_end
+            queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
+            writes.append((pos, [HEADER_V4.pack(
+                total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
+                msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip, store.port,
+                msg.reconsume_times, 0, len(body)), body, rest]))
+            end = pos + total
+            state.pending_end = end
+            self.commit_log._write(writes)
+            state.commit_pos = end
+            self._cq(topic, queue_id).put(queue_offset, (pos,), (total,),
+                                          (tags_code(tags) if tags else 0,))
+            self._mark_dirty((topic, queue_id), queue_offset)
+            hashes = [hex_suffixed_hash(self._uniq_hash_base(topic, uniq_prefix), counter)
+                      if own is None else java_string_hash(f"{topic}#{own}")]
+            hashes += [java_string_hash(f"{topic}#{k}") for k in keys]
+            self.index.put_hashes(hashes, [pos] * len(hashes), [store_ts] * len(hashes))
+            state.dispatched_pos = end
+            state.write_seq = state.write_seq + 1
+            self._known_commit_pos = end
+        result = PutResult(PutStatus.PUT_OK, topic, queue_id, queue_offset, pos,
+                           message_id(store, pos), uniq, store_ts, total)
+        return self._after_append([result])[0]
 
     def put_batch(self, messages: Sequence[Message] | Iterable[Message]
                   ) -> Sequence[PutResult]:

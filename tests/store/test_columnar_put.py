@@ -140,22 +140,34 @@ def test_scalar_hex_suffixed_hash(prefix, counter):
         f"{prefix}{counter & 0xFFFF:04X}")
 
 
-def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock):
-    msgs = [Message("orders", b"m%d" % i, tags="t%d" % (i % 3), keys=["k%d" % i] if i % 2 else ())
-            for i in range(40)]
+@pytest.mark.parametrize("mixed", [False, True])
+def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
+    """put() (its own lean path) against the per-record put_batch, segment rolls included."""
+    if mixed:
+        msgs = _messages(random.Random(11), 120)
+    else:
+        msgs = [Message("orders", b"m%d" % i, tags="t%d" % (i % 3),
+                        keys=["k%d" % i] if i % 2 else ()) for i in range(40)]
     roots = []
     for single in (True, False):
         root = str(tmp_path / ("one" if single else "batch"))
         with MessageStore.open(root, clock=clock, **SMALL) as s:
             s._ids._prefix = "7F000001" + "0" * 12
             s._ids._counter = 0
-            s.create_topic("orders", queues=3)
+            for t in ("orders", "payments", "t" * 127):
+                s.create_topic(t, queues=3)
             if single:
-                for m in msgs:
-                    s.put(m)
+                results = [s.put(m) for m in msgs]
             else:
-                s.put_batch(msgs)
+                s._columnar = False
+                results = s.put_batch(msgs)
         roots.append(root)
+        if single:
+            singles = results
+    assert [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id, r.uniq_key,
+             r.store_size) for r in singles] == [
+        (r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id, r.uniq_key,
+         r.store_size) for r in results]
     assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
     assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
     assert _index_bodies(roots[0]) == _index_bodies(roots[1])
