@@ -1479,9 +1479,14 @@ class MessageStore:
         next_offset = start + len(entries)
         if not sub.matches_all:
             entries = entries[np.isin(entries["tags"], np.fromiter(sub.codes, dtype=np.int64))]
-        batches = record_batch.records_to_batches(
-            self.commit_log, topic, broker_name or self.config.broker_name,
-            entries["offset"], entries["size"])
+        # Blocks of ARROW_BLOCK records: a million-row block is ~3x slower per row
+        # here (its arrays no longer fit in the caches) and holds more memory at once.
+        broker = broker_name or self.config.broker_name
+        batches = []
+        for at in range(0, len(entries), ARROW_BLOCK):
+            block = entries[at:at + ARROW_BLOCK]
+            batches += record_batch.records_to_batches(
+                self.commit_log, topic, broker, block["offset"], block["size"])
         if not sub.matches_all:
             batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
         return batches, next_offset
@@ -1943,6 +1948,7 @@ class _Columns:
 _HEX4 = tuple(f"{i:04X}" for i in range(65536))
 _HEX4_BYTES: list[np.ndarray] = []
 UNIFORM_MIN = 64  # rows from which a uniform batch is built without the row loop
+ARROW_BLOCK = 65536  # records per Arrow batch that read_batches builds at most
 
 
 def _hex4_bytes() -> np.ndarray:
