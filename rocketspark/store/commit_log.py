@@ -86,6 +86,7 @@ class Appended:
 SMALL_BATCH = 8
 # From this many records a batch's bytes are gathered (byte_gather) rather than joined.
 GATHER_MIN = 2048
+WARM_AHEAD = 8 << 20  # bytes prefilled past an append's end (CommitLog.warm)
 
 
 def _rest_list(rests: Pieces | tuple[Pieces, ...]) -> list[bytes]:
@@ -154,6 +155,7 @@ class CommitLog:
         self.store_host = store_host
         self.header = HEADERS[(False, store_host.is_v6)]
         self.files = MappedFileQueue(self.directory, segment_size, writable=writable)
+        self._warm_end = 0  # prefilled with zeros up to here (by this process)
 
     @property
     def min_offset(self) -> int:
@@ -216,8 +218,31 @@ class CommitLog:
         if chunks:
             writes.append((chunk_start, chunks))
         set_pending_end(pos)
+        self.warm(start, pos)
         self._write(writes)
         return placed, pos
+
+    def warm(self, start: int, end: int) -> None:
+        """Prefill [start, end) and WARM_AHEAD bytes past it with zeros (see prefill).
+
+        Called by the writer holding the write lock, before it copies an append
+        into [start, end): nothing at or past ``start`` (the CommitLog's end) is
+        data yet. RocketMQ warms its mapped files ahead for the same reason.
+        """
+        if end <= self._warm_end:
+            return
+        pos = max(start, self._warm_end)
+        target = end + WARM_AHEAD
+        f = None
+        while pos < target:
+            if pos < end or f is None:  # segments in order, as the write creates them
+                f = self.files.get_or_create(min(pos, end - 1))
+            stop = min(target, f.end_offset)
+            if stop <= pos:
+                break
+            f.prefill(pos - f.start_offset, stop - f.start_offset)
+            pos = stop
+        self._warm_end = pos
 
     def _write(self, writes: list[tuple[int, list[Any]]]) -> None:
         """Copy each (CommitLog offset, byte pieces) into its segment, pieces joined once."""
@@ -332,6 +357,7 @@ class CommitLog:
         hdr["prepared"] = batch.prepared
         hdr["body_len"] = body_len
         set_pending_end(pos)
+        self.warm(start, pos)
         if gather:
             head_p = Pieces.fixed(hdr, header_size, n)
             for at, first, stop, blank in chunks:
@@ -417,6 +443,7 @@ class CommitLog:
             pos += total
         writes.append((chunk_start, chunk))
         set_pending_end(pos)
+        self.warm(start, pos)
         self._write(writes)
         groups = [(t, q, np.asarray(idx, dtype=np.int64)) for (t, q), idx in order.items()]
         return Placement(np.asarray(phys, dtype=np.int64), np.asarray(totals, dtype=np.int64),

@@ -16,6 +16,7 @@ from rocketspark.errors import CorruptRecordError, StoreClosedError
 
 FILE_NAME_DIGITS = 20
 PAGE_SIZE = mmap.PAGESIZE
+_ZEROS = memoryview(bytes(1 << 20))
 
 
 def segment_name(start_offset: int) -> str:
@@ -58,6 +59,19 @@ class MappedFile:
     @property
     def end_offset(self) -> int:
         return self.start_offset + self.size
+
+    def prefill(self, start: int, end: int) -> None:
+        """Write zeros over bytes [start, end) of this segment with write(2).
+
+        The first store into a page of a fresh mapping costs a page fault that
+        allocates and zeroes the page (~8 µs here); write(2) puts the same
+        pages in the page cache ~9x cheaper, and without holding the GIL.
+        Only for bytes that hold nothing yet (past the CommitLog's end).
+        """
+        zeros = _ZEROS
+        pos = start
+        while pos < end:
+            pos += os.pwrite(self._fd, zeros[:min(len(zeros), end - pos)], pos)
 
     def flush(self, start: int = 0, end: int | None = None) -> None:
         """Force bytes [start, end) of this segment (file positions) to disk."""

@@ -558,6 +558,7 @@ class MessageStore:
                 msg.reconsume_times, 0, len(body)), body, rest]))
             end = pos + total
             state.pending_end = end
+            self.commit_log.warm(writes[0][0], end)
             self.commit_log._write(writes)
             state.commit_pos = end
             self._cq(topic, queue_id).put(queue_offset, (pos,), (total,),
