@@ -99,8 +99,14 @@ def bench_source(spark, path: str, n: int, runs: int) -> tuple[list[float], list
     return ours, ceiling
 
 
-def bench_sink(spark, n: int, runs: int, guarantee: str) -> list[float]:
-    out = []
+def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], list[float]]:
+    """Batch writes of ``n`` rows into one store: (steady state, first write to the store).
+
+    Each round writes to a new store: its first write also pays for opening the
+    store in every Python worker (maps, index file, topic metadata); the next
+    writes are the steady state a streaming sink's micro-batches run in.
+    """
+    steady, first = [], []
     df = spark.range(n, numPartitions=2).select(
         F.lit(BODY).cast("binary").alias("body")).cache()
     df.count()
@@ -109,19 +115,20 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> list[float]:
         try:
             with MessageStore.open(path) as s:
                 s.create_topic("out", queues=4)
-            dt = _timed(lambda: df.write.format("rocketmq").option("store", path)
-                        .option("topic", "out").option("deliveryGuarantee", guarantee)
-                        .mode("append").save())
+            write = (lambda: df.write.format("rocketmq").option("store", path)
+                     .option("topic", "out").option("deliveryGuarantee", guarantee)
+                     .mode("append").save())
+            first.append(n / _timed(write))
+            steady.append(n / _timed(write))
             with MessageStore.open(path) as s:
                 total = sum(s.max_offset("out", q) for q in range(4))
-            assert total == n, (total, n)
-            out.append(n / dt)
+            assert total == 2 * n, (total, 2 * n)
         finally:
             from rocketspark.datasource.stores import close_all
             close_all()
             shutil.rmtree(path, ignore_errors=True)
     df.unpersist()
-    return out
+    return steady, first
 
 
 def bench_latency(spark, samples: int) -> list[float]:
@@ -186,8 +193,10 @@ def main() -> None:
     print(f"  source, batch read -> noop      {med(ours):>12,.0f} rows/s  (target >= 1,200,000)")
     print(f"  synthetic Arrow source ceiling  {med(ceiling):>12,.0f} rows/s")
     print(f"  source / ceiling                {med(ours) / med(ceiling):>12.0%}  (target >= 70%)")
-    print(f"  sink, exactly_once              {med(eo):>12,.0f} rows/s  (target >= 500,000)")
-    print(f"  sink, at_least_once             {med(alo):>12,.0f} rows/s")
+    print(f"  sink, exactly_once              {med(eo[0]):>12,.0f} rows/s  (target >= 500,000; "
+          f"first write to a store {med(eo[1]):,.0f})")
+    print(f"  sink, at_least_once             {med(alo[0]):>12,.0f} rows/s  (first write to a "
+          f"store {med(alo[1]):,.0f})")
     if lat:
         lat.sort()
         print(f"  put -> row in micro-batch       p50 {lat[len(lat) // 2]:.0f} ms, "
