@@ -148,3 +148,16 @@ def test_a_commit_killed_midway_leaves_nothing_and_can_be_redone(tmp_path, mode)
         assert bodies == sorted(b"row-%d" % i for i in range(count))
         assert len(s.query_by_key("out", "k1")) == 1
         assert {s.transaction_status(h) for h in halves} == {"committed"}
+
+
+def test_op_record_bodies_are_parsed_strictly_when_clean_and_leniently_otherwise():
+    from rocketspark.store.transaction import _op_offsets
+
+    assert _op_offsets(b"1,2,30").tolist() == [1, 2, 30]
+    assert _op_offsets(b",".join(b"%d" % i for i in range(100_000))).tolist() == list(
+        range(100_000))
+    assert _op_offsets(b"").tolist() == []
+    # RocketMQ never writes these; what is not a number is skipped, as before
+    assert _op_offsets(b"1, 2,x,3").tolist() == [1, 2, 3]
+    assert _op_offsets(b"5,,6").tolist() == [5, 6]
+    assert _op_offsets(b"7,").tolist() == [7]
