@@ -149,13 +149,14 @@ class CommitLog:
     """The CommitLog of one store directory."""
 
     def __init__(self, root: str, segment_size: int, store_host: HostAddress, *,
-                 writable: bool = True):
+                 writable: bool = True, warm: bool = True):
         self.directory = os.path.join(root, "commitlog")
         self.segment_size = segment_size
         self.store_host = store_host
         self.header = HEADERS[(False, store_host.is_v6)]
         self.files = MappedFileQueue(self.directory, segment_size, writable=writable)
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
+        self._warm = warm
 
     @property
     def min_offset(self) -> int:
@@ -229,7 +230,7 @@ class CommitLog:
         into [start, end): nothing at or past ``start`` (the CommitLog's end) is
         data yet. RocketMQ warms its mapped files ahead for the same reason.
         """
-        if end <= self._warm_end:
+        if end <= self._warm_end or not self._warm:
             return
         pos = max(start, self._warm_end)
         target = end + WARM_AHEAD

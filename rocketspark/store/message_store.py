@@ -288,8 +288,11 @@ class MessageStore:
                 raise StoreLockedError(
                     f"store {self.root} was written by a newer rocketspark (state format "
                     f"{self.state.format_version} > {STATE_FORMAT_VERSION})")
+            # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
+            # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
             self.commit_log = CommitLog(self.root, config.mapped_file_size_commit_log,
-                                        self.store_host)
+                                        self.store_host,
+                                        warm=config.flush_disk_type != "SYNC_FLUSH")
             self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
             self.index = IndexService(os.path.join(self.root, "index"),
                                       hash_slot_num=config.max_hash_slot_num,
