@@ -214,7 +214,6 @@ class TransactionService:
             elif isinstance(first, dict):
                 cat[key] = {i: v for p in parts for i, v in p[key].items()}
         srcs = [p["src"] for p in parts]
-        names: list[str] = []
         topic_ids: dict[str, int] = {}
         tid_parts = []
         for p in parts:
