@@ -58,6 +58,7 @@ RESOLUTION_ROLLBACK = "rollback"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
 OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
+PROGRESS_LAG = 1 << 20  # resolved halves kept above the check progress (_advance_progress)
 
 
 class TransactionState(enum.Enum):
@@ -170,6 +171,9 @@ class TransactionService:
             self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
             self._note_ops(op_results, todo)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
+            half_end = half_cq.max_offset()
+        if half_end - self._resolved.floor > PROGRESS_LAG:
+            self._advance_progress(half_end - PROGRESS_LAG)
         store._after_append(op_results)
         return store._after_append(finals) if len(finals) else finals
 
@@ -293,6 +297,23 @@ class TransactionService:
             self._resolved.floor = offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
             self._op_read = offsets.query(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) or 0
         return self._op_read
+
+    def _advance_progress(self, upto: int) -> None:
+        """Move the check progress over the resolved halves at its front, up to ``upto``.
+
+        Without this, only open_transactions() and the check step move it, and
+        every process that opens the store reads each op record written since
+        (a batch df.write commits without either). Halves below the progress
+        read "resolved" rather than how, so it stays PROGRESS_LAG halves behind.
+        """
+        floor = self._resolved.floor
+        if upto <= floor:
+            return
+        states = self._resolved.get_many(np.arange(floor, upto, dtype=np.int64))
+        still_open = np.flatnonzero(states == OPEN)
+        progress = floor + int(still_open[0]) if len(still_open) else upto
+        if progress > floor:
+            self._commit_progress(progress)
 
     def _commit_progress(self, progress: int) -> None:
         """Record that every half below ``progress`` is resolved (and which ops to skip)."""

@@ -161,3 +161,31 @@ def test_op_record_bodies_are_parsed_strictly_when_clean_and_leniently_otherwise
     assert _op_offsets(b"1, 2,x,3").tolist() == [1, 2, 3]
     assert _op_offsets(b"5,,6").tolist() == [5, 6]
     assert _op_offsets(b"7,").tolist() == [7]
+
+
+def test_commits_move_the_check_progress_once_far_enough_behind(tmp_path, monkeypatch):
+    """Batch commits alone (no open_transactions, no check) keep a new opener's op
+    reading bounded; the last PROGRESS_LAG halves keep their exact status."""
+    import numpy as np
+
+    from rocketspark.store import transaction
+    from rocketspark.store.transaction import CHECK_GROUP
+
+    monkeypatch.setattr(transaction, "PROGRESS_LAG", 150)
+    path = tmp_path / "s"
+    with MessageStore.open(path, **SMALL) as s:
+        s.create_topic("out", queues=1)
+        batches = []
+        for b in range(5):
+            hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
+                                   producer_group="pg")
+            s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
+            batches.append(np.asarray(hs.queue_offsets))
+        assert s.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 350  # 500 - 150
+    with MessageStore.open(path, **SMALL) as s:
+        tx = s._transactions
+        assert tx._resolved.floor == 0 and tx._start() > 0  # ops of halves < 350 skipped
+        assert s.transaction_status(int(batches[0][0])) == "resolved"
+        assert s.transaction_status(int(batches[3][-1])) == "rolled_back"
+        assert s.transaction_status(int(batches[4][0])) == "committed"
+        assert s.max_offset("out", 0) == 300
