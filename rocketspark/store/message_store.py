@@ -704,10 +704,11 @@ class MessageStore:
         topic_info = self._topic_cache
         uniform = self._uniform_batch(cols, now, uniq_prefix, uniq_start, half)
         if uniform is not None:
+            batch, keyed_rows, keys_text = uniform
             with self._write_lock:
                 self._sync_with_writers()
-                results = self._append_columns_locked(uniform, now, uniq_prefix, uniq_start,
-                                                      {}, [], [])
+                results = self._append_columns_locked(batch, now, uniq_prefix, uniq_start,
+                                                      {}, keyed_rows, keys_text)
             return self._after_append(results)  # type: ignore[return-value]
         cache: dict[str, tuple[int, bytes, int, str]] = {}
         last_topic = None
@@ -846,14 +847,16 @@ class MessageStore:
         return self._after_append(results)  # type: ignore[return-value]
 
     def _uniform_batch(self, cols: _Columns, now: int, uniq_prefix: str, uniq_start: int,
-                       half: tuple[str, str] | None) -> ColumnBatch | None:
-        """The batch of rows that differ only in their body, built without a row loop.
+                       half: tuple[str, str] | None
+                       ) -> tuple[ColumnBatch, list[int], list[str]] | None:
+        """The batch of rows that differ only in body and keys, built without a row loop.
 
-        One topic, one tag (or none), no keys, properties, queue ids or sharding
-        keys: every record's properties are then one template with the UNIQ_KEY
+        One topic, one tag (or none), no properties, queue ids or sharding keys:
+        every record's properties are then one template with the UNIQ_KEY
         counter (and for a half, REAL_QID) patched in, built as a numpy byte
-        matrix. Same bytes as the row loop; None when the rows are not uniform
-        (the loop then also reports any bad row).
+        matrix, after the KEYS of each row. Same bytes as the row loop; None when
+        the rows are not uniform (the loop then also reports any bad row).
+        Returns the batch, the rows with keys and their KEYS.
         """
         # Hot path: the common put and the sink's; a few C-level scans of the columns.
         bodies = cols.bodies
@@ -873,9 +876,24 @@ class MessageStore:
         for col in (cols.queue_ids, cols.sharding_keys):
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
-        if (cols.keys is not None and any(cols.keys)) or (
-                cols.properties is not None and any(cols.properties)):
+        if cols.properties is not None and any(cols.properties):
             return None
+        key_texts: list[bytes] | None = None
+        keyed: list[int] = []
+        key_strings: list[str] = []
+        if cols.keys is not None and any(cols.keys):
+            if not isinstance(cols.keys, list):
+                return None
+            for i, k in enumerate(cols.keys):
+                if k:
+                    keyed.append(i)
+                    key_strings.append(k if isinstance(k, str) else " ".join(k))
+            joined = "".join(key_strings)
+            if "\x01" in joined or "\x02" in joined:
+                return None  # the row loop reports the bad key
+            key_texts = [b""] * n
+            for i, k in zip(keyed, key_strings):
+                key_texts[i] = f"KEYS\x01{k}\x02".encode()
         if topic is None or (tag is not None and not isinstance(tag, str)):
             return None
         if tag and ("\x01" in tag or "\x02" in tag):
@@ -896,7 +914,10 @@ class MessageStore:
         counters = (uniq_start + np.arange(n, dtype=np.int64)) & 0xFFFF
         hex4 = _hex4_bytes()[counters]
         head = f"TAGS\x01{tag}\x02" if tag else ""
-        uniq_head = f"{head}UNIQ_KEY\x01{uniq_prefix}".encode()
+        # With keys, TAGS and KEYS (which vary) come before the template as pieces of
+        # their own, and PROPERTIESLENGTH with them; without, the template has it all.
+        uniq_head = (f"UNIQ_KEY\x01{uniq_prefix}" if key_texts is not None else
+                     f"{head}UNIQ_KEY\x01{uniq_prefix}").encode()
         if half is None:
             text = [uniq_head, b"\x02"]
             groups = [(None, np.arange(n))]
@@ -922,7 +943,7 @@ class MessageStore:
             size = sum(len(p) for p in pieces) + 4 * (1 if q is None else 2)
             if size > 32767:
                 return None
-            template = bytearray(lead + size.to_bytes(2, "big"))
+            template = bytearray(lead + size.to_bytes(2, "big") if key_texts is None else b"")
             slots = []
             for k, piece in enumerate(pieces):
                 template += piece
@@ -938,16 +959,29 @@ class MessageStore:
             offsets[rows] = np.arange(m, dtype=np.int64) * width
             rest_len[rows] = width
             which[rows] = g
-        rests = Pieces(buffers, offsets, rest_len, which if len(buffers) > 1 else 0)
+        rests: Pieces | tuple[Pieces, ...] = Pieces(buffers, offsets, rest_len,
+                                                    which if len(buffers) > 1 else 0)
+        if key_texts is not None:
+            head_bytes = head.encode()
+            keys_p = Pieces.of_list(key_texts)
+            sizes = len(head_bytes) + keys_p.lengths + rest_len
+            if int(sizes.max()) > 32767:
+                return None
+            rests = (Pieces.repeated(lead, n), Pieces.fixed(sizes.astype(">u2"), 2, n),
+                     *((Pieces.repeated(head_bytes, n),) if head_bytes else ()), keys_p,
+                     rests)
         crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         codes = np.full(n, tags_code(tag) if tag else 0, dtype=np.int64)
         if half is None:
             return ColumnBatch(topics=topic, queue_ids=queue_ids.astype(np.int32),
                                bodies=bodies, rests=rests, crcs=crcs, magics=magic,
-                               tags_codes=codes, born_host=self.born_host, born_ts=now)
-        return ColumnBatch(topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32),
-                           bodies=bodies, rests=rests, crcs=crcs, magics=half_topic[2],
-                           tags_codes=codes, born_host=self.born_host, born_ts=now)
+                               tags_codes=codes, born_host=self.born_host,
+                               born_ts=now), keyed, key_strings
+        half_batch = ColumnBatch(
+            topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32), bodies=bodies,
+            rests=rests, crcs=crcs, magics=half_topic[2], tags_codes=codes,
+            born_host=self.born_host, born_ts=now)
+        return half_batch, keyed, key_strings  # halves are indexed by key too, as RocketMQ does
 
     def _topic_info(self, topic: str) -> tuple[int, bytes, int]:
         """(write queues, TOPICLENGTH+TOPIC bytes, magic) of a topic to put to."""

@@ -239,21 +239,27 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
             s.create_topic("t" * 127, queues=2)
             if not columnar:
                 s._columnar = False
-            for tag, topic in ((None, "uniform"), ("created", "uniform"), ("é", "t" * 127)):
-                msgs = [Message(topic, b"body-%d" % i * (i % 7), tags=tag) for i in range(150)]
+            for tag, topic, keyed in ((None, "uniform", False), ("created", "uniform", False),
+                                      ("é", "t" * 127, False), (None, "uniform", True),
+                                      ("paid", "t" * 127, True)):
+                msgs = [Message(topic, b"body-%d" % i * (i % 7), tags=tag,
+                                keys=(["k%d" % i, "ü%d" % (i % 5)] if i % 3 else
+                                      "one-%d" % i if i % 2 else ()) if keyed else ())
+                        for i in range(150)]
                 rs = s.put_batch(msgs)
                 n_q = s.topic(topic).write_queue_nums
                 assert [r.queue_id for r in rs] == [(rs[0].queue_id + k) % n_q
                                                     for k in range(150)]  # round robin
                 if columnar:
                     hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=[tag] * 150,
+                                           keys=[list(m.keys) for m in msgs],
                                            producer_group="pg", extra_properties={"RS": "x"})
                 else:
                     hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS": "x"})
                 s.commit_transaction(hs[:100])
                 s.rollback_transaction(hs[100:])
                 clock.advance(1)
-        clock.now -= 3
+        clock.now -= 5
         roots.append(root)
     assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
     assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
