@@ -851,10 +851,10 @@ class MessageStore:
                        ) -> tuple[ColumnBatch, list[int], list[str]] | None:
         """The batch of rows that differ only in body and keys, built without a row loop.
 
-        One topic, one tag (or none), no properties, queue ids or sharding keys:
-        every record's properties are then one template with the UNIQ_KEY
-        counter (and for a half, REAL_QID) patched in, built as a numpy byte
-        matrix, after the KEYS of each row. Same bytes as the row loop; None when
+        One topic, no properties, queue ids or sharding keys: every record's
+        properties are then one template with the UNIQ_KEY counter (and for a
+        half, REAL_QID) patched in, built as a numpy byte matrix, after the TAGS
+        (one of a few values) and KEYS of each row. Same bytes as the row loop; None when
         the rows are not uniform (the loop then also reports any bad row).
         Returns the batch, the rows with keys and their KEYS.
         """
@@ -869,10 +869,22 @@ class MessageStore:
                 return None
             topic = cols.topics[0] or cols.topic
         tag = None
+        tag_of: np.ndarray | None = None  # per row, an index into tag_values (tags vary)
+        tag_values: list[Any] = []
         if cols.tags is not None:
-            if not isinstance(cols.tags, list) or cols.tags.count(cols.tags[0]) != n:
+            if not isinstance(cols.tags, list):
                 return None
-            tag = cols.tags[0]
+            if cols.tags.count(cols.tags[0]) == n:
+                tag = cols.tags[0]
+            else:
+                tag_values = list(dict.fromkeys(cols.tags))
+                if len(tag_values) > UNIFORM_MAX_TAGS or not all(
+                        t is None or (isinstance(t, str) and "\x01" not in t
+                                      and "\x02" not in t) for t in tag_values):
+                    return None
+                number = {t: i for i, t in enumerate(tag_values)}
+                tag_of = np.fromiter(map(number.__getitem__, cols.tags), dtype=np.int64,
+                                     count=n)
         for col in (cols.queue_ids, cols.sharding_keys):
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
@@ -916,7 +928,8 @@ class MessageStore:
         head = f"TAGS\x01{tag}\x02" if tag else ""
         # With keys, TAGS and KEYS (which vary) come before the template as pieces of
         # their own, and PROPERTIESLENGTH with them; without, the template has it all.
-        uniq_head = (f"UNIQ_KEY\x01{uniq_prefix}" if key_texts is not None else
+        separate = key_texts is not None or tag_of is not None
+        uniq_head = (f"UNIQ_KEY\x01{uniq_prefix}" if separate else
                      f"{head}UNIQ_KEY\x01{uniq_prefix}").encode()
         if half is None:
             text = [uniq_head, b"\x02"]
@@ -943,7 +956,7 @@ class MessageStore:
             size = sum(len(p) for p in pieces) + 4 * (1 if q is None else 2)
             if size > 32767:
                 return None
-            template = bytearray(lead + size.to_bytes(2, "big") if key_texts is None else b"")
+            template = bytearray(b"" if separate else lead + size.to_bytes(2, "big"))
             slots = []
             for k, piece in enumerate(pieces):
                 template += piece
@@ -961,17 +974,26 @@ class MessageStore:
             which[rows] = g
         rests: Pieces | tuple[Pieces, ...] = Pieces(buffers, offsets, rest_len,
                                                     which if len(buffers) > 1 else 0)
-        if key_texts is not None:
-            head_bytes = head.encode()
-            keys_p = Pieces.of_list(key_texts)
-            sizes = len(head_bytes) + keys_p.lengths + rest_len
+        if tag_of is not None:
+            heads = [f"TAGS\x01{t}\x02".encode() if t else b"" for t in tag_values]
+            head_p = Pieces(heads, np.zeros(n, dtype=np.int64),
+                            np.asarray([len(h) for h in heads], dtype=np.int64)[tag_of], tag_of)
+            codes = np.asarray([tags_code(t) if t else 0 for t in tag_values],
+                               dtype=np.int64)[tag_of]
+        else:
+            head_p = Pieces.repeated(head.encode(), n)
+            codes = np.full(n, tags_code(tag) if tag else 0, dtype=np.int64)
+        if separate:
+            # TAGS and KEYS vary: lead, PROPERTIESLENGTH, TAGS, KEYS, then the template
+            keys_p = None if key_texts is None else Pieces.of_list(key_texts)
+            sizes = head_p.lengths + rest_len
+            if keys_p is not None:
+                sizes = sizes + keys_p.lengths
             if int(sizes.max()) > 32767:
                 return None
             rests = (Pieces.repeated(lead, n), Pieces.fixed(sizes.astype(">u2"), 2, n),
-                     *((Pieces.repeated(head_bytes, n),) if head_bytes else ()), keys_p,
-                     rests)
+                     head_p, *((keys_p,) if keys_p is not None else ()), rests)
         crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
-        codes = np.full(n, tags_code(tag) if tag else 0, dtype=np.int64)
         if half is None:
             return ColumnBatch(topics=topic, queue_ids=queue_ids.astype(np.int32),
                                bodies=bodies, rests=rests, crcs=crcs, magics=magic,
@@ -1987,6 +2009,7 @@ _HEX4 = tuple(f"{i:04X}" for i in range(65536))
 _HEX4_BYTES: list[np.ndarray] = []
 UNIFORM_MIN = 64  # rows from which a uniform batch is built without the row loop
 ARROW_BLOCK = 65536  # records per Arrow batch that read_batches builds at most
+UNIFORM_MAX_TAGS = 1024  # distinct tags a uniform batch may have (one piece each)
 
 
 def _hex4_bytes() -> np.ndarray:

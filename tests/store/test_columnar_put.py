@@ -239,10 +239,13 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
             s.create_topic("t" * 127, queues=2)
             if not columnar:
                 s._columnar = False
+            varied = [None, "a", "bb", "é", "created"]
             for tag, topic, keyed in ((None, "uniform", False), ("created", "uniform", False),
                                       ("é", "t" * 127, False), (None, "uniform", True),
-                                      ("paid", "t" * 127, True)):
-                msgs = [Message(topic, b"body-%d" % i * (i % 7), tags=tag,
+                                      ("paid", "t" * 127, True), (varied, "uniform", False),
+                                      (varied, "t" * 127, True)):
+                tags = [tag[i % 5] if isinstance(tag, list) else tag for i in range(150)]
+                msgs = [Message(topic, b"body-%d" % i * (i % 7), tags=tags[i],
                                 keys=(["k%d" % i, "ü%d" % (i % 5)] if i % 3 else
                                       "one-%d" % i if i % 2 else ()) if keyed else ())
                         for i in range(150)]
@@ -251,7 +254,7 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
                 assert [r.queue_id for r in rs] == [(rs[0].queue_id + k) % n_q
                                                     for k in range(150)]  # round robin
                 if columnar:
-                    hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=[tag] * 150,
+                    hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=tags,
                                            keys=[list(m.keys) for m in msgs],
                                            producer_group="pg", extra_properties={"RS": "x"})
                 else:
@@ -259,7 +262,7 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
                 s.commit_transaction(hs[:100])
                 s.rollback_transaction(hs[100:])
                 clock.advance(1)
-        clock.now -= 5
+        clock.now -= 7
         roots.append(root)
     assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
     assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
