@@ -919,9 +919,7 @@ class MessageStore:
         if known is None:
             known = self._topic_cache[topic] = self._topic_info(topic)
         write_queues, topic_part, magic = known
-        rr = self._round_robin
-        first = rr.get(topic, -1) + 1
-        rr[topic] = first + n - 1
+        first = self._round_robin.get(topic, -1) + 1  # taken below, once nothing can fail
         queue_ids = (first + np.arange(n, dtype=np.int64)) % write_queues
         counters = (uniq_start + np.arange(n, dtype=np.int64)) & 0xFFFF
         hex4 = _hex4_bytes()[counters]
@@ -993,6 +991,7 @@ class MessageStore:
                 return None
             rests = (Pieces.repeated(lead, n), Pieces.fixed(sizes.astype(">u2"), 2, n),
                      head_p, *((keys_p,) if keys_p is not None else ()), rests)
+        self._round_robin[topic] = first + n - 1  # the row loop would have got as far
         crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         if half is None:
             return ColumnBatch(topics=topic, queue_ids=queue_ids.astype(np.int32),
