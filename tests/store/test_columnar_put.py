@@ -32,6 +32,27 @@ def _index_bodies(root: str) -> list[bytes]:
     return [data for _, data in _files(root, "index")]
 
 
+def _pinned_store(root: str, clock, topics: dict[str, int], counter: int = 0) -> MessageStore:
+    """A store whose generated UNIQ_KEYs start at a fixed value (the same in both stores
+    a test compares), with ``topics`` created."""
+    s = MessageStore.open(root, clock=clock, **SMALL)
+    s._ids._prefix = "7F000001" + "0" * 12
+    s._ids._counter = counter
+    for t, q in topics.items():
+        s.create_topic(t, queues=q)
+    return s
+
+
+def _assert_same_stores(a: str, b: str) -> None:
+    """Two store directories hold the same CommitLog, ConsumeQueue and index bytes."""
+    assert _files(a, "commitlog") == _files(b, "commitlog")
+    assert _files(a, "consumequeue") == _files(b, "consumequeue")
+    assert _index_bodies(a) == _index_bodies(b)
+
+
+THREE_TOPICS = {"orders": 3, "payments": 3, "t" * 127: 3}
+
+
 def _messages(rng: random.Random, n: int) -> list[Message]:
     out = []
     for i in range(n):
@@ -68,12 +89,8 @@ def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock, c
     roots = []
     for columnar in (True, False):
         root = str(tmp_path / ("col" if columnar else "rec"))
-        with MessageStore.open(root, clock=clock, **SMALL) as s:
+        with _pinned_store(root, clock, THREE_TOPICS) as s:
             s._columnar = columnar
-            s._ids._prefix = "7F000001" + "0" * 12  # same UNIQ_KEYs in both stores
-            s._ids._counter = 0
-            for t in ("orders", "payments", "t" * 127):
-                s.create_topic(t, queues=3)
             for b in batches:
                 rs = s.put_batch(b)
                 assert isinstance(rs, PutResults) == columnar
@@ -82,9 +99,7 @@ def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock, c
         clock.now -= 3 * len(batches)
         roots.append(root)
     col, rec = roots
-    assert _files(col, "commitlog") == _files(rec, "commitlog")
-    assert _files(col, "consumequeue") == _files(rec, "consumequeue")
-    assert _index_bodies(col) == _index_bodies(rec)
+    _assert_same_stores(col, rec)
     keyed = [(m.topic, k) for b in batches for m in b for k in m.keys]
     assert len(keyed) > 50
     with MessageStore.open(col, **SMALL) as s:  # and the store finds what it indexed
@@ -151,11 +166,7 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
     roots = []
     for single in (True, False):
         root = str(tmp_path / ("one" if single else "batch"))
-        with MessageStore.open(root, clock=clock, **SMALL) as s:
-            s._ids._prefix = "7F000001" + "0" * 12
-            s._ids._counter = 0
-            for t in ("orders", "payments", "t" * 127):
-                s.create_topic(t, queues=3)
+        with _pinned_store(root, clock, THREE_TOPICS) as s:
             if single:
                 results = [s.put(m) for m in msgs]
             else:
@@ -168,9 +179,7 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
              r.store_size) for r in singles] == [
         (r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id, r.uniq_key,
          r.store_size) for r in results]
-    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
-    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
-    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
+    _assert_same_stores(*roots)
 
 
 def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_path, clock,
@@ -186,11 +195,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_
     roots = []
     for columnar in (True, False):
         root = str(tmp_path / ("col" if columnar else "msg"))
-        with MessageStore.open(root, clock=clock, **SMALL) as s:
-            s._ids._prefix = "7F000001" + "0" * 12
-            s._ids._counter = 0
-            for t in ("orders", "payments", "t" * 127):
-                s.create_topic(t, queues=3)
+        with _pinned_store(root, clock, THREE_TOPICS) as s:
             if columnar:
                 rs = s.put_columns([m.body for m in msgs], **cols)
                 hs = s.prepare_columns([m.body for m in msgs], producer_group="pg",
@@ -204,9 +209,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_
             s.commit_transaction(hs[3:25])
             s.rollback_transaction(hs[25:])
         roots.append(root)
-    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
-    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
-    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
+    _assert_same_stores(*roots)
 
 
 def test_put_columns_rejects_bad_rows_before_writing(tmp_path):
@@ -232,11 +235,8 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
     roots = []
     for columnar in (True, False):
         root = str(tmp_path / ("col" if columnar else "msg"))
-        with MessageStore.open(root, clock=clock, **SMALL) as s:
-            s._ids._prefix = "7F000001" + "0" * 12
-            s._ids._counter = 65500  # the counter wraps inside a batch
-            s.create_topic("uniform", queues=queues)
-            s.create_topic("t" * 127, queues=2)
+        # (the UNIQ_KEY counter wraps inside a batch)
+        with _pinned_store(root, clock, {"uniform": queues, "t" * 127: 2}, 65500) as s:
             if not columnar:
                 s._columnar = False
             varied = [None, "a", "bb", "é", "created"]
@@ -264,9 +264,7 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
                 clock.advance(1)
         clock.now -= 7
         roots.append(root)
-    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
-    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
-    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
+    _assert_same_stores(*roots)
 
 
 _TRICKY = [b"", b"TRAN_MSG\x01true\x02REAL_TOPIC\x01x\x02REAL_QID\x011\x02", b"\x02" * 40,
@@ -303,11 +301,7 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
     roots = []
     for columnar in (True, False):
         root = str(tmp_path / ("fast" if columnar else "record"))
-        with MessageStore.open(root, clock=clock, **SMALL) as s:
-            s._ids._prefix = "7F000001" + "0" * 12
-            s._ids._counter = 0
-            for t, q in topics.items():
-                s.create_topic(t, queues=q)
+        with _pinned_store(root, clock, topics) as s:
             if columnar:  # the columnar prepare, and the sliced commit
                 hs = s.prepare_columns(
                     [m.body for m in msgs], topics=[m.topic for m in msgs],
@@ -324,6 +318,4 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
                 else:
                     s.rollback_transaction([hs[i] for i in g])
         roots.append(root)
-    assert _files(roots[0], "commitlog") == _files(roots[1], "commitlog")
-    assert _files(roots[0], "consumequeue") == _files(roots[1], "consumequeue")
-    assert _index_bodies(roots[0]) == _index_bodies(roots[1])
+    _assert_same_stores(*roots)

@@ -85,22 +85,27 @@ def test_check_resolves_old_halves_through_the_callback(store, clock):
     del unsure
 
 
+def _five_resolved_batches(s):
+    """Five batches of 100 halves of "out", committed and rolled back in turn."""
+    import numpy as np
+
+    batches = []
+    for b in range(5):
+        hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
+                               producer_group="pg")
+        s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
+        batches.append(np.asarray(hs.queue_offsets))
+    return batches
+
+
 def test_a_new_process_skips_ops_of_halves_below_the_check_progress(tmp_path):
     """The op queue is not re-read from its start by every new process (a long-lived
     exactly-once sink commits thousands of batches)."""
-    import numpy as np
-
-    from rocketspark.store import Message, MessageStore
 
     path = tmp_path / "s"
     with MessageStore.open(path) as s:
         s.create_topic("out", queues=1)
-        batches = []
-        for b in range(5):
-            hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
-                                   producer_group="pg")
-            s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
-            batches.append(np.asarray(hs.queue_offsets))
+        batches = _five_resolved_batches(s)
         live = s.prepare_columns([b"y"], topic="out", producer_group="pg")
         assert [h.queue_offset for h in s.open_transactions()] == [500]
         assert s.max_offset("out", 0) == 300
@@ -166,8 +171,6 @@ def test_op_record_bodies_are_parsed_strictly_when_clean_and_leniently_otherwise
 def test_commits_move_the_check_progress_once_far_enough_behind(tmp_path, monkeypatch):
     """Batch commits alone (no open_transactions, no check) keep a new opener's op
     reading bounded; the last PROGRESS_LAG halves keep their exact status."""
-    import numpy as np
-
     from rocketspark.store import transaction
     from rocketspark.store.transaction import CHECK_GROUP
 
@@ -175,12 +178,7 @@ def test_commits_move_the_check_progress_once_far_enough_behind(tmp_path, monkey
     path = tmp_path / "s"
     with MessageStore.open(path, **SMALL) as s:
         s.create_topic("out", queues=1)
-        batches = []
-        for b in range(5):
-            hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
-                                   producer_group="pg")
-            s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
-            batches.append(np.asarray(hs.queue_offsets))
+        batches = _five_resolved_batches(s)
         assert s.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) == 350  # 500 - 150
     with MessageStore.open(path, **SMALL) as s:
         tx = s._transactions
