@@ -78,6 +78,13 @@ class Pieces:
                 zip(idx, self.offsets.tolist(), self.lengths.tolist())]
 
 
+def byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
+    """Row k = buf[k:k + width], a stride-1 view: indexing it by offsets copies
+    ``width`` bytes per offset without building an index grid."""
+    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width),
+                                           strides=(1, 1), writeable=False)
+
+
 def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
              width: int = INLINE) -> np.ndarray:
     """The ``width`` bytes at each offset (zeroed past each length), as void scalars.
@@ -88,8 +95,7 @@ def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
     m = len(offsets)
     out = np.zeros((m, width), dtype=np.uint8)
     if len(data) >= width:
-        win = np.lib.stride_tricks.as_strided(data, shape=(len(data) - width + 1, width),
-                                              strides=(1, 1), writeable=False)
+        win = byte_rows(data, width)
         near = offsets > len(data) - width
         if near.any():
             ok = ~near
@@ -102,8 +108,7 @@ def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
         padded = np.concatenate((data[-width:] if len(data) >= width else data,
                                  np.zeros(width, dtype=np.uint8)))
         base = max(len(data) - width, 0)
-        pwin = np.lib.stride_tricks.as_strided(padded, shape=(len(padded) - width + 1, width),
-                                               strides=(1, 1), writeable=False)
+        pwin = byte_rows(padded, width)
         out[near] = pwin[offsets[near] - base]
     if lengths is not None:
         out[np.arange(width) >= lengths[:, None]] = 0

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rocketspark.errors import OffsetOutOfRangeError, TransactionError
+from rocketspark.store.byte_gather import Pieces, byte_rows
 from rocketspark.store.index_file import java_hash_many
 from rocketspark.store.message import (
     PROPERTY_PRODUCER_GROUP,
@@ -186,7 +187,6 @@ class TransactionService:
         never decoded and re-encoded. Returns (batch, uniq prefix, uniq start,
         UNIQ_KEYs by record, keyed records, their KEYS, index hashes of UNIQ_KEY).
         """
-        from rocketspark.store.byte_gather import Pieces
         from rocketspark.store.commit_log import ColumnBatch
 
         store = self.store
@@ -547,19 +547,13 @@ def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,
         return out
     inside = (at >= 0) & (at + width <= len(buf))
     safe = np.where(inside, at, 0)
-    win = _byte_rows(buf, width)
+    win = byte_rows(buf, width)
     for c in range(0, len(at), _ROWS):
         block = win[safe[c:c + _ROWS]] == t
         if mask is not None:
             block |= ~mask
         out[c:c + _ROWS] = block.all(axis=1)
     return out & inside
-
-
-def _byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
-    """Row k = buf[k:k + width] (a stride-1 view: indexing it copies no index grid)."""
-    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width),
-                                           strides=(1, 1), writeable=False)
 
 
 def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
@@ -699,7 +693,7 @@ def _parse_halves(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[s
         ok = (at >= props_start[todo]) & _rows_equal(buf, at, template, mask)
         ok &= (at == props_start[todo]) | (buf[np.maximum(at - 1, 0)] == 2)
         rows, at = todo[ok], at[ok]
-        win = _byte_rows(buf, UNIQ_HEX_LEN)
+        win = byte_rows(buf, UNIQ_HEX_LEN)
         one = win[at + first]
         good = (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (
             one != 2).all(axis=1)
