@@ -63,7 +63,7 @@ ARROW_SCHEMA = pa.schema([
 
 HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint16)
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
 
@@ -104,10 +104,12 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
     buf = np.frombuffer(f.mm, dtype=np.uint8)
     try:
         # Every header in one gather: a view of the segment with one header
-        # "starting" at each byte (stride 1), indexed by the record offsets.
-        starts_view = np.ndarray(shape=(len(buf) - HEADER_V4.size + 1,), dtype=HEADER_DTYPE,
+        # "starting" at each byte (stride 1), indexed by the record offsets. Raw
+        # 88-byte items copy ~5x faster than the structured dtype's field by field.
+        starts_view = np.ndarray(shape=(len(buf) - HEADER_V4.size + 1,),
+                                 dtype=np.dtype((np.void, HEADER_V4.size)),
                                  buffer=buf, offset=0, strides=(1,))
-        hdr = starts_view[rel]
+        hdr = starts_view[rel].view(HEADER_DTYPE)
         del starts_view
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
@@ -186,9 +188,7 @@ def _msg_ids(hdr: np.ndarray, phy: np.ndarray) -> pa.Array:
     raw[:, 0:4] = hdr["store_ip"].astype(">u4").view(np.uint8).reshape(n, 4)
     raw[:, 4:8] = hdr["store_port"].astype(">i4").view(np.uint8).reshape(n, 4)
     raw[:, 8:16] = phy.astype(">i8").view(np.uint8).reshape(n, 8)
-    text = np.empty((n, 32), dtype=np.uint8)
-    text[:, 0::2] = _HEX[raw >> 4]
-    text[:, 1::2] = _HEX[raw & 0x0F]
+    text = _HEX_PAIRS[raw]  # (n, 16) uint16: two hex digits a byte, in memory order
     offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
 
@@ -209,7 +209,114 @@ class _NotUtf8(Exception):
     """Properties that are not valid UTF-8 (RocketMQ decodes them leniently)."""
 
 
+_LOOKUPS = (PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_KEYS)
+
+
 def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
+    """Split ``name\\x01value\\x02...`` strings into a map, and look up TAGS, UNIQ_KEY
+    and KEYS: by one row's template when every row has the same layout, else item by
+    item (:func:`_parse_items`)."""
+    parsed = _parse_uniform(props)
+    return parsed if parsed is not None else _parse_items(props)
+
+
+def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None:
+    """The properties of rows that all share the first row's layout, or None.
+
+    A producer that sets the same properties on every message (UNIQ_KEY is
+    always 32 hex digits; a fixed tag) writes strings of one length whose
+    names and separators sit at the same places. Then the rows are a byte
+    matrix: the names are the first row's, each value a column range, and no
+    per-item search is needed. Any other byte 1 or 2 in a row (a separator
+    where the first row has none) sends the block to the general parser.
+    """
+    n = len(props)
+    if n == 0:
+        return None
+    _, off_buf, data_buf = props.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    first = int(off[0])
+    width = int(off[1]) - first
+    if width <= 0 or int(off[-1]) - first != width * n or data_buf is None:
+        return None
+    if n > 1 and bool((np.diff(off) != width).any()):
+        return None
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=width * n, offset=first
+                         ).reshape(n, width)
+    row0 = data[0].tobytes()
+    if row0[-1] != 2:
+        return None
+    names: list[bytes] = []
+    spans: list[tuple[int, int]] = []  # each value's [start, end) within a row
+    fixed: list[int] = []  # the columns every row must share with the first
+    at = 0
+    for item in row0[:-1].split(b"\x02"):
+        name, sep, value = item.partition(b"\x01")
+        if not sep or 1 in value or not item:
+            return None  # an item the general parser must judge
+        names.append(name)
+        fixed.extend(range(at, at + len(name) + 1))
+        spans.append((at + len(name) + 1, at + len(item)))
+        fixed.append(at + len(item))
+        at += len(item) + 1
+    k = len(names)
+    cols = np.array(fixed, dtype=np.intp)
+    if bool((data[:, cols] != data[0, cols]).any()):
+        return None
+    # The template's separators are in every row; exactly k of each means no others.
+    if (int(np.count_nonzero(data == 1)) != k * n
+            or int(np.count_nonzero(data == 2)) != k * n):
+        return None
+    vlen = np.array([b - a for a, b in spans], dtype=np.int32)
+    if k == 1:
+        value_bytes = _columns(data, *spans[0])
+    else:
+        value_bytes = np.empty((n, int(vlen.sum())), dtype=np.uint8)
+        at = 0
+        for a, b in spans:
+            value_bytes[:, at:at + b - a] = data[:, a:b]
+            at += b - a
+    nlen = np.array([len(x) for x in names], dtype=np.int32)
+    item_offsets = np.arange(0, k * n + 1, k, dtype=np.int32)
+    try:
+        keys = _fixed_strings(b"".join(names) * n, np.tile(nlen, n))
+        values = _fixed_strings(value_bytes, np.tile(vlen, n))
+        looked_up = []
+        for want in _LOOKUPS:
+            raw = want.encode("ascii")
+            j = max((i for i, x in enumerate(names) if x == raw), default=-1)
+            if j < 0:
+                looked_up.append(pa.nulls(n, pa.string()))
+            else:
+                a, b = spans[j]
+                looked_up.append(_fixed_strings(_columns(data, a, b),
+                                                np.full(n, b - a, np.int32)))
+    except pa.ArrowInvalid as e:
+        raise _NotUtf8(str(e)) from None
+    prop_map = pa.MapArray.from_arrays(pa.array(item_offsets), keys, values)
+    return prop_map, looked_up[0], looked_up[1], looked_up[2]
+
+
+def _columns(rows: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Columns [a, b) of a C-contiguous byte matrix, copied compactly (an item of
+    b - a raw bytes a row: ~2x faster than copying the 2-D slice)."""
+    n, width = rows.shape
+    items = np.ndarray(shape=(n,), dtype=np.dtype((np.void, b - a)), buffer=rows,
+                       offset=a, strides=(width,))
+    return items.copy()
+
+
+def _fixed_strings(data: np.ndarray | bytes, lengths: np.ndarray) -> pa.Array:
+    """Strings laid end to end in ``data`` with the given lengths (UTF-8 checked)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    raw = data if isinstance(data, bytes) else np.ascontiguousarray(data)
+    binary = pa.BinaryArray.from_buffers(pa.binary(), len(lengths),
+                                         [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
+    return binary.cast(pa.string())
+
+
+def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
     """Split ``name\\x01value\\x02...`` strings into a map (vectorised in numpy).
 
     ``props`` is a compact large_binary array. Returns the map and the TAGS,
@@ -266,8 +373,7 @@ def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array,
         where[rows[items]] = items  # the last one of a row wins, like a HashMap
         return values.take(pa.array(where, mask=where < 0))
 
-    return prop_map, lookup(PROPERTY_TAGS), lookup(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), \
-        lookup(PROPERTY_KEYS)
+    return prop_map, lookup(_LOOKUPS[0]), lookup(_LOOKUPS[1]), lookup(_LOOKUPS[2])
 
 
 def _finish(n: int, topic: str, broker_name: str, queue_id: np.ndarray,

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message_codec import decode_properties
-from rocketspark.store.record_batch import _parse_properties, messages_to_batch
+from rocketspark.store.record_batch import (
+    _NotUtf8,
+    _parse_items,
+    _parse_properties,
+    _parse_uniform,
+    messages_to_batch,
+)
 
 _token = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "", "é", "x y", "\x01", "\x02",
                           "v1", "TAG", "TAGSS"])
@@ -26,6 +35,85 @@ def test_parse_properties_matches_the_record_decoder(raws):
         assert tags[i].as_py() == want.get("TAGS")
         assert uniq[i].as_py() == want.get("UNIQ_KEY")
         assert keys[i].as_py() == want.get("KEYS")
+
+
+# One layout for every row: (name, value length) items; values of those byte lengths,
+# drawn from bytes that include separators and halves of UTF-8 sequences.
+_layout = st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "é"]),
+                             st.integers(0, 5)), min_size=1, max_size=4)
+_value_byte = st.sampled_from([ord("a"), ord("Z"), ord(" "), 1, 2, 0xC3, 0xA9])
+
+
+@st.composite
+def _same_layout_rows(draw):
+    layout = draw(_layout)
+    n = draw(st.integers(1, 6))
+    rows = []
+    clean = True  # no separator inside a value
+    for _ in range(n):
+        parts = []
+        for name, width in layout:
+            value = bytes(draw(st.lists(_value_byte, min_size=width, max_size=width)))
+            clean = clean and not set(value) & {1, 2}
+            parts.append(name.encode("utf-8") + b"\x01" + value + b"\x02")
+        rows.append(b"".join(parts))
+    return rows, clean
+
+
+def _assert_parsed_like_the_decoder(raws, parsed):
+    prop_map, tags, uniq, keys = parsed
+    for i, raw in enumerate(raws):
+        want = decode_properties(raw)
+        assert dict(prop_map[i].as_py()) == want, raw
+        assert tags[i].as_py() == want.get("TAGS")
+        assert uniq[i].as_py() == want.get("UNIQ_KEY")
+        assert keys[i].as_py() == want.get("KEYS")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_same_layout_rows())
+def test_rows_of_one_layout_parse_like_the_decoder(case):
+    """The template parser takes rows of one layout (or leaves them to the item parser,
+    when a value holds a separator or bad UTF-8), and both agree with the decoder."""
+    raws, clean = case
+    arr = pa.array(raws, pa.large_binary())
+    try:
+        items = _parse_items(arr)
+    except _NotUtf8:
+        with pytest.raises(_NotUtf8):
+            _parse_properties(arr)
+        return
+    uniform = _parse_uniform(arr)
+    if clean:
+        assert uniform is not None  # the fast path is taken whenever it can be
+    if uniform is not None:
+        assert all(a.equals(b) for a, b in zip(uniform, items))
+    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+
+
+def test_a_separator_where_the_first_row_has_none_is_left_to_the_item_parser():
+    raws = [b"TAGS\x01ab\x02UNIQ_KEY\x01xyz\x02", b"TAGS\x01a\x02b\x01UNIQ_KEY\x01xyz\x02"]
+    raws[1] = raws[1][:len(raws[0])]  # same length, different layout
+    arr = pa.array(raws, pa.large_binary())
+    assert _parse_uniform(arr) is None
+    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+
+
+def test_a_uniform_block_is_read_through_the_template():
+    """A queue of same-shaped messages: read_batches equals the per-record pull."""
+    with tempfile.TemporaryDirectory() as root, MessageStore.open(root) as store:
+        store.create_topic("t", queues=1)
+        store.put_batch([Message("t", b"b%03d" % i, tags="tg", keys=["k%03d" % i],
+                                 properties={"p": "v%02d" % (i % 100)}) for i in range(500)])
+        batches, _ = store.read_batches("t", 0, 0, None)
+        got = pa.Table.from_batches(batches)
+        props = pa.array([b"".join(b"%s\x01%s\x02" % (k.encode(), v.encode())
+                                   for k, v in row) for row in got.column("properties").to_pylist()],
+                         pa.large_binary())
+        assert _parse_uniform(props) is not None
+        pulled = store.pull("t", 0, 0, max_msgs=500).messages
+        want = pa.Table.from_batches([messages_to_batch(pulled, store.config.broker_name)])
+        assert got.to_pylist() == want.to_pylist()
 
 
 _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ",
