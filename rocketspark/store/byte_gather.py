@@ -115,6 +115,62 @@ def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
     return out.view(f"V{width}").ravel()
 
 
+def fixed_width(col: Pieces) -> int | None:
+    """The length of every piece of ``col`` when they are all equal, else None."""
+    lengths = col.lengths
+    if not len(lengths):
+        return 0
+    w = int(lengths[0])
+    return w if bool((lengths == w).all()) else None
+
+
+def interleave_rows(columns: Sequence[Pieces], widths: Sequence[int], out: np.ndarray) -> None:
+    """:func:`interleave` of columns whose pieces each have one width, into ``out``.
+
+    Every row is then ``sum(widths)`` bytes and the result a byte matrix: each
+    column is one strided copy of ``width``-byte items (gathered with a
+    stride-1 view of each source buffer), with no per-piece views to build.
+    ``out`` is a writable uint8 array of exactly n rows' bytes (a mapped
+    CommitLog region, written in place).
+    """
+    n = len(columns[0])
+    row = sum(widths)
+    if out.shape != (n * row,):
+        raise ValueError(f"out holds {out.size} bytes, the rows {n * row}")
+    matrix = out.reshape(n, row)
+    at = 0
+    for c, (col, w) in enumerate(zip(columns, widths)):
+        if len(col) != n:
+            raise ValueError(f"column {c} has {len(col)} pieces, column 0 has {n}")
+        if w == 0:
+            continue
+        item = np.dtype((np.void, w))
+        dst = np.ndarray(shape=(n,), dtype=item, buffer=out, offset=at, strides=(row,))
+        idx = np.broadcast_to(np.asarray(col.index, dtype=np.int64), (n,))
+        for b, raw in enumerate(col.buffers):
+            sel: slice | np.ndarray = (slice(None) if len(col.buffers) == 1
+                                       else np.flatnonzero(idx == b))
+            offs = col.offsets[sel]
+            if not len(offs):
+                continue
+            data = np.frombuffer(raw, dtype=np.uint8)
+            first = int(offs[0])
+            m = len(offs)
+            if isinstance(sel, slice) and int(offs[-1]) - first == (m - 1) * w and (
+                    m < 2 or bool((np.diff(offs) == w).all())):
+                # Consecutive pieces (a joined list, a matrix): one 2-D slice copy.
+                if first < 0 or first + m * w > len(data):
+                    raise ValueError("a piece reaches outside its buffer")
+                matrix[:, at:at + w] = data[first:first + m * w].reshape(m, w)
+                continue
+            if int(offs.min()) < 0 or int(offs.max()) + w > len(data):
+                raise ValueError("a piece reaches outside its buffer")
+            src = np.ndarray(shape=(len(data) - w + 1,), dtype=item, buffer=data,
+                             offset=0, strides=(1,))[offs]
+            dst[sel] = src
+        at += w
+
+
 def interleave(columns: Sequence[Pieces]) -> pa.Buffer:
     """Concatenate piece i of column 0, piece i of column 1, ..., for every i in order."""
     n = len(columns[0])

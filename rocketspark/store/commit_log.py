@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError, MessageTooLargeError
-from rocketspark.store.byte_gather import Pieces, interleave
+from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
 from rocketspark.store.mapped_file import MappedFile, MappedFileQueue
 from rocketspark.store.message import MessageExt, SysFlag
 from rocketspark.store.message_codec import (
@@ -361,15 +361,27 @@ class CommitLog:
         self.warm(start, pos)
         if gather:
             head_p = Pieces.fixed(hdr, header_size, n)
+            columns = [head_p, body_p, *rest_ps]
+            # Records of one size (bodies of one length, a properties template):
+            # rows of a byte matrix, copied column by column into the mapping.
+            widths = [fixed_width(p) for p in columns]
+            rows = None if None in widths else widths
             for at, first, stop, blank in chunks:
                 f = self.files.get_or_create(at)
                 off = at - f.start_offset
                 if stop > first:
-                    data = interleave([head_p.take(first, stop), body_p.take(first, stop),
-                                       *(p.take(first, stop) for p in rest_ps)])
-                    f.mm[off:off + data.size] = data
-                    off += data.size
-                    del data
+                    part = [p.take(first, stop) for p in columns]
+                    if rows is not None:
+                        size = (stop - first) * sum(rows)
+                        region = np.frombuffer(f.mm, dtype=np.uint8, count=size, offset=off)
+                        interleave_rows(part, rows, region)
+                        del region
+                        off += size
+                    else:
+                        data = interleave(part)
+                        f.mm[off:off + data.size] = data
+                        off += data.size
+                        del data
                 if blank:
                     f.mm[off:off + BLANK.size] = BLANK.pack(blank, BLANK_MAGIC_CODE)
             return Placement(phys, totals, queue_offsets, groups, pos)

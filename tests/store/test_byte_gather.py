@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.store.byte_gather import Pieces, interleave
+from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
 
 
 def _expected(columns):
@@ -53,3 +54,47 @@ def test_constructors_and_around_the_inline_size():
     wide = Pieces.fixed(np.asarray([258, 3], dtype=">u2"), 2, 2)  # offsets are in bytes
     assert wide.to_list() == [b"\x01\x02", b"\x00\x03"]
     assert bytes(interleave([wide])) == b"\x01\x02\x00\x03"
+
+
+@st.composite
+def fixed_columns(draw):
+    """Columns whose pieces each have one width: consecutive (a joined list, a
+    matrix), scattered in one buffer, or spread over several."""
+    n = draw(st.integers(1, 40))
+    cols = []
+    for _ in range(draw(st.integers(1, 4))):
+        w = draw(st.integers(0, 20))
+        kind = draw(st.sampled_from(["consecutive", "scattered", "buffers"]))
+        if kind == "consecutive":
+            lead = draw(st.integers(0, 5))
+            data = draw(st.binary(min_size=lead + n * w, max_size=lead + n * w + 5))
+            cols.append(Pieces([data], lead + np.arange(n, dtype=np.int64) * w,
+                               np.full(n, w, dtype=np.int64)))
+            continue
+        nbuf = 1 if kind == "scattered" else draw(st.integers(2, 3))
+        bufs = [draw(st.binary(min_size=w, max_size=w + 60)) for _ in range(nbuf)]
+        idx = [draw(st.integers(0, nbuf - 1)) for _ in range(n)]
+        offs = [draw(st.integers(0, len(bufs[b]) - w)) for b in idx]
+        cols.append(Pieces(bufs, np.asarray(offs, dtype=np.int64), np.full(n, w, dtype=np.int64),
+                           np.asarray(idx, dtype=np.int64) if nbuf > 1 else 0))
+    return cols
+
+
+@settings(max_examples=300, deadline=None)
+@given(fixed_columns())
+def test_interleave_rows_is_the_join_of_the_pieces(cols):
+    widths = [fixed_width(c) for c in cols]
+    assert None not in widths
+    out = np.full(len(cols[0]) * sum(widths), 0xEE, dtype=np.uint8)
+    interleave_rows(cols, widths, out)
+    assert out.tobytes() == _expected(cols)
+
+
+def test_fixed_width_and_a_piece_outside_its_buffer():
+    assert fixed_width(Pieces.of_list([b"ab", b"cd"])) == 2
+    assert fixed_width(Pieces.of_list([b"ab", b"c"])) is None
+    out = np.zeros(4, dtype=np.uint8)
+    with pytest.raises(ValueError, match="outside"):
+        interleave_rows([Pieces([b"abc"], np.asarray([0, 2]), np.asarray([2, 2]))], [2], out)
+    with pytest.raises(ValueError, match="outside"):
+        interleave_rows([Pieces([b"abc"], np.asarray([2, 0]), np.asarray([2, 2]))], [2], out)
