@@ -31,9 +31,12 @@ def _fresh(**overrides):
     return path, store
 
 
-def bench_put_batch(n: int, batch: int) -> float:
+def bench_put_batch(n: int, batch: int, varied: bool = False) -> float:
+    """put_batch of ``batch`` messages of BODY, or (``varied``) of bodies of 50-150
+    bytes (100 on average), whose records differ in size (the general copy path)."""
     path, store = _fresh()
-    msgs = [Message("bench", BODY) for _ in range(batch)]
+    msgs = [Message("bench", BODY[:50] + bytes(i % 101) if varied else BODY)
+            for i in range(batch)]
     try:
         t0 = time.perf_counter()
         for _ in range(n // batch):
@@ -92,15 +95,18 @@ def bench_sync_flush(producers: int, n_each: int, batch: int = 1) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_pull_arrow(n: int, block: int | None) -> float:
+def bench_pull_arrow(n: int, block: int | None, keyed: bool = False) -> float:
     """Read a queue range into Arrow: in blocks the caller drops as it goes (as the Spark
     reader does, READ_CHUNK records a call), or with ``block`` None in one call whose
-    million rows stay in memory (then fresh memory's page faults are most of the time)."""
+    million rows stay in memory (then fresh memory's page faults are most of the time).
+    With ``keyed``, each message has a key of 1-6 characters: properties of varying
+    length, which the item-by-item parser reads (not the one-layout template)."""
     path = tempfile.mkdtemp(prefix="rs-bench-")
     try:
         with MessageStore.open(path) as store:
             store.create_topic("bench", queues=1)
-            msgs = [Message("bench", BODY, tags="t") for _ in range(1000)]
+            msgs = [Message("bench", BODY, tags="t", keys=[str(10 ** (i % 6) + i)[:1 + i % 6]]
+                            if keyed else ()) for i in range(1000)]
             for _ in range(n // 1000):
                 store.put_batch(msgs)
             runs = []
@@ -169,6 +175,8 @@ def main() -> None:
 
     report("put_batch, ASYNC_FLUSH, batches of 1000", ">= 1,000,000",
            [bench_put_batch(1_000_000 // scale, 1000) for _ in range(runs)])
+    report("put_batch of 1000, bodies of 50-150 bytes", "(same target)",
+           [bench_put_batch(1_000_000 // scale, 1000, varied=True) for _ in range(runs)])
     report("put, one message at a time", ">= 200,000",
            [bench_put_single(200_000 // scale) for _ in range(runs)])
     report("put, SYNC_FLUSH, 4 producer processes", ">= 50,000",
@@ -179,6 +187,8 @@ def main() -> None:
            [bench_pull_arrow(1_000_000 // scale, READ_CHUNK) for _ in range(runs)])
     report("read_batches: 1M rows in one call, all kept", "(same target)",
            [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)])
+    report("read_batches: keys of 1-6 characters", "(same target)",
+           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)])
     p50, p99 = bench_long_poll(200 // scale)
     print(f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
           "(target p99 < 5 ms)")
