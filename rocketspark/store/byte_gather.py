@@ -85,6 +85,19 @@ def byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
                                            strides=(1, 1), writeable=False)
 
 
+def gather_items(buf: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The ``dtype`` item (a record header) starting at each byte offset of ``buf``.
+
+    A stride-1 view of raw ``itemsize``-byte items, indexed by the offsets, then
+    viewed as ``dtype``: ~3-5x faster than indexing a structured view, which
+    copies field by field. Offsets must leave a whole item inside ``buf``.
+    """
+    width = dtype.itemsize
+    items = np.ndarray(shape=(len(buf) - width + 1,), dtype=np.dtype((np.void, width)),
+                       buffer=buf, offset=0, strides=(1,))
+    return items[offsets].view(dtype)
+
+
 def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
              width: int = INLINE) -> np.ndarray:
     """The ``width`` bytes at each offset (zeroed past each length), as void scalars.

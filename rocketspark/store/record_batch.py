@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketspark.errors import CorruptRecordError
+from rocketspark.store.byte_gather import gather_items
 from rocketspark.store.commit_log import CommitLog
 from rocketspark.store.message import (
     KEY_SEPARATOR,
@@ -103,14 +104,7 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
                                  file=f.path, offset=int(phy[-1]))
     buf = np.frombuffer(f.mm, dtype=np.uint8)
     try:
-        # Every header in one gather: a view of the segment with one header
-        # "starting" at each byte (stride 1), indexed by the record offsets. Raw
-        # 88-byte items copy ~5x faster than the structured dtype's field by field.
-        starts_view = np.ndarray(shape=(len(buf) - HEADER_V4.size + 1,),
-                                 dtype=np.dtype((np.void, HEADER_V4.size)),
-                                 buffer=buf, offset=0, strides=(1,))
-        hdr = starts_view[rel].view(HEADER_DTYPE)
-        del starts_view
+        hdr = gather_items(buf, rel, HEADER_DTYPE)  # every header in one gather
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
         bad = np.flatnonzero(((magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2))

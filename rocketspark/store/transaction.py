@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rocketspark.errors import OffsetOutOfRangeError, TransactionError
-from rocketspark.store.byte_gather import Pieces, byte_rows
+from rocketspark.store.byte_gather import Pieces, byte_rows, gather_items
 from rocketspark.store.index_file import java_hash_many
 from rocketspark.store.message import (
     PROPERTY_PRODUCER_GROUP,
@@ -613,10 +613,7 @@ def _parse_halves(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[s
     buf = np.frombuffer(src, dtype=np.uint8)
     m = len(rel)
     header = HEADER_V4.size
-    starts_view = np.ndarray(shape=(len(buf) - header + 1,), dtype=HEADER_V4_DTYPE,
-                             buffer=buf, offset=0, strides=(1,))
-    hdr = starts_view[rel]
-    del starts_view
+    hdr = gather_items(buf, rel, HEADER_V4_DTYPE)
     if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
         return None  # v2 records, IPv6 hosts or compressed bodies: the record path
     body_start = rel + header
