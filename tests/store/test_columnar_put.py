@@ -319,3 +319,60 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
                     s.rollback_transaction([hs[i] for i in g])
         roots.append(root)
     _assert_same_stores(*roots)
+
+
+@pytest.mark.parametrize("layout", ["plain", "tagged", "same-keys", "keys-per-row", "12-queues",
+                                    "long-topic", "big-queue-ids"])
+def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
+        tmp_path, clock, monkeypatch, layout):
+    """A sink's halves: records of a few layouts, one per size (REAL_QID digits), which
+    the commit checks and reads layout by layout (transaction._parse_layouts). Same
+    bytes as the per-record commit, and that parser is used exactly when every half
+    of a size has one layout (not when each row has its own keys)."""
+    used = []
+    parse_layouts = transaction._parse_layouts
+
+    def spy(*args):
+        got = parse_layouts(*args)
+        used.append(got is not None)
+        return got
+
+    monkeypatch.setattr(transaction, "_parse_layouts", spy)
+    n = 300
+    topic = "t" * 127 if layout == "long-topic" else "orders"
+    queues = {"12-queues": 12, "big-queue-ids": 1024}.get(layout, 4)
+    tags = "created" if layout == "tagged" else None
+    keys = {"same-keys": ["k1", "k2"], "keys-per-row": None}.get(layout, [])
+    roots = []
+    for columnar in (True, False):
+        root = str(tmp_path / ("fast" if columnar else "record"))
+        with MessageStore.open(root, clock=clock, mappedFileSizeCommitLog=1 << 20) as s:
+            s._ids._prefix = "7F000001" + "0" * 12
+            s._ids._counter = 65400  # the UNIQ_KEY counter wraps inside the batch
+            s.create_topic(topic, queues=queues)
+            msgs = [Message(topic, b"body-%03d" % i, tags=tags,
+                            keys=keys if keys is not None else ["row-%d" % i] * (i % 2 + 1))
+                    for i in range(n)]
+            if columnar:
+                hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=[tags] * n,
+                                       keys=[list(m.keys) for m in msgs], producer_group="pg",
+                                       extra_properties={"rocketsparkSinkId": "s-1"})
+                hs2 = s.prepare_columns([m.body for m in msgs], topic=topic, producer_group="pg",
+                                        extra_properties={"rocketsparkSinkId": "s-1"})
+            else:
+                s._columnar = False
+                hs = s.prepare_batch(msgs, producer_group="pg",
+                                     properties={"rocketsparkSinkId": "s-1"})
+                hs2 = s.prepare_batch([Message(topic, m.body) for m in msgs], producer_group="pg",
+                                      properties={"rocketsparkSinkId": "s-1"})
+            s.commit_transaction([*hs[:250], *hs2[:200]])
+            s.rollback_transaction([*hs[250:], *hs2[200:]])
+        roots.append(root)
+    _assert_same_stores(*roots)
+    assert used and all(used) == (layout != "keys-per-row")
+    with MessageStore.open(roots[0]) as s:  # and the committed records read back
+        got = [m for q in range(queues) for m in s.pull(topic, q, 0, max_msgs=1000).messages]
+        assert sorted(m.body for m in got) == sorted(
+            [b"body-%03d" % i for i in range(250)] + [b"body-%03d" % i for i in range(200)])
+        if layout == "same-keys":
+            assert len(s.query_by_key(topic, "k2", max_num=1000)) == 250
