@@ -68,12 +68,34 @@ class ConsumeQueue:
         n = self._max
         if n < 0:
             n = self._find_end()
-        else:
-            # Another process may have appended: step over what it wrote.
-            while self._size_at(n):
-                n += 1
+        elif self._size_at(n):
+            n = self._scan_end(n)  # another process appended: step over what it wrote
         self._max = n
         return n
+
+    def _scan_end(self, n: int) -> int:
+        """The first empty entry at or after entry ``n``, read in growing blocks.
+
+        Another process may have appended a few entries or half a million
+        (a sink's tasks, before the driver commits): blocks of 64 entries, then
+        8x larger, each one numpy scan of the SIZE fields.
+        """
+        block = 64
+        while True:
+            pos = n * CQ_STORE_UNIT_SIZE
+            f = self.files.find(pos)
+            if f is None:
+                return n
+            first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
+            count = min(block, self.entries_per_file - first)
+            sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count,
+                                  offset=pos - f.start_offset)["size"]
+            empty = np.flatnonzero(sizes == 0)
+            del sizes
+            if len(empty):
+                return n + int(empty[0])
+            n += count
+            block = min(block * 8, 1 << 20)
 
     def _find_end(self) -> int:
         self.files.refresh()
@@ -86,9 +108,8 @@ class ConsumeQueue:
         empty = np.flatnonzero(sizes == 0)
         # Entries are written in order, so the first empty slot ends the queue.
         end = base + (int(empty[0]) if len(empty) else self.entries_per_file)
-        while self._size_at(end):
-            end += 1
-        return end
+        del sizes
+        return self._scan_end(end)
 
     def min_offset(self, commitlog_min: int = 0) -> int:
         """Return the first logical offset still readable.

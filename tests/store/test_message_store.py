@@ -259,3 +259,19 @@ def test_delete_expired_moves_min_offsets_and_keeps_recent_data(tmp_path, clock)
         assert s.put(Message("orders", b"new")).queue_offset == 60
     with MessageStore.open(tmp_path / "s", **small) as s:  # reopens cleanly
         assert s.min_offset("orders", 0) == lo and s.max_offset("orders", 0) == 61
+
+
+def test_a_store_sees_the_end_of_a_queue_another_instance_wrote_far_past(tmp_path):
+    """Another process appended 70,000 entries across ConsumeQueue files (as a sink's tasks
+    do before the driver commits): max_offset finds the end (by growing numpy scans)."""
+    kw = dict(mappedFileSizeConsumeQueue=20 * 3000)
+    with MessageStore.open(tmp_path, **kw) as a, MessageStore.open(tmp_path, **kw) as b:
+        a.create_topic("t", queues=1)
+        assert a.max_offset("t", 0) == 0
+        b.put_batch([Message("t", b"x")] * 70_000)
+        assert a.max_offset("t", 0) == 70_000
+        b.put(Message("t", b"y"))
+        assert a.max_offset("t", 0) == 70_001
+        r = a.put(Message("t", b"z"))  # and a's own put continues there
+        assert r.queue_offset == 70_001
+        assert [m.body for m in b.pull("t", 0, 69_999, max_msgs=5).messages] == [b"x", b"y", b"z"]
