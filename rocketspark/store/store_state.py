@@ -231,7 +231,7 @@ class WriteLock:
     """An inter-process lock (flock on a file of its own) plus a thread lock.
 
     ``<root>/rocketspark.write.lock`` serialises appends; ``<root>/rocketspark.flush.lock``
-    lets one SYNC_FLUSH fsync cover the puts of every waiting process (group commit).
+    serialises the periodic flush of CommitLog, ConsumeQueues, index and checkpoint.
     """
 
     def __init__(self, root: str, name: str = WRITE_LOCK_FILE):
