@@ -77,9 +77,14 @@ class ConsumeQueue:
         """The first empty entry at or after entry ``n``, read in growing blocks.
 
         Another process may have appended a few entries or half a million
-        (a sink's tasks, before the driver commits): blocks of 64 entries, then
-        8x larger, each one numpy scan of the SIZE fields.
+        (a sink's tasks, before the driver commits): a few entries one by one,
+        then blocks of 64 entries and 8x larger, each one numpy scan of the
+        SIZE fields.
         """
+        for _ in range(8):
+            if not self._size_at(n):
+                return n
+            n += 1
         block = 64
         while True:
             pos = n * CQ_STORE_UNIT_SIZE

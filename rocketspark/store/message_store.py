@@ -1255,7 +1255,7 @@ class MessageStore:
         if commit == self._known_commit_pos and state.pending_end <= commit:
             return
         self._qo.clear()
-        self.index.refresh()  # another writer may have started an index file
+        self.index.sync_tail()  # another writer may have started an index file
         if state.pending_end > commit:
             # A writer died mid-append: its bytes past COMMIT_POS were never acknowledged.
             log.warning("store %s: wiping an unfinished append at CommitLog [%d, %d)",

@@ -275,3 +275,20 @@ def test_a_store_sees_the_end_of_a_queue_another_instance_wrote_far_past(tmp_pat
         r = a.put(Message("t", b"z"))  # and a's own put continues there
         assert r.queue_offset == 70_001
         assert [m.body for m in b.pull("t", 0, 69_999, max_msgs=5).messages] == [b"x", b"y", b"z"]
+
+
+def test_writers_in_turn_share_index_files_as_they_fill(tmp_path):
+    """Two instances put keyed messages in turn with tiny index files: each writes into
+    the file the other started (no listing while the last file has room) and every key
+    is found from either."""
+    kw = dict(maxHashSlotNum=8, maxIndexNum=6)
+    with MessageStore.open(tmp_path, **kw) as a, MessageStore.open(tmp_path, **kw) as b:
+        a.create_topic("t", queues=1)
+        for i in range(40):
+            (a if i % 3 else b).put(Message("t", b"x", keys=["k%d" % i]))
+        names = sorted(os.listdir(tmp_path / "index"))
+        assert len(names) >= 40 * 2 // 5  # a key and a UNIQ_KEY each: 5 entries a file
+        for s in (a, b):
+            assert [f.name for f in s.index._files] == names[-len(s.index._files):]
+            for i in range(40):
+                assert [m.keys for m in s.query_by_key("t", "k%d" % i)] == [["k%d" % i]]
