@@ -9,6 +9,7 @@ bodies, a fresh store in a temporary directory per scenario.
 from __future__ import annotations
 
 import argparse
+import mmap
 import multiprocessing as mp
 import os
 import shutil
@@ -156,6 +157,28 @@ def bench_long_poll(samples: int) -> tuple[float, float]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def bench_sync_floor(samples: int = 1000) -> float:
+    """The p50 of one msync of a page after a 100-byte write: what a SYNC_FLUSH put waits
+    for at least, whatever the store does."""
+    path = tempfile.mkdtemp(prefix="rs-bench-")
+    try:
+        fd = os.open(os.path.join(path, "probe"), os.O_RDWR | os.O_CREAT)
+        try:
+            os.ftruncate(fd, samples * 100 + mmap.PAGESIZE)
+            with mmap.mmap(fd, samples * 100 + mmap.PAGESIZE) as mm:
+                syncs = []
+                for i in range(samples):
+                    mm[i * 100:i * 100 + 100] = BODY
+                    t0 = time.perf_counter()
+                    mm.flush((i * 100) // mmap.PAGESIZE * mmap.PAGESIZE, mmap.PAGESIZE)
+                    syncs.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+        return statistics.median(syncs)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
@@ -189,6 +212,9 @@ def main() -> None:
            [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)])
     report("read_batches: keys of 1-6 characters", "(same target)",
            [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)])
+    floor = bench_sync_floor(1000 // scale)
+    print(f"  {'this disk: msync of one page, p50':<44} {floor * 1e6:>11,.0f} µs     "
+          f"(so 4 producers of single puts reach at most {4 / floor:,.0f}/s)")
     p50, p99 = bench_long_poll(200 // scale)
     print(f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
           "(target p99 < 5 ms)")
