@@ -644,8 +644,9 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
     if len(kinds) > _MAX_LAYOUTS:
         return None
     hdr = gather_items(buf, rel, HEADER_V4_DTYPE)
-    if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
-        return None
+    if (np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31)
+            or np.any(hdr["total"] != sizes)):
+        return None  # the slots are found from each record's end: TOTALSIZE must agree
     body_len = hdr["body_len"].astype(np.int64)
     qid = np.empty(m, dtype=np.int64)
     uniq = np.empty((m, UNIQ_HEX_LEN), dtype=np.uint8)
