@@ -1404,9 +1404,10 @@ class MessageStore:
         another msync is writing back waits for that write rather than writing
         them again, so concurrent syncs share their I/O. (Behind a lock, waiters
         queued one sync after another: 4 single-put producers reached 5.9k
-        puts/s with it, 8.3k without, here.) SYNCED_POS only moves up, and only
-        to a position a finished sync covered: a race between two writers of it
-        can leave it lower than it could be, never higher.
+        puts/s with it, 8.3k without, here.) SYNCED_POS only ever holds a
+        position a finished sync covered: two processes racing to write it can
+        move it back to the smaller of theirs, never past what is on disk, which
+        at worst makes a later put sync again.
         """
         state = self.state
         if state.synced_pos >= end:
