@@ -178,9 +178,7 @@ def interleave_rows(columns: Sequence[Pieces], widths: Sequence[int], out: np.nd
                 continue
             if int(offs.min()) < 0 or int(offs.max()) + w > len(data):
                 raise ValueError("a piece reaches outside its buffer")
-            src = np.ndarray(shape=(len(data) - w + 1,), dtype=item, buffer=data,
-                             offset=0, strides=(1,))[offs]
-            dst[sel] = src
+            dst[sel] = gather_items(data, offs, item)
         at += w
 
 

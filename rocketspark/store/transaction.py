@@ -683,12 +683,9 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
         at_rows = rel[rows]
 
         def column(lo: int, hi: int) -> np.ndarray:
-            # Bytes [lo, hi) of each half as one raw item: gathered by a stride-1
-            # view; comparing such items is a memcmp (~10x a 2-D byte comparison).
-            items = np.ndarray(shape=(len(buf) - (hi - lo) + 1,),
-                               dtype=np.dtype((np.void, hi - lo)), buffer=buf, offset=0,
-                               strides=(1,))
-            return items[at_rows + lo]  # noqa: B023
+            # Bytes [lo, hi) of each half as one raw item; comparing such items is
+            # a memcmp (~10x a 2-D byte comparison).
+            return gather_items(buf, at_rows + lo, np.dtype((np.void, hi - lo)))  # noqa: B023
 
         at = body_end  # every byte after the body but the slots: as in the first half
         for lo, hi in [*slots, (size, size)]:
