@@ -29,7 +29,7 @@ def _bodies(df) -> list[str]:
 
 
 def test_batch_read_returns_every_message_with_its_fields(spark, store_path, store):
-    _fill(store, "orders", 20)
+    _fill(store, "orders", 20, properties={"region": "eu"})
     df = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders").load()
     got = df.select("topic", "queueId", "queueOffset", F.col("body").cast("string").alias("b"),
                     "tags", "keys")
@@ -43,7 +43,9 @@ def test_batch_read_returns_every_message_with_its_fields(spark, store_path, sto
     m = store.pull("orders", 0, 0, 1).messages[0]
     assert (row.msgId, row.uniqKey, row.commitLogOffset, row.storeHost) == (
         m.msg_id, m.uniq_key, m.commitlog_offset, m.store_host)
-    assert row.properties["TAGS"] == m.tags and row.brokerName == store.config.broker_name
+    assert row.brokerName == store.config.broker_name
+    # TAGS, KEYS and UNIQ_KEY are columns, not also properties.
+    assert dict(row.properties) == {"region": "eu"} and m.properties["TAGS"] == row.tags
 
 
 def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_path, store):
