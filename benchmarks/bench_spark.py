@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
+from machine import reference  # noqa: E402
 from rocketspark.session import local_session  # noqa: E402
 from rocketspark.store import Message, MessageStore  # noqa: E402
 
@@ -173,6 +174,7 @@ def main() -> None:
     n_src = 200_000 if args.quick else 2_000_000
     n_sink = 50_000 if args.quick else 500_000
     runs = 1 if args.quick else args.runs
+    before = reference()
     spark = local_session("rocketspark-bench", delta=False)
     spark.dataSource.register(_Ceiling)
     path = tempfile.mkdtemp(prefix="rs-src-")
@@ -192,6 +194,8 @@ def main() -> None:
     spark.stop()
     med = statistics.median
     print(f"rocketspark Spark benchmark: local[2], 100-byte bodies, median of {runs} runs")
+    print(f"  machine at the start: {before}")
+    print(f"  machine at the end:   {reference()}")
     print(f"  source, batch read -> noop      {med(ours):>12,.0f} rows/s  (target >= 1,200,000)")
     print(f"  synthetic Arrow source ceiling  {med(ceiling):>12,.0f} rows/s")
     print(f"  source / ceiling                {med(ours) / med(ceiling):>12.0%}  (target >= 70%)")

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 
+from machine import reference  # noqa: E402  (benchmarks/ is on sys.path when run)
 from rocketspark.store import Message, MessageStore
 
 READ_CHUNK = 1 << 16  # records per read_batches call of the Spark reader (datasource.source)
@@ -188,6 +189,7 @@ def main() -> None:
     runs = 1 if args.quick else args.runs
     print(f"rocketspark store benchmark: {os.cpu_count()} cores, 100-byte bodies, "
           f"median of {runs} runs")
+    print(f"  machine at the start: {reference()}", flush=True)
     rows = []
 
     def report(name: str, target: str, values: list[float], unit: str = "msg/s") -> None:
@@ -218,6 +220,7 @@ def main() -> None:
     p50, p99 = bench_long_poll(200 // scale)
     print(f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
           "(target p99 < 5 ms)")
+    print(f"  machine at the end:   {reference()}")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
 PROPERTY_REPLAY = "RS_REPLAY"
 PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
 REPLAY_GROUP = "rocketspark-replay"
-# Properties a replayed message does not carry over from its dead letter.
+# Properties a replayed message does not carry over from its dead letter (UNIQ_KEY,
+# TAGS and KEYS appear only in tables materialised before rows' properties left
+# them to their own columns).
 _RETRY_ONLY = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REAL_TOPIC,
                PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_TIME_LEVEL, "UNIQ_KEY", "TAGS", "KEYS",
                "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME")

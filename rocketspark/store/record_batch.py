@@ -273,6 +273,8 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
             or int(np.count_nonzero(data == 2)) != k * n):
         return None
     kept = [j for j, x in enumerate(names) if x not in _COLUMN_NAMES]  # the map's items
+    if k - len(kept) != len(_COLUMN_NAMES.intersection(names)):
+        return None  # TAGS, KEYS or UNIQ_KEY twice: the item parser checks every value
     vlen = np.array([spans[j][1] - spans[j][0] for j in kept], dtype=np.int32)
     if len(kept) == 1:
         value_bytes = _columns(data, *spans[kept[0]])
