@@ -102,7 +102,7 @@ def bench_pull_arrow(n: int, block: int | None, keyed: bool = False) -> float:
     reader does, READ_CHUNK records a call), or with ``block`` None in one call whose
     million rows stay in memory (then fresh memory's page faults are most of the time).
     With ``keyed``, each message has a key of 1-6 characters: properties of varying
-    length, which the item-by-item parser reads (not the one-layout template)."""
+    length (six layouts, parsed by one template each)."""
     path = tempfile.mkdtemp(prefix="rs-bench-")
     try:
         with MessageStore.open(path) as store:

@@ -222,7 +222,43 @@ def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array,
     and KEYS: by one row's template when every row has the same layout, else item by
     item (:func:`_parse_items`)."""
     parsed = _parse_uniform(props)
+    if parsed is None:
+        parsed = _parse_grouped(props)
     return parsed if parsed is not None else _parse_items(props)
+
+
+_MAX_LAYOUTS = 16  # properties lengths in one block that _parse_grouped takes on
+
+
+def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None:
+    """Rows of a few layouts, one per properties length, or None.
+
+    Keys or tags of a few lengths (order numbers of 5 or 6 digits) give rows
+    of a few layouts, each of one length: the rows are grouped by length
+    (one take), each group parsed by its own template (:func:`_parse_uniform`)
+    and the results put back in row order. A group that does not share one
+    layout sends the block to the item parser.
+    """
+    n = len(props)
+    _, off_buf, _ = props.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    kinds, which = np.unique(np.diff(off), return_inverse=True)
+    if not 1 < len(kinds) <= _MAX_LAYOUTS:
+        return None
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(kinds) + 1))
+    grouped = props.take(pa.array(order))
+    parts = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        parsed = _parse_uniform(grouped.slice(a, b - a))
+        if parsed is None:
+            return None
+        parts.append(parsed)
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n, dtype=np.int64)
+    back_arr = pa.array(back)
+    out = [pa.concat_arrays([p[i] for p in parts]).take(back_arr) for i in range(4)]
+    return out[0], out[1], out[2], out[3]
 
 
 def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None:

@@ -14,6 +14,7 @@ from rocketspark.store.message_codec import decode_properties
 from rocketspark.store.record_batch import (
     COLUMN_PROPERTIES,
     _NotUtf8,
+    _parse_grouped,
     _parse_items,
     _parse_properties,
     _parse_uniform,
@@ -92,6 +93,51 @@ def test_rows_of_one_layout_parse_like_the_decoder(case):
     if uniform is not None:
         assert all(a.equals(b) for a, b in zip(uniform, items))
     _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+
+
+@st.composite
+def _few_layout_rows(draw):
+    layouts = draw(st.lists(_layout, min_size=2, max_size=4))
+    rows = []
+    for _ in range(draw(st.integers(2, 12))):
+        layout = layouts[draw(st.integers(0, len(layouts) - 1))]
+        rows.append(b"".join(
+            name.encode("utf-8") + b"\x01"
+            + bytes(draw(st.lists(_value_byte, min_size=width, max_size=width))) + b"\x02"
+            for name, width in layout))
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(_few_layout_rows())
+def test_rows_of_a_few_layouts_parse_like_the_decoder(raws):
+    """Rows grouped by length, each group by its template (or left to the item parser)."""
+    arr = pa.array(raws, pa.large_binary())
+    try:
+        items = _parse_items(arr)
+    except _NotUtf8:
+        with pytest.raises(_NotUtf8):
+            _parse_properties(arr)
+        return
+    grouped = _parse_grouped(arr)
+    if grouped is not None:
+        assert all(a.equals(b) for a, b in zip(grouped, items))
+    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+
+
+def test_keys_of_a_few_lengths_are_parsed_by_length():
+    raws = [b"TAGS\x01t\x02KEYS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (b"k" * (1 + i * 7 % 6), i)
+            for i in range(300)]
+    arr = pa.array(raws, pa.large_binary())
+    assert _parse_uniform(arr) is None
+    grouped = _parse_grouped(arr)
+    assert grouped is not None and all(a.equals(b) for a, b in zip(grouped, _parse_items(arr)))
+    _assert_parsed_like_the_decoder(raws, grouped)
+    # One length, two layouts (tag "ab" + key "c", tag "a" + key "bc"): not by template.
+    mixed = [b"TAGS\x01ab\x02KEYS\x01c\x02", b"TAGS\x01a\x02KEYS\x01bc\x02",
+             b"TAGS\x01a\x02"]
+    assert _parse_grouped(pa.array(mixed, pa.large_binary())) is None
+    _assert_parsed_like_the_decoder(mixed, _parse_properties(pa.array(mixed, pa.large_binary())))
 
 
 def test_a_separator_where_the_first_row_has_none_is_left_to_the_item_parser():
