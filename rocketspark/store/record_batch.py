@@ -218,16 +218,17 @@ _COLUMN_NAMES = frozenset(x.encode("ascii") for x in _LOOKUPS)
 
 
 def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
-    """Split ``name\\x01value\\x02...`` strings into a map, and look up TAGS, UNIQ_KEY
-    and KEYS: by one row's template when every row has the same layout, else item by
-    item (:func:`_parse_items`)."""
+    """Split ``name\\x01value\\x02...`` strings into a map (without TAGS, UNIQ_KEY and
+    KEYS), and look those three up: by one row's template when every row has the
+    same layout, by one template per length when the rows have a few
+    (:func:`_parse_grouped`), else item by item (:func:`_parse_items`)."""
     parsed = _parse_uniform(props)
     if parsed is None:
         parsed = _parse_grouped(props)
     return parsed if parsed is not None else _parse_items(props)
 
 
-_MAX_LAYOUTS = 16  # properties lengths in one block that _parse_grouped takes on
+_MAX_LENGTHS = 16  # properties lengths in one block that _parse_grouped takes on
 
 
 def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None:
@@ -243,7 +244,7 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     _, off_buf, _ = props.buffers()
     off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
     kinds, which = np.unique(np.diff(off), return_inverse=True)
-    if not 1 < len(kinds) <= _MAX_LAYOUTS:
+    if not 1 < len(kinds) <= _MAX_LENGTHS:
         return None
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(len(kinds) + 1))
@@ -497,5 +498,5 @@ def filter_tags(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.Record
     return batch.filter(pc.fill_null(mask, False))
 
 
-__all__ = ["ARROW_SCHEMA", "COLUMN_PROPERTIES", "records_to_batches", "messages_to_batch", "filter_tags",
-           "V1_MAX_TOPIC_LENGTH"]
+__all__ = ["ARROW_SCHEMA", "COLUMN_PROPERTIES", "records_to_batches", "messages_to_batch",
+           "filter_tags", "V1_MAX_TOPIC_LENGTH"]
