@@ -241,13 +241,24 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     layout sends the block to the item parser.
     """
     n = len(props)
-    _, off_buf, _ = props.buffers()
+    _, off_buf, data_buf = props.buffers()
     off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
     kinds, which = np.unique(np.diff(off), return_inverse=True)
-    if not 1 < len(kinds) <= _MAX_LENGTHS:
+    if not 1 < len(kinds) <= _MAX_LENGTHS or data_buf is None or int(kinds[0]) <= 0:
         return None
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(len(kinds) + 1))
+    # Before copying the block: a few rows spread over each group must have their
+    # separators where the group's first row has them (rows of one length but two
+    # layouts, like tag "ab" + key "c" and tag "a" + key "bc", go item by item).
+    data = np.frombuffer(data_buf, dtype=np.uint8)
+    for g, width in enumerate(kinds.tolist()):
+        members = order[bounds[g]:bounds[g + 1]]
+        sample = members[np.linspace(0, len(members) - 1, min(8, len(members))).astype(np.int64)]
+        rows = data[off[sample][:, None] + np.arange(width)]
+        seps = (rows == 1) | (rows == 2)
+        if not bool((seps == seps[0]).all()):
+            return None
     grouped = props.take(pa.array(order))
     parts = []
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
