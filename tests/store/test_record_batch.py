@@ -55,23 +55,46 @@ _layout = st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "
 _value_byte = st.sampled_from([ord("a"), ord("Z"), ord(" "), 1, 2, 0xC3, 0xA9])
 
 
+def _layout_row(draw, layout) -> tuple[bytes, bool]:
+    """One row of ``layout`` with drawn values; True when no value holds a separator."""
+    values = [bytes(draw(st.lists(_value_byte, min_size=width, max_size=width)))
+              for _, width in layout]
+    row = b"".join(name.encode("utf-8") + b"\x01" + value + b"\x02"
+                   for (name, _), value in zip(layout, values))
+    return row, not any(set(v) & {1, 2} for v in values)
+
+
 @st.composite
 def _same_layout_rows(draw):
     layout = draw(_layout)
-    n = draw(st.integers(1, 6))
-    rows = []
     lifted = [name for name, _ in layout if name in COLUMN_PROPERTIES]
     # No separator inside a value, and no column's property named twice (those the
     # template leaves to the item parser, which checks every value's UTF-8).
     clean = len(lifted) == len(set(lifted))
-    for _ in range(n):
-        parts = []
-        for name, width in layout:
-            value = bytes(draw(st.lists(_value_byte, min_size=width, max_size=width)))
-            clean = clean and not set(value) & {1, 2}
-            parts.append(name.encode("utf-8") + b"\x01" + value + b"\x02")
-        rows.append(b"".join(parts))
+    rows = []
+    for _ in range(draw(st.integers(1, 6))):
+        row, no_separator = _layout_row(draw, layout)
+        rows.append(row)
+        clean = clean and no_separator
     return rows, clean
+
+
+def _check_fast_parser(raws, fast):
+    """``fast(arr)`` (a template parser) agrees with the item parser whenever it answers,
+    and _parse_properties with the decoder; bad UTF-8 fails both. Returns whether the
+    rows were UTF-8, and fast's answer."""
+    arr = pa.array(raws, pa.large_binary())
+    try:
+        items = _parse_items(arr)
+    except _NotUtf8:
+        with pytest.raises(_NotUtf8):
+            _parse_properties(arr)
+        return False, None
+    got = fast(arr)
+    if got is not None:
+        assert all(a.equals(b) for a, b in zip(got, items))
+    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+    return True, got
 
 
 @settings(max_examples=300, deadline=None)
@@ -80,49 +103,23 @@ def test_rows_of_one_layout_parse_like_the_decoder(case):
     """The template parser takes rows of one layout (or leaves them to the item parser,
     when a value holds a separator or bad UTF-8), and both agree with the decoder."""
     raws, clean = case
-    arr = pa.array(raws, pa.large_binary())
-    try:
-        items = _parse_items(arr)
-    except _NotUtf8:
-        with pytest.raises(_NotUtf8):
-            _parse_properties(arr)
-        return
-    uniform = _parse_uniform(arr)
-    if clean:
+    utf8, uniform = _check_fast_parser(raws, _parse_uniform)
+    if utf8 and clean:
         assert uniform is not None  # the fast path is taken whenever it can be
-    if uniform is not None:
-        assert all(a.equals(b) for a, b in zip(uniform, items))
-    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
 
 
 @st.composite
 def _few_layout_rows(draw):
     layouts = draw(st.lists(_layout, min_size=2, max_size=4))
-    rows = []
-    for _ in range(draw(st.integers(2, 12))):
-        layout = layouts[draw(st.integers(0, len(layouts) - 1))]
-        rows.append(b"".join(
-            name.encode("utf-8") + b"\x01"
-            + bytes(draw(st.lists(_value_byte, min_size=width, max_size=width))) + b"\x02"
-            for name, width in layout))
-    return rows
+    return [_layout_row(draw, layouts[draw(st.integers(0, len(layouts) - 1))])[0]
+            for _ in range(draw(st.integers(2, 12)))]
 
 
 @settings(max_examples=300, deadline=None)
 @given(_few_layout_rows())
 def test_rows_of_a_few_layouts_parse_like_the_decoder(raws):
     """Rows grouped by length, each group by its template (or left to the item parser)."""
-    arr = pa.array(raws, pa.large_binary())
-    try:
-        items = _parse_items(arr)
-    except _NotUtf8:
-        with pytest.raises(_NotUtf8):
-            _parse_properties(arr)
-        return
-    grouped = _parse_grouped(arr)
-    if grouped is not None:
-        assert all(a.equals(b) for a, b in zip(grouped, items))
-    _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
+    _check_fast_parser(raws, _parse_grouped)
 
 
 def test_keys_of_a_few_lengths_are_parsed_by_length():
