@@ -228,6 +228,13 @@ def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array,
     return parsed if parsed is not None else _parse_items(props)
 
 
+def _offsets(props: pa.Array) -> tuple[np.ndarray, pa.Buffer | None]:
+    """A large_binary array's n + 1 offsets (a view) and its data buffer."""
+    _, off_buf, data_buf = props.buffers()
+    return (np.frombuffer(off_buf, dtype=np.int64, count=len(props) + 1,
+                          offset=props.offset * 8), data_buf)
+
+
 _MAX_LENGTHS = 16  # properties lengths in one block that _parse_grouped takes on
 
 
@@ -241,8 +248,7 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     layout sends the block to the item parser.
     """
     n = len(props)
-    _, off_buf, data_buf = props.buffers()
-    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    off, data_buf = _offsets(props)
     kinds, which = np.unique(np.diff(off), return_inverse=True)
     if not 1 < len(kinds) <= _MAX_LENGTHS or data_buf is None or int(kinds[0]) <= 0:
         return None
@@ -286,8 +292,7 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     n = len(props)
     if n == 0:
         return None
-    _, off_buf, data_buf = props.buffers()
-    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    off, data_buf = _offsets(props)
     first = int(off[0])
     width = int(off[1]) - first
     if width <= 0 or int(off[-1]) - first != width * n or data_buf is None:
@@ -383,8 +388,7 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
     separator are skipped, and a repeated name keeps its last value.
     """
     n = len(props)
-    _, off_buf, data_buf = props.buffers()
-    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=props.offset * 8)
+    off, data_buf = _offsets(props)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else \
         np.empty(0, dtype=np.uint8)
     rec_start, rec_end = off[:-1], off[1:]
