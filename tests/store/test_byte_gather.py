@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
+from rocketspark.store.byte_gather import (
+    Pieces,
+    fixed_width,
+    gather_items,
+    interleave,
+    interleave_rows,
+)
 
 
 def _expected(columns):
@@ -59,16 +65,19 @@ def test_constructors_and_around_the_inline_size():
 @st.composite
 def fixed_columns(draw):
     """Columns whose pieces each have one width: consecutive (a joined list, a
-    matrix), scattered in one buffer, or spread over several."""
+    matrix), evenly spaced (a field of records of one size), scattered in one
+    buffer, or spread over several."""
     n = draw(st.integers(1, 40))
     cols = []
     for _ in range(draw(st.integers(1, 4))):
         w = draw(st.integers(0, 20))
-        kind = draw(st.sampled_from(["consecutive", "scattered", "buffers"]))
-        if kind == "consecutive":
+        kind = draw(st.sampled_from(["consecutive", "evenly", "scattered", "buffers"]))
+        if kind in ("consecutive", "evenly"):
             lead = draw(st.integers(0, 5))
-            data = draw(st.binary(min_size=lead + n * w, max_size=lead + n * w + 5))
-            cols.append(Pieces([data], lead + np.arange(n, dtype=np.int64) * w,
+            step = w if kind == "consecutive" else draw(st.integers(1, 30))
+            end = lead + (n - 1) * step + w
+            data = draw(st.binary(min_size=end, max_size=end + 5))
+            cols.append(Pieces([data], lead + np.arange(n, dtype=np.int64) * step,
                                np.full(n, w, dtype=np.int64)))
             continue
         nbuf = 1 if kind == "scattered" else draw(st.integers(2, 3))
@@ -98,3 +107,27 @@ def test_fixed_width_and_a_piece_outside_its_buffer():
         interleave_rows([Pieces([b"abc"], np.asarray([0, 2]), np.asarray([2, 2]))], [2], out)
     with pytest.raises(ValueError, match="outside"):
         interleave_rows([Pieces([b"abc"], np.asarray([2, 0]), np.asarray([2, 2]))], [2], out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_gather_items_is_the_slices_at_the_offsets(data):
+    """Evenly spaced offsets take the strided view, others the indexed gather: the
+    same items either way."""
+    w = data.draw(st.integers(1, 12))
+    n = data.draw(st.integers(1, 30))
+    if data.draw(st.booleans()):
+        first = data.draw(st.integers(0, 10))
+        step = data.draw(st.integers(1, 25))
+        offsets = first + np.arange(n, dtype=np.int64) * step
+        size = int(offsets[-1]) + w + data.draw(st.integers(0, 5))
+    else:
+        size = data.draw(st.integers(w, 200))
+        offsets = np.asarray(data.draw(st.lists(st.integers(0, size - w), min_size=n,
+                                                max_size=n)), dtype=np.int64)
+    raw = data.draw(st.binary(min_size=size, max_size=size))
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    got = gather_items(buf, offsets, np.dtype((np.void, w)))
+    assert [bytes(x) for x in got] == [raw[o:o + w] for o in offsets.tolist()]
+    got[0] = b"\xff" * w  # a copy, not a view of the buffer
+    assert buf.tobytes() == raw
