@@ -3,19 +3,25 @@
 Exactly-once (the default) works like this, per streaming query ("sink id"):
 
 1. Every task writes its rows as half messages (invisible to consumers) tagged
-   with the sink id and the id of this run of the query, and reports the
-   half-queue offset runs it wrote.
+   with the sink id, and reports the half-queue offset runs it wrote and the
+   streaming query's id (Spark's, kept in the checkpoint).
 2. ``commit(messages, batchId)`` on the driver: if the ledger
    (``config/rocketsparkSinks.json`` in the store) says this batch id, or a
-   later one, is committed already, the batch is a replay after a restart and
-   its halves are rolled back. Otherwise the ledger records the batch as
-   pending with its runs, the halves are committed, and the ledger records
-   the batch as committed.
+   later one, is committed already by the same query, the batch is a replay
+   after a restart and its halves are rolled back. Otherwise the ledger
+   records the batch as pending with its runs, the halves are committed, and
+   the ledger records the batch as committed. A query id other than the
+   ledger's means the checkpoint was replaced (deleted, or a new query at the
+   same location): its batch ids start again, so the ledger's are not compared.
 3. ``abort`` rolls the halves back.
 4. Before each commit (or abort), a pending batch left by a crash between 2's
    steps is committed, and every other open half of this sink (task attempts
    that failed, batches never committed, runs that were killed) is rolled
    back: Spark runs one micro-batch at a time, so nothing else can be open.
+
+A batch ``df.write`` (exactly once, no ``txnAppId``) gets a sink id of its own
+per job, so that its commit (or abort) also rolls back the halves of its failed
+task attempts.
 
 Spark creates the writer afresh in different processes for planning and for
 each commit, so all of this state lives in the store, never in the writer.
@@ -29,6 +35,7 @@ import difflib
 import hashlib
 import logging
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +80,9 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
     "delayLevel": (_INTEGRAL, "int"),
 }
 PROPERTY_SINK_ID = "RS_SINK"
+# The local property Spark's stream execution gives a micro-batch's tasks: the query
+# id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Messages per store call: bounds memory and lock hold times in a task.
 WRITE_CHUNK = 8192
 
@@ -156,8 +166,10 @@ class SinkPlan:
             if streaming and exactly_once and not where:
                 raise ConfigError("an exactly-once stream needs the option checkpointLocation "
                                   "(or sinkId) to recognise its batches after a restart")
-            sink_id = hashlib.sha1(os.path.abspath(where).encode()).hexdigest()[:16] \
-                if where else "batch"
+            if where:
+                sink_id = hashlib.sha1(os.path.abspath(where).encode()).hexdigest()[:16]
+            else:  # a batch write: one id per job (Spark plans the writer once a job)
+                sink_id = "batch-" + uuid.uuid4().hex[:16]
         group = options.get("producerGroup") or f"rocketspark-sink-{sink_id}"
         from rocketspark.store.config import validate_group
         validate_group(group)
@@ -166,10 +178,12 @@ class SinkPlan:
 
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
-    """What one task wrote: half-queue offset runs [start, end) and the message count."""
+    """What one task wrote: half-queue offset runs [start, end), the message count and
+    the streaming query's id (None: a batch write)."""
 
     runs: tuple[tuple[int, int], ...]
     count: int
+    query: str | None = None
 
 
 def _batch_columns(batch: pa.RecordBatch) -> tuple[dict[str, list[Any]], int]:
@@ -239,7 +253,15 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
                 pending_rows = []
     if pending_rows:
         flush(*_rows_columns(pending_rows, plan.columns))
-    return SinkCommit(tuple(runs), count)
+    return SinkCommit(tuple(runs), count, _task_query())
+
+
+def _task_query() -> str | None:
+    """The streaming query id Spark gives this task (None outside a stream's task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty(QUERY_ID_PROPERTY)
 
 
 def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
@@ -263,7 +285,10 @@ def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
 
 
 def _offsets(messages: Sequence[WriterCommitMessage | None]) -> np.ndarray:
-    runs = _runs(messages)
+    return _run_offsets(_runs(messages))
+
+
+def _run_offsets(runs: Sequence[tuple[int, int]]) -> np.ndarray:
     if not runs:
         return np.empty(0, dtype=np.int64)
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
@@ -273,19 +298,30 @@ def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[tuple[int, int
     return [r for m in messages if isinstance(m, SinkCommit) for r in m.runs]
 
 
-def finish_pending(plan: SinkPlan) -> int:
-    """Commit a batch the ledger shows half-committed (a crash inside ``commit``)."""
+def _query(messages: Sequence[WriterCommitMessage | None]) -> str | None:
+    return next((m.query for m in messages if isinstance(m, SinkCommit) and m.query), None)
+
+
+def finish_pending(plan: SinkPlan) -> np.ndarray:
+    """Commit a batch the ledger shows half-committed (a crash inside ``commit``).
+
+    Returns the half-queue offsets it committed (none: nothing was pending).
+    Its halves are never rolled back before this runs (``roll_back_orphans``
+    comes after it), so they are still open or already committed.
+    """
     store = plan.store.open()
-    _, pending = store.sink_ledger.get(plan.sink_id)
+    ledger = store.sink_ledger
+    _, pending = ledger.get(plan.sink_id)
     if pending is None:
-        return 0
+        return np.empty(0, dtype=np.int64)
     batch_id, runs = pending
-    offsets = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
+    offsets = _run_offsets(runs)
     log.warning("sink %s: finishing the commit of batch %d (%d messages) left by a crash",
                 plan.sink_id, batch_id, len(offsets))
-    store.commit_transaction(offsets)
-    store.sink_ledger.finish(plan.sink_id, batch_id)
-    return len(offsets)
+    if len(offsets):
+        store.commit_transaction(offsets)
+    ledger.finish(plan.sink_id, batch_id, ledger.pending_query(plan.sink_id))
+    return offsets
 
 
 def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
@@ -306,6 +342,27 @@ def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
     return len(orphans)
 
 
+def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int) -> int:
+    """Roll back the open halves of batch ``df.write`` jobs older than ``older_than_ms``.
+
+    A job whose driver died before its commit leaves its halves open (and
+    invisible) for good: no later job has its sink id. Streams' halves are not
+    touched (their next commit resolves them). A job still running whose
+    halves are older than the limit fails at its commit ("already rolled
+    back"), so give a limit longer than any batch write runs. Returns how
+    many halves were rolled back.
+    """
+    cutoff = store.clock() - older_than_ms
+    stale = [h.queue_offset for h in store.open_transactions()
+             if h.properties.get(PROPERTY_SINK_ID, "").startswith("batch-")
+             and h.store_timestamp < cutoff]
+    if stale:
+        log.warning("rolling back %d half messages of batch writes that never committed",
+                    len(stale))
+        store.rollback_transaction(stale)
+    return len(stale)
+
+
 def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
                  batch_id: int) -> bool:
     """Commit one batch's halves unless the ledger has it; False for a replay."""
@@ -315,16 +372,39 @@ def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
     roll_back_orphans(plan, offsets)
     ledger = store.sink_ledger
     committed, _ = ledger.get(plan.sink_id)
+    query, known = _query(messages), ledger.query(plan.sink_id)
+    if query is not None and known is not None and query != known and committed >= 0:
+        log.warning("sink %s: query %s commits its batch %d where query %s committed up to "
+                    "batch %d: a new checkpoint, whose batch ids start again", plan.sink_id,
+                    query, batch_id, known, committed)
+        committed = -1
     if batch_id <= committed:
         log.warning("sink %s: batch %d was committed before (a replay after a restart); "
                     "discarding its %d new half messages", plan.sink_id, batch_id,
                     len(offsets))
         store.rollback_transaction(offsets)
         return False
-    ledger.begin(plan.sink_id, batch_id, _runs(messages))
-    store.commit_transaction(offsets)
-    ledger.finish(plan.sink_id, batch_id)
+    if len(offsets):  # an empty batch has nothing to finish after a crash
+        ledger.begin(plan.sink_id, batch_id, _runs(messages), query)
+        store.commit_transaction(offsets)
+    ledger.finish(plan.sink_id, batch_id, query)
     return True
+
+
+def abort_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """Roll back a batch's halves and the sink's other open ones (not a pending batch's).
+
+    A pending batch (its commit was cut short) is committed first: Spark may
+    call abort after a commit that failed half way, or abort a replay of a
+    batch whose earlier commit a crash interrupted; its halves were decided.
+    """
+    store = plan.store.open()
+    done = finish_pending(plan)
+    offsets = _offsets(messages)
+    if len(done):
+        offsets = offsets[~np.isin(offsets, done)]
+    store.rollback_transaction(offsets)
+    roll_back_orphans(plan, np.empty(0, dtype=np.int64))
 
 
 class RocketMQStreamWriter(_StreamWriterBase):
@@ -346,8 +426,7 @@ class RocketMQStreamWriter(_StreamWriterBase):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.plan.exactly_once:
-            self.plan.store.open().rollback_transaction(_offsets(messages))
-            roll_back_orphans(self.plan, np.empty(0, dtype=np.int64))
+            abort_batch(self.plan, messages)
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):
@@ -363,8 +442,11 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         if self.plan.txn_version is not None:
             commit_batch(self.plan, messages, self.plan.txn_version)
         elif self.plan.exactly_once:
-            self.plan.store.open().commit_transaction(_offsets(messages))
+            # The job's own sink id: its other open halves are failed task attempts'.
+            offsets = _offsets(messages)
+            roll_back_orphans(self.plan, offsets)
+            self.plan.store.open().commit_transaction(offsets)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.plan.exactly_once:
-            self.plan.store.open().rollback_transaction(_offsets(messages))
+            abort_batch(self.plan, messages)

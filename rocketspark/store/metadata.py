@@ -666,10 +666,12 @@ class SinkLedgerTable(_JsonTable):
     """rocketsparkSinks.json: what each exactly-once Spark sink has committed (ours, not RocketMQ's).
 
     Per sink id: ``committed``, the highest Spark batch id whose half messages
-    are committed, and ``pending``, a batch being committed: its id and the
-    half-queue offset runs ``[start, end)`` it covers. A pending batch is
-    written before its halves are committed and cleared after, so a crash in
-    between is finished on the next start rather than guessed at.
+    are committed, ``pending``, a batch being committed: its id and the
+    half-queue offset runs ``[start, end)`` it covers, and ``query``, the id of
+    the streaming query that committed (Spark keeps it in the checkpoint: a
+    new id means a new checkpoint, whose batch ids start again). A pending
+    batch is written before its halves are committed and cleared after, so a
+    crash in between is finished on the next start rather than guessed at.
     """
 
     file_name = SINK_LEDGER_FILE
@@ -688,7 +690,9 @@ class SinkLedgerTable(_JsonTable):
                 pending = _as_dict(pending, f"pending batch of sink {sink_id}")
                 pending["batch"] = int(pending["batch"])
                 pending["runs"] = [[int(a), int(b)] for a, b in pending["runs"]]
+                pending["query"] = _optional_text(pending.get("query"), sink_id)
             entry["pending"] = pending
+            entry["query"] = _optional_text(entry.get("query"), sink_id)
             sinks[sink_id] = entry
         data["sinks"] = sinks
         return data
@@ -703,23 +707,55 @@ class SinkLedgerTable(_JsonTable):
             None if pending is None
             else (pending["batch"], [(a, b) for a, b in pending["runs"]]))
 
-    def begin(self, sink_id: str, batch_id: int, runs: list[tuple[int, int]]) -> None:
-        """Record that ``batch_id`` is being committed with these half-offset runs."""
+    def query(self, sink_id: str) -> str | None:
+        """The id of the streaming query that last committed for ``sink_id`` (None: unknown)."""
+        entry = self._current()["sinks"].get(sink_id)
+        return None if entry is None else entry.get("query")
+
+    def pending_query(self, sink_id: str) -> str | None:
+        """The query id recorded with the pending batch of ``sink_id`` (None: none or unknown)."""
+        entry = self._current()["sinks"].get(sink_id)
+        pending = None if entry is None else entry["pending"]
+        return None if pending is None else pending.get("query")
+
+    def begin(self, sink_id: str, batch_id: int, runs: list[tuple[int, int]],
+              query: str | None = None) -> None:
+        """Record that ``batch_id`` (of ``query``) is being committed with these half-offset runs."""
 
         def change(data: dict[str, Any]) -> bool:
-            entry = data["sinks"].setdefault(sink_id, {"committed": -1, "pending": None})
-            entry["pending"] = {"batch": int(batch_id), "runs": [[a, b] for a, b in runs]}
+            entry = data["sinks"].setdefault(sink_id, _new_sink())
+            entry["pending"] = {"batch": int(batch_id), "runs": [[a, b] for a, b in runs],
+                                "query": query}
             return True
 
         self._modify(change)
 
-    def finish(self, sink_id: str, batch_id: int) -> None:
-        """Record that ``batch_id`` is committed (and nothing is pending)."""
+    def finish(self, sink_id: str, batch_id: int, query: str | None = None) -> None:
+        """Record that ``batch_id`` is committed (and nothing is pending).
+
+        A ``query`` other than the one recorded starts the sink's batch ids
+        again (its checkpoint is new); otherwise the highest id is kept.
+        """
 
         def change(data: dict[str, Any]) -> bool:
-            entry = data["sinks"].setdefault(sink_id, {"committed": -1, "pending": None})
-            entry["committed"] = max(int(entry["committed"]), int(batch_id))
+            entry = data["sinks"].setdefault(sink_id, _new_sink())
+            if query is not None and entry.get("query") not in (None, query):
+                entry["committed"] = int(batch_id)
+            else:
+                entry["committed"] = max(int(entry["committed"]), int(batch_id))
+            if query is not None:
+                entry["query"] = query
             entry["pending"] = None
             return True
 
         self._modify(change)
+
+
+def _new_sink() -> dict[str, Any]:
+    return {"committed": -1, "pending": None, "query": None}
+
+
+def _optional_text(value: Any, sink_id: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"sink {sink_id}: query id {value!r} is not a string")
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 from pyspark.sql import functions as F
@@ -113,6 +114,38 @@ def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, store_path,
     committed, pending = store.sink_ledger.get(next(iter(store.sink_ledger._current()["sinks"])))
     # 50 rows at 20 a batch, then 10 more (Spark 4.0/4.1: no read limit, one batch a run)
     assert committed >= (3 if ADMISSION_CONTROL else 1) and pending is None
+
+
+def test_a_new_query_at_a_deleted_checkpoint_location_writes_all_its_batches(
+        spark, store_path, store, tmp_path):
+    # The sink id comes from the checkpoint location; the ledger keeps the old query's
+    # batch ids. The tasks report Spark's query id, so the new query's batches 0, 1..
+    # are not taken for replays of the old one's.
+    store.create_topic("in", queues=1)
+    store.create_topic("out", queues=1)
+    chk = str(tmp_path / "chk")
+    ids = []
+
+    def run(first: int) -> None:
+        store.put_batch([Message("in", f"m{i}".encode()) for i in range(first, first + 6)])
+        src = (spark.readStream.format("rocketmq").option("store", store_path)
+               .option("topic", "in").option("startingOffsets", "earliest")
+               .option("maxOffsetsPerTrigger", "2").load())
+        q = (src.select("body").writeStream.format("rocketmq").option("store", store_path)
+             .option("topic", "out").option("checkpointLocation", chk)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+        ids.append(str(q.id))
+
+    run(0)
+    shutil.rmtree(chk)
+    run(6)  # reads "in" from the start again: m0..m5 a second time, then m6..m11
+    bodies = sorted(m.body.decode() for m in _all(store, "out"))
+    assert bodies == sorted([f"m{i}" for i in range(6)] * 2 + [f"m{i}" for i in range(6, 12)])
+    sink_id = next(iter(store.sink_ledger._current()["sinks"]))
+    assert ids[0] != ids[1] and store.sink_ledger.query(sink_id) == ids[1]
+    assert store.open_transactions() == []
 
 
 def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, store_path,
