@@ -58,7 +58,8 @@ def _bool(key: str, value: str) -> bool:
 
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
-_UNIT_MS = {None: 1000, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+# A bare number is milliseconds, as Spark's Kafka connector reads maxTriggerDelay.
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
             "d": 86_400_000}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,8 @@ class SourcePlan:
                           or options.get("endingTimestamp") is not None):
             raise ConfigError("endingOffsets / endingTimestamp apply to batch reads only; a "
                               "stream reads on (use Trigger.AvailableNow to stop at the end)")
+        if options.raw.get("endingOffsets") and options.get("endingTimestamp") is not None:
+            raise ConfigError("options endingOffsets and endingTimestamp exclude each other")
         if options.get("startingOffsets") == "group" and not options.get("group"):
             raise ConfigError("startingOffsets=group needs the option group")
         lo, hi = options.get("minOffsetsPerTrigger"), options.get("maxOffsetsPerTrigger")
@@ -130,7 +132,12 @@ class SourcePlan:
         plan = cls(ref, options, streaming=bool(streaming))
         store = ref.open()
         plan.broker = options.get("brokerName") or store.config.broker_name
-        plan.queues(store)  # unknown topics fail here, at load()
+        queues = plan.queues(store)  # unknown topics fail here, at load()
+        if topics:  # (a pattern's topics may appear later)
+            for key in ("startingOffsets", "endingOffsets"):
+                spec = options.get(key)
+                if isinstance(spec, Mapping):
+                    plan.check_given(store, queues, from_json(spec), key)
         return plan
 
     # -- queues --------------------------------------------------------------------------
@@ -181,13 +188,7 @@ class SourcePlan:
                            else store.min_offset(mq.topic, mq.queue_id))
             return out
         given = from_json(spec)
-        known = set(queues)
-        for mq in given:
-            if mq not in known:
-                raise ConfigError(
-                    f"option {key}: queue {mq} is not one of the subscribed queues "
-                    f"(broker {self.broker!r}, topics "
-                    f"{sorted({q.topic for q in queues})})")
+        self.check_given(store, queues, given, key)
         out = {}
         for mq in queues:
             off = given.get(mq, EARLIEST if key == "startingOffsets" else LATEST)
@@ -197,6 +198,23 @@ class SourcePlan:
                 off = store.max_offset(mq.topic, mq.queue_id)
             out[mq] = off
         return out
+
+    def check_given(self, store: MessageStore, queues: Sequence[MessageQueue],
+                    given: Positions, key: str) -> None:
+        """Offsets a user gave in JSON: subscribed queues, and not past a queue's end."""
+        known = set(queues)
+        for mq, off in given.items():
+            if mq not in known:
+                raise ConfigError(
+                    f"option {key}: queue {mq} is not one of the subscribed queues "
+                    f"(broker {self.broker!r}, topics "
+                    f"{sorted({q.topic for q in queues})})")
+            if off >= 0:
+                end = store.max_offset(mq.topic, mq.queue_id)
+                if off > end:
+                    raise ConfigError(
+                        f"option {key}: offset {off} for queue {mq} is past the queue's end "
+                        f"({end}); give an offset up to {end}, or -1 for latest")
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -229,17 +247,23 @@ class SourcePlan:
             return []
         cap = self.options.get("maxRecordsPerPartition")
         min_parts = self.options.get("minPartitions")
-        if min_parts and len(sizes) < min_parts:
-            per = math.ceil(sum(sizes.values()) / min_parts)
-            cap = min(cap, per) if cap else per
+        total = sum(sizes.values())
         out = []
         expr = self.options["subExpression"]
         fail = self.options["failOnDataLoss"]
         for mq in sorted(sizes):
             s, e = ranges[mq]
-            step = max(1, cap) if cap else e - s
-            for a in range(s, e, step):
-                out.append(QueueRange(self.store, mq, a, min(e, a + step), expr, fail))
+            size = e - s
+            pieces = 1
+            if min_parts and len(sizes) < min_parts:
+                # In proportion to the queue's share, rounded up: at least minPartitions
+                # in all (Kafka's connector rounds, and can give fewer).
+                pieces = min(size, math.ceil(size * min_parts / total))
+            if cap:
+                pieces = max(pieces, math.ceil(size / max(1, cap)))
+            for k in range(pieces):  # nearly equal pieces, none over the cap
+                a, b = s + size * k // pieces, s + size * (k + 1) // pieces
+                out.append(QueueRange(self.store, mq, a, b, expr, fail))
         return out
 
 
@@ -311,7 +335,10 @@ class PushedFilters:
                 self.offset_hi = hi if self.offset_hi is None else min(self.offset_hi, hi)
             return True
         if col == "storeTimestamp" and hasattr(f, "value") and hasattr(f.value, "timestamp"):
-            ms = int(f.value.timestamp() * 1000)
+            # Whole seconds, then the milliseconds: exact (a float product of the full
+            # timestamp can land 1 ms low), and floored, which keeps the bounds loose.
+            v = f.value
+            ms = int(v.replace(microsecond=0).timestamp()) * 1000 + v.microsecond // 1000
             if isinstance(f, (ds.GreaterThan, ds.GreaterThanOrEqual)):
                 self.time_lo = ms if self.time_lo is None else max(self.time_lo, ms)
             elif isinstance(f, (ds.LessThan, ds.LessThanOrEqual)):
@@ -461,6 +488,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:  # queues or topics that appeared since: from their earliest
             log.info("new queues %s start at their earliest offset", [str(q) for q in new])
             begin.update(plan.earliest(store, new))
+        for mq in [mq for mq in latest if latest[mq] < begin[mq]]:
+            # The queue ends before where the stream is: the store was replaced (or a
+            # topic re-created). partitions() plans such a queue from its earliest.
+            what = (f"queue {mq}: the stream is at offset {begin[mq]} but the queue ends at "
+                    f"{latest[mq]} (was the store replaced, or the topic re-created?)")
+            if opts["failOnDataLoss"]:
+                raise OffsetOutOfRangeError(
+                    f"{what}; some data may have been lost. Set failOnDataLoss=false to "
+                    "restart such a queue at its earliest offset instead of failing.")
+            log.warning("%s; restarting it at its earliest offset (failOnDataLoss=false)", what)
+            begin[mq] = store.min_offset(mq.topic, mq.queue_id)
         if self._target is not None:
             latest = {mq: min(off, self._target[mq]) if mq in self._target else begin[mq]
                       for mq, off in latest.items()}
@@ -505,6 +543,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = begin.get(mq)
             if s is None:
                 s = store.min_offset(mq.topic, mq.queue_id)
+            elif e < s:
+                # latestOffset found the queue ending before the stream's position and
+                # (failOnDataLoss=false) restarted it at its earliest: read up to e.
+                if plan.options["failOnDataLoss"]:
+                    raise OffsetOutOfRangeError(
+                        f"queue {mq}: the batch ends at offset {e}, before its start {s} "
+                        "(was the store replaced?); some data may have been lost. Set "
+                        "failOnDataLoss=false to restart such a queue at its earliest offset.")
+                s = min(store.min_offset(mq.topic, mq.queue_id), e)
             if e > s:
                 ranges[mq] = plan.check_range(store, mq, s, e)
         return plan.split(store, ranges)

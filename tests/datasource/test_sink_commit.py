@@ -179,3 +179,4 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
         assert [h.body for h in s.open_transactions()] == [b"s"]  # the stream's: untouched
     RocketMQStreamWriter(stream).commit([pending], 0)
     assert _bodies(out_store) == ["s"]
+

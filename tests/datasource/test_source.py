@@ -9,6 +9,7 @@ import time
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from rocketspark.store import Message, MessageStore
@@ -78,6 +79,12 @@ def test_large_ranges_are_split_into_partitions(spark, store_path, store):
     df2 = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
            .option("minPartitions", "5").load())
     assert df2.rdd.getNumPartitions() == 5 and df2.count() == 100
+    # At least minPartitions, even when the ranges do not divide evenly.
+    _fill(store, "few", 5, queues=1)
+    df3 = (spark.read.format("rocketmq").option("store", store_path).option("topic", "few")
+           .option("minPartitions", "4").load())
+    assert df3.rdd.getNumPartitions() == 4
+    assert sorted(r.queueOffset for r in df3.collect()) == list(range(5))
 
 
 @pytest.mark.parametrize("options, message", [
@@ -91,6 +98,14 @@ def test_large_ranges_are_split_into_partitions(spark, store_path, store):
      "offset 'x' of orders/broker-a/0"),
     ({"topic": "orders", "startingOffsets": "group"}, "startingOffsets=group needs the option "
                                                       "group"),
+    ({"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"9": 0}}}'},
+     "option startingOffsets: queue orders/broker-a/9 is not one of the subscribed queues"),
+    ({"topic": "orders", "endingOffsets": '{"orders": {"broker-zz": {"0": 1}}}'},
+     "option endingOffsets: queue orders/broker-zz/0 is not one of the subscribed queues"),
+    ({"topic": "orders", "endingOffsets": '{"orders": {"broker-a": {"0": 50}}}'},
+     "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's end (1)"),
+    ({"topic": "orders", "endingOffsets": "latest", "endingTimestamp": "1700000000000"},
+     "options endingOffsets and endingTimestamp exclude each other"),
 ])
 def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store, options,
                                                        message):
@@ -253,6 +268,60 @@ def test_starting_offsets_group_resumes_where_the_group_is(spark, store_path, st
     assert store.committed_offset("etl2", "orders", 0) == (5 if ADMISSION_CONTROL else 3)
 
 
+def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tmp_path):
+    # The checkpoint says offset 10, the store it now reads (another directory, as after
+    # a restore) ends at 3: data loss. The default fails naming the queue;
+    # failOnDataLoss=false reads the new queue from its earliest offset.
+    def store_with(name: str, n: int, tag: str) -> str:
+        path = str(tmp_path / name)
+        with MessageStore.open(path) as s:
+            s.create_topic("orders", queues=1)
+            s.put_batch([Message("orders", f"{tag}{i}".encode()) for i in range(n)])
+        return path
+
+    def run(path: str, chk: str, fail: bool) -> tuple[list[str], Exception | None]:
+        got: list[str] = []
+
+        def record(batch_df, batch_id):
+            got.extend(r.body.decode() for r in batch_df.select("body").collect())
+
+        df = _stream(spark, path, topic="orders", startingOffsets="earliest",
+                     failOnDataLoss=str(fail).lower())
+        q = (df.writeStream.foreachBatch(record)
+             .option("checkpointLocation", str(tmp_path / chk))
+             .trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(180)
+        except StreamingQueryException:
+            pass  # q.exception() has it, and the caller checks it
+        return got, q.exception()
+
+    for fail in (True, False):
+        chk = f"chk-{fail}"
+        got, error = run(store_with(f"old-{fail}", 10, "a"), chk, fail)
+        assert error is None and sorted(got) == sorted(f"a{i}" for i in range(10))
+        replaced = store_with(f"new-{fail}", 3, "b")
+        got, error = run(replaced, chk, fail)
+        if fail:
+            assert error is not None and "queue orders/broker-a/0: the stream is at offset " \
+                "10 but the queue ends at 3" in str(error) and got == []
+            continue
+        assert error is None and sorted(got) == ["b0", "b1", "b2"]
+        with MessageStore.open(replaced) as s:
+            s.put_batch([Message("orders", b"b3")])
+        got, error = run(replaced, chk, fail)
+        assert error is None and got == ["b3"]
+
+
+def test_a_stream_starting_offset_past_the_queue_end_fails_at_start(spark, store_path, store):
+    _fill(store, "orders", 4, queues=1)
+    with pytest.raises(Exception, match=re.escape(
+            "option startingOffsets: offset 50 for queue orders/broker-a/0 is past the "
+            "queue's end (4)")):
+        _stream(spark, store_path, topic="orders",
+                startingOffsets=json.dumps({"orders": {"broker-a": {"0": 50}}}))
+
+
 def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
     import os
 
@@ -305,3 +374,13 @@ def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, store_pat
         assert df.filter("queueId in (0)").count() == 25
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
+    from rocketspark.datasource.options import parse_options
+
+    def delay(value: str) -> int:
+        return parse_options({"topic": "t", "maxTriggerDelay": value}, "read")["maxTriggerDelay"]
+
+    assert delay("500") == 500
+    assert delay("30s") == 30_000 and delay("15m") == 900_000
