@@ -194,7 +194,8 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
            "exactly_once (transactional half messages) or at_least_once", _W),
     Option("producerGroup", _text, None, "producer group of the sink's transactions", _W),
     Option("txnAppId", _text, None,
-           "with txnVersion: an idempotent batch write (e.g. in foreachBatch), as Delta's", _W),
+           "with txnVersion: an idempotent batch write (e.g. in foreachBatch), as Delta's; "
+           "versions are counted per txnAppId and topic option", _W),
     Option("txnVersion", _non_negative_int, None,
            "with txnAppId: a version written before is not written again", _W),
     Option("sinkId", _text, None,

@@ -160,7 +160,10 @@ class SinkPlan:
                               "(a stream's batches are idempotent by themselves)")
         sink_id = options.get("sinkId")
         if app is not None:
-            sink_id = "txn-" + hashlib.sha1(app.encode()).hexdigest()[:16]
+            # Per application and topic, as Delta's txnAppId is per table: one
+            # foreachBatch may write the same version to two topics (results, errors).
+            sink_id = "txn-" + hashlib.sha1(
+                f"{app}\x00{default_topic or ''}".encode()).hexdigest()[:16]
         if sink_id is None:
             where = options.raw.get("checkpointlocation")
             if streaming and exactly_once and not where:

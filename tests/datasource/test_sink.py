@@ -184,6 +184,13 @@ def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, stor
     write(1)  # a replayed foreachBatch: nothing new
     write(0)
     assert store.max_offset("out", 0) == 20
+    # The same application and version into another topic: written (as Delta's
+    # txnAppId is per table), then recognised on a replay too.
+    store.create_topic("errors", queues=1)
+    for _ in range(2):
+        (df.write.format("rocketmq").option("store", store_path).option("topic", "errors")
+         .option("txnAppId", "my-pipeline").option("txnVersion", "1").mode("append").save())
+    assert store.max_offset("errors", 0) == 10
     assert store.open_transactions() == []
     # (with Delta in the session, Delta's own check of these option names answers first)
     with pytest.raises(Exception, match="txnAppId and txnVersion go together|Both txnVersion "
