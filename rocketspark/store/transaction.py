@@ -556,6 +556,22 @@ def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,
     return out & inside
 
 
+def _differs(items: np.ndarray, other: np.ndarray) -> bool:
+    """Does any raw item of ``items`` differ from ``other``'s (one item: from it)?
+
+    Compared as bytes, a block of rows at a time: numpy compares uint8 rows
+    3-6x faster than raw (void) items of 10-70 bytes, which it takes one by one.
+    """
+    width = items.dtype.itemsize
+    raw = items.view(np.uint8).reshape(len(items), width)
+    against = other.view(np.uint8).reshape(len(other), width)
+    for c in range(0, len(raw), _ROWS):
+        part = against if len(against) == 1 else against[c:c + _ROWS]
+        if bool((raw[c:c + _ROWS] != part).any()):
+            return True
+    return False
+
+
 def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
     """From one committed prefix, the fixed tail our prepare paths give every half.
 
@@ -683,8 +699,7 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
         at_rows = rel[rows]
 
         def column(lo: int, hi: int) -> np.ndarray:
-            # Bytes [lo, hi) of each half as one raw item; comparing such items is
-            # a memcmp (~10x a 2-D byte comparison).
+            # Bytes [lo, hi) of each half as one raw item, gathered into one block.
             return gather_items(buf, at_rows + lo, np.dtype((np.void, hi - lo)))  # noqa: B023
 
         at = body_end  # every byte after the body but the slots: as in the first half
@@ -693,11 +708,11 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
                 return None  # overlapping slots: not the layout we write
             if lo > at:
                 same = column(at, lo)
-                if bool((same != same[0]).any()):
+                if _differs(same, same[:1]):
                     return None
             at = hi
         one = column(u1, u1 + UNIQ_HEX_LEN)
-        if bool((one != column(u2, u2 + UNIQ_HEX_LEN)).any()):
+        if _differs(one, column(u2, u2 + UNIQ_HEX_LEN)):
             return None
         block = one.view(np.uint8).reshape(len(rows), UNIQ_HEX_LEN)
         if bool(((block >= 128) | (block == 2)).any()):
