@@ -180,3 +180,16 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
     RocketMQStreamWriter(stream).commit([pending], 0)
     assert _bodies(out_store) == ["s"]
 
+
+
+def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, monkeypatch):
+    from rocketspark.datasource.sink import _location_key
+
+    monkeypatch.chdir(tmp_path)
+    local = {_location_key(w) for w in ("/data/chk", "/data/chk/", "file:///data/chk",
+                                         "file:/data/chk")}
+    assert local == {"/data/chk"}
+    assert _location_key("chk") == str(tmp_path / "chk")
+    # A URI is not a path under the planning process's working directory.
+    assert _location_key("s3://bucket/chk/") == "s3://bucket/chk"
+    assert _location_key("dbfs:/chk") == "dbfs:/chk"
