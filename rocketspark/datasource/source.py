@@ -491,12 +491,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for mq in [mq for mq in latest if latest[mq] < begin[mq]]:
             # The queue ends before where the stream is: the store was replaced (or a
             # topic re-created). partitions() plans such a queue from its earliest.
-            what = (f"queue {mq}: the stream is at offset {begin[mq]} but the queue ends at "
-                    f"{latest[mq]} (was the store replaced, or the topic re-created?)")
+            what = _shrunk(mq, begin[mq], latest[mq])
             if opts["failOnDataLoss"]:
-                raise OffsetOutOfRangeError(
-                    f"{what}; some data may have been lost. Set failOnDataLoss=false to "
-                    "restart such a queue at its earliest offset instead of failing.")
+                raise OffsetOutOfRangeError(f"{what}; {_SHRUNK_ADVICE}")
             log.warning("%s; restarting it at its earliest offset (failOnDataLoss=false)", what)
             begin[mq] = store.min_offset(mq.topic, mq.queue_id)
         if self._target is not None:
@@ -546,11 +543,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif e < s:
                 # latestOffset found the queue ending before the stream's position and
                 # (failOnDataLoss=false) restarted it at its earliest: read up to e.
+                # (Spark 4.0/4.1 do not tell latestOffset where a restarted query is.)
                 if plan.options["failOnDataLoss"]:
-                    raise OffsetOutOfRangeError(
-                        f"queue {mq}: the batch ends at offset {e}, before its start {s} "
-                        "(was the store replaced?); some data may have been lost. Set "
-                        "failOnDataLoss=false to restart such a queue at its earliest offset.")
+                    raise OffsetOutOfRangeError(f"{_shrunk(mq, s, e)}; {_SHRUNK_ADVICE}")
                 s = min(store.min_offset(mq.topic, mq.queue_id), e)
             if e > s:
                 ranges[mq] = plan.check_range(store, mq, s, e)
@@ -574,6 +569,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         pass
+
+
+_SHRUNK_ADVICE = ("some data may have been lost. Set failOnDataLoss=false to restart such a "
+                  "queue at its earliest offset instead of failing.")
+
+
+def _shrunk(mq: MessageQueue, position: int, end: int) -> str:
+    return (f"queue {mq}: the stream is at offset {position} but the queue ends at {end} "
+            "(was the store replaced, or the topic re-created?)")
 
 
 def _rate_limit(begin: Positions, latest: Positions, backlog: dict[MessageQueue, int],
