@@ -8,18 +8,24 @@ with a growing delay (levels 3..18), and after the group's maxReconsumeTimes
   retry topic; the user's ``process(batch_df, batch_id)`` returns the rows that
   failed, with a ``reason``; they are sent back with the reason, the first
   failure time and the original topic and msgId as properties. All sends of a
-  micro-batch are one append, marked with a key naming the pipeline and batch:
-  a batch Spark replays after a restart finds the mark and sends nothing twice.
+  micro-batch are one append, marked with a key naming the pipeline (its
+  checkpoint and Spark's query id) and batch: a batch Spark replays after a
+  restart finds the mark and sends nothing twice.
 - :func:`materialize` mirrors ``%RETRY%group`` (one row per retry attempt) and
-  ``%DLQ%group`` (one row per dead letter) into Delta tables partitioned by day.
+  ``%DLQ%group`` (one row per dead letter) into Delta tables partitioned by day,
+  merging on ``msgId``: a new checkpoint (or a replayed batch) adds no row twice.
 - :func:`replay` sends selected dead letters back to their original topic,
   exactly once: half messages, then a Delta MERGE stamping ``replayedAt`` and a
   ``replayId``, then the commit; an interrupted replay is finished (or rolled
-  back) by the next one according to what the table says.
+  back) by the next replay of the same table according to what the table says.
+  Replays of one table take turns (a lock file in the store); replays of
+  different tables never touch each other's half messages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -29,8 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rocketspark.datasource.stores import StoreRef
-from rocketspark.errors import ConfigError, RocketSparkError, UnknownTopicError
+from rocketspark.datasource.stores import StoreRef, location_key
+from rocketspark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    RocketSparkError,
+    UnknownTopicError,
+)
 from rocketspark.store import Message
 from rocketspark.store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -48,13 +60,17 @@ PROPERTY_REASON = "RS_FAILURE_REASON"
 PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
 PROPERTY_REPLAY = "RS_REPLAY"
 PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
-REPLAY_GROUP = "rocketspark-replay"
-# Properties a replayed message does not carry over from its dead letter (UNIQ_KEY,
-# TAGS and KEYS appear only in tables materialised before rows' properties left
-# them to their own columns).
+REPLAY_GROUP = "rocketspark-replay"  # + "-" and a hash of the table: one group a table
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# Properties a replayed message does not carry over from its dead letter: the retry
+# bookkeeping, the failure (a replayed message that fails again is a new incident),
+# the transaction of an earlier replay (UNIQ_KEY, TAGS and KEYS appear only in tables
+# materialised before rows' properties left them to their own columns).
 _RETRY_ONLY = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REAL_TOPIC,
                PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_TIME_LEVEL, "UNIQ_KEY", "TAGS", "KEYS",
-               "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME")
+               "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME", PROPERTY_REASON,
+               PROPERTY_FIRST_FAILURE, "PGROUP", "__transactionId__", "TRAN_MSG",
+               PROPERTY_REPLAY, PROPERTY_REPLAY_ID)
 
 Process = Callable[[Any, int], Any]
 
@@ -96,8 +112,8 @@ class RetryPipeline:
         if not store.has_topic(retry_topic(self.group)):
             store.create_topic(retry_topic(self.group), queues=1)
         store.groups.get_or_create(self.group)
-        self.pipeline_id = hashlib.sha1(os.path.abspath(self.checkpoint).encode()
-                                        ).hexdigest()[:12]
+        self._location = location_key(self.checkpoint)
+        self.pipeline_id = hashlib.sha1(self._location.encode()).hexdigest()[:12]
 
     def reader(self) -> Any:
         r = (self.spark.readStream.format("rocketmq").option("store", self._ref.root)
@@ -127,15 +143,33 @@ class RetryPipeline:
     def _batch(self, batch_df: Any, batch_id: int) -> None:
         store = self._ref.open()
         failed = self.process(batch_df, batch_id)
-        rows = [] if failed is None else failed.select("commitLogOffset", "reason").collect()
+        if failed is not None and not hasattr(failed, "select"):
+            raise ConfigError(f"process() returned a {type(failed).__name__}; it returns a "
+                              "DataFrame of the failed rows (commitLogOffset, reason) or None")
+        try:
+            rows = [] if failed is None else failed.select("commitLogOffset", "reason").collect()
+        except Exception as e:
+            if "AnalysisException" in type(e).__name__:
+                raise ConfigError("the DataFrame process() returned needs the columns "
+                                  "commitLogOffset (of the input rows) and reason: "
+                                  f"{str(e).splitlines()[0]}") from e
+            raise
         if rows:
-            self.send_back(rows, batch_id)
+            self.send_back(rows, batch_id, _query_id(batch_df))
         store.run_schedule()  # deliver retries that are due (no daemon in embedded use)
 
-    def send_back(self, rows: list[Any], batch_id: int) -> int:
-        """Send failed rows back (once per batch id, even when Spark replays the batch)."""
+    def send_back(self, rows: list[Any], batch_id: int, query_id: str | None = None) -> int:
+        """Send failed rows back (once per batch id, even when Spark replays the batch).
+
+        ``rows`` have ``commitLogOffset`` (of a message of this pipeline's topic or
+        retry topic) and ``reason``; a message named twice is sent back once.
+        ``query_id`` (Spark's, kept in the checkpoint) tells a new checkpoint at
+        the same location, whose batch ids start again, from a restart.
+        """
         store = self._ref.open()
-        mark = f"rs-retry-{self.pipeline_id}-{batch_id}"
+        pipeline = self.pipeline_id if query_id is None else hashlib.sha1(
+            f"{self._location}\x00{query_id}".encode()).hexdigest()[:12]
+        mark = f"rs-retry-{pipeline}-{batch_id}"
         for t in (retry_topic(self.group), dlq_topic(self.group), "SCHEDULE_TOPIC_XXXX"):
             if store.has_topic(t) and store.query_by_key(t, mark, max_num=1):
                 log.info("pipeline %s: retries of batch %d were sent before; not again",
@@ -143,15 +177,37 @@ class RetryPipeline:
                 return 0
         now = str(int(time.time() * 1000))
         msgs, props = [], []
+        ours = (self.topic, retry_topic(self.group))
+        seen: set[int] = set()
         for r in rows:
-            m = store.get_message(int(r.commitLogOffset))
+            offset = r.commitLogOffset
+            if offset is None or int(offset) in seen:
+                continue
+            seen.add(int(offset))
+            try:
+                m = store.get_message(int(offset))
+            except (CorruptRecordError, OffsetOutOfRangeError) as e:
+                raise ConfigError(f"process() returned commitLogOffset {offset}, which is not "
+                                  f"a message of this batch: {e}") from e
+            if m.topic not in ours:
+                raise ConfigError(f"process() returned commitLogOffset {offset}, a message of "
+                                  f"topic {m.topic!r}; failed rows come from the batch, whose "
+                                  f"topics are {ours[0]!r} and {ours[1]!r}")
             msgs.append(m)
             keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
-            props.append({PROPERTY_REASON: str(r.reason)[:2000],
+            props.append({PROPERTY_REASON: "" if r.reason is None else str(r.reason)[:2000],
                           PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
                           "KEYS": keys})
         store.send_back_batch(self.group, msgs, properties=props)
         return len(msgs)
+
+
+def _query_id(batch_df: Any) -> str | None:
+    """The id of the streaming query running this foreachBatch (None: not available)."""
+    try:
+        return batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    except (NotImplementedError, AttributeError):  # Spark Connect: no SparkContext, so
+        return None  # marks name the checkpoint only
 
 
 # --- Delta tables ---------------------------------------------------------------------
@@ -225,13 +281,34 @@ def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
         cols = _COMMON_COLUMNS.format(reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE,
                                       at=at, reconsume=reconsume) + extra
         df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
-        w = (df.writeStream.format("delta").partitionBy("day").outputMode("append")
+        w = (df.writeStream.foreachBatch(_merge_into(path))
              .option("checkpointLocation", os.path.join(checkpoint, topic.strip("%")
                                                         .replace("%", "-"))))
         w = w.trigger(availableNow=True) if available_now else w.trigger(
             processingTime="2 seconds")
-        queries.append(w.start(path))
+        queries.append(w.start())
     return queries
+
+
+def _merge_into(path: str) -> Callable[[Any, int], None]:
+    """A foreachBatch writer adding the batch's rows whose msgId the table lacks.
+
+    A plain append would add every row again when the checkpoint is new (or
+    lost), and a dead letter twice in the table can never be replayed.
+    """
+    def write(batch_df: Any, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        spark = batch_df.sparkSession
+        rows = batch_df.dropDuplicates(["msgId"])
+        if not DeltaTable.isDeltaTable(spark, path):
+            rows.write.format("delta").partitionBy("day").mode("append").save(path)
+            return
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(rows.alias("s"), "t.day = s.day AND t.msgId = s.msgId")
+         .whenNotMatchedInsertAll().execute())
+
+    return write
 
 
 def _split_columns(text: str) -> list[str]:
@@ -272,7 +349,32 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
                           "letters yet, and is materialize() running?)")
     ref = _store(store, store_options)
     s = ref.open()
-    _finish_interrupted(spark, s, dlq_table)
+    group = _replay_group(dlq_table)
+    with _replay_lock(s, group):
+        return _replay(spark, s, DeltaTable, dlq_table, group, condition, force)
+
+
+def _replay_group(dlq_table: str) -> str:
+    """The producer group of one table's replays (so one table's never touch another's)."""
+    return f"{REPLAY_GROUP}-{hashlib.sha1(location_key(dlq_table).encode()).hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def _replay_lock(store: Any, group: str) -> Any:
+    """Replays of one table take turns: an overlapping one would roll back the halves
+    of the other (they are in no table yet) between its prepare and its commit."""
+    path = os.path.join(store.root, "config", f"{group}.lock")
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _replay(spark: Any, s: Any, DeltaTable: Any, dlq_table: str, group: str,
+            condition: str, force: bool) -> int:
+    _finish_interrupted(spark, s, dlq_table, group)
     table = spark.read.format("delta").load(dlq_table)
     try:
         selected = table.where(condition)
@@ -285,6 +387,7 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
             raise ConfigError(f"replay condition {condition!r} does not work on the "
                               f"dead-letter table: {str(e).splitlines()[0]}") from e
         raise
+    rows = list({r.msgId: r for r in rows}.values())  # one message per dead letter
     if not rows:
         return 0
     missing = sorted({r.originTopic for r in rows if not s.has_topic(r.originTopic)})
@@ -298,7 +401,7 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
         props[PROPERTY_REPLAY_ID] = replay_id
         msgs.append(Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (),
                             properties=props))
-    halves = s.prepare_batch(msgs, producer_group=REPLAY_GROUP)
+    halves = s.prepare_batch(msgs, producer_group=group)
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
     (DeltaTable.forPath(spark, dlq_table).alias("t")
      .merge(ids.alias("s"), "t.msgId = s.msgId")
@@ -309,9 +412,9 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
     return len(msgs)
 
 
-def _finish_interrupted(spark: Any, store: Any, dlq_table: str) -> None:
-    """Resolve halves of a replay that stopped between prepare and commit."""
-    open_halves = store.open_transactions(REPLAY_GROUP)
+def _finish_interrupted(spark: Any, store: Any, dlq_table: str, group: str) -> None:
+    """Resolve halves of a replay of this table that stopped between prepare and commit."""
+    open_halves = store.open_transactions(group)
     if not open_halves:
         return
     by_id: dict[str, list[int]] = {}

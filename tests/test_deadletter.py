@@ -170,21 +170,85 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path
 
 def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_world):
     """Halves left by a replay that died before its MERGE are rolled back; after it, committed."""
-    from rocketspark.deadletter import PROPERTY_REPLAY_ID, REPLAY_GROUP
+    from rocketspark.deadletter import PROPERTY_REPLAY_ID, _replay_group
 
     store_dir, tables, _ = dlq_world
+    group = _replay_group(tables["dlq"])
     with MessageStore.open(store_dir, **FAST) as s:
         # died before the MERGE: an id the table never saw
-        lost = s.prepare(Message("orders", b"lost replay"), producer_group=REPLAY_GROUP,
+        lost = s.prepare(Message("orders", b"lost replay"), producer_group=group,
                          properties={PROPERTY_REPLAY_ID: "never-merged"})
         # died after the MERGE: the id of a replay the table recorded
         recorded = spark.read.format("delta").load(tables["dlq"]).where(
             "replayId IS NOT NULL").select("replayId").first().replayId
-        kept = s.prepare(Message("orders", b"recorded replay"), producer_group=REPLAY_GROUP,
+        kept = s.prepare(Message("orders", b"recorded replay"), producer_group=group,
                          properties={PROPERTY_REPLAY_ID: recorded})
+        # another table's replay, between its prepare and its MERGE: not this one's to undo
+        other = s.prepare(Message("orders", b"other table"),
+                          producer_group=_replay_group(tables["dlq"] + "-other"),
+                          properties={PROPERTY_REPLAY_ID: "in-flight"})
     replay(spark, dlq_table=tables["dlq"], condition="false", store=store_dir,
            store_options=FAST)
     with MessageStore.open(store_dir, **FAST) as s:
         assert s.transaction_status(lost) == "rolled_back"
         assert s.transaction_status(kept) == "committed"
+        assert s.transaction_status(other) == "open"
+        s.rollback_transaction(other)
         assert s.open_transactions() == []
+
+
+def test_materialize_with_a_new_checkpoint_adds_no_row_twice(spark, dlq_world, tmp_path):
+    store_dir, tables, _ = dlq_world
+    counts = {k: spark.read.format("delta").load(t).count() for k, t in tables.items()}
+    for query in materialize(spark, group="etl", retry_table=tables["retry"],
+                             dlq_table=tables["dlq"], checkpoint=str(tmp_path / "new-chk"),
+                             store=store_dir, store_options=FAST, available_now=True):
+        query.awaitTermination(180)
+        assert query.exception() is None
+    assert {k: spark.read.format("delta").load(t).count() for k, t in tables.items()} == counts
+
+
+def test_replay_sends_a_dead_letter_once_even_if_its_table_has_it_twice(spark, dlq_world,
+                                                                        tmp_path):
+    store_dir, tables, _ = dlq_world
+    twice = str(tmp_path / "dlq-twice")
+    dlq = spark.read.format("delta").load(tables["dlq"]).where("body LIKE '%3-bad'")
+    dlq.unionAll(dlq).write.format("delta").partitionBy("day").save(twice)
+    with MessageStore.open(store_dir, **FAST) as s:
+        before = sum(s.max_offset("orders", q) for q in range(2))
+    assert replay(spark, dlq_table=twice, force=True, store=store_dir, store_options=FAST) == 1
+    with MessageStore.open(store_dir, **FAST) as s:
+        assert sum(s.max_offset("orders", q) for q in range(2)) == before + 1
+        assert s.open_transactions() == []
+        m = s.pull("orders", 0, 0, 1000).messages + s.pull("orders", 1, 0, 1000).messages
+    replayed = [x for x in m if x.properties.get("RS_REPLAY") == "true"][-1]
+    # a new incident if it fails again: the old failure is not carried over
+    assert "RS_FAILURE_REASON" not in replayed.properties
+    assert "RS_FIRST_FAILURE_MS" not in replayed.properties
+
+
+def _offsets_row(offset, reason="boom"):
+    from collections import namedtuple
+
+    return namedtuple("Row", "commitLogOffset reason")(offset, reason)
+
+
+def test_send_back_checks_what_process_returned(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with MessageStore.open(store_dir, **FAST) as s:
+        s.create_topic("orders", queues=1)
+        s.create_topic("payroll", queues=1)
+        (mine,) = s.put_batch([Message("orders", b"order")])
+        (foreign,) = s.put_batch([Message("payroll", b"salary")])
+    pipe = RetryPipeline(None, topic="orders", group="etl", process=lambda df, i: None,
+                         checkpoint=str(tmp_path / "chk"), store=store_dir,
+                         store_options=FAST)
+    with pytest.raises(ConfigError, match="a message of topic 'payroll'"):
+        pipe.send_back([_offsets_row(foreign.commitlog_offset)], 0, "q1")
+    with pytest.raises(ConfigError, match="commitLogOffset 7, which is not a message"):
+        pipe.send_back([_offsets_row(7)], 0, "q1")
+    # the same row twice (a join gone wrong) is sent back once
+    assert pipe.send_back([_offsets_row(mine.commitlog_offset)] * 2, 0, "q1") == 1
+    assert pipe.send_back([_offsets_row(mine.commitlog_offset)], 0, "q1") == 0  # replayed
+    # a new checkpoint at the same location: a new query id, batch ids from 0 again
+    assert pipe.send_back([_offsets_row(mine.commitlog_offset)], 0, "q2") == 1

@@ -56,7 +56,7 @@ from pyspark.sql.types import (
 )
 
 from rocketspark.datasource.options import ParsedOptions
-from rocketspark.datasource.stores import StoreRef
+from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.store import Message
 
@@ -170,24 +170,13 @@ class SinkPlan:
                 raise ConfigError("an exactly-once stream needs the option checkpointLocation "
                                   "(or sinkId) to recognise its batches after a restart")
             if where:
-                sink_id = hashlib.sha1(_location_key(where).encode()).hexdigest()[:16]
+                sink_id = hashlib.sha1(location_key(where).encode()).hexdigest()[:16]
             else:  # a batch write: one id per job (Spark plans the writer once a job)
                 sink_id = "batch-" + uuid.uuid4().hex[:16]
         group = options.get("producerGroup") or f"rocketspark-sink-{sink_id}"
         from rocketspark.store.config import validate_group
         validate_group(group)
         return cls(ref, columns, default_topic, exactly_once, sink_id, group, version)
-
-
-def _location_key(where: str) -> str:
-    """A checkpoint location as one string however it is spelled: a local path made
-    absolute (``file:`` URIs too); other URIs (s3://, dbfs:/) as given, less a
-    trailing slash."""
-    if where.startswith("file:"):
-        where = "/" + where[len("file:"):].lstrip("/")
-    if "://" in where or (":" in where.split("/", 1)[0] and not os.path.isabs(where)):
-        return where.rstrip("/")
-    return os.path.abspath(where)
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
 
 
 def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, monkeypatch):
-    from rocketspark.datasource.sink import _location_key
+    from rocketspark.datasource.stores import location_key as _location_key
 
     monkeypatch.chdir(tmp_path)
     local = {_location_key(w) for w in ("/data/chk", "/data/chk/", "file:///data/chk",
