@@ -229,8 +229,7 @@ class ConsumeQueue:
             last = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)[-1]
             if int(last["size"]) == 0 or int(last["offset"]) >= commitlog_min:
                 break
-            f.destroy()
-            self.files.files.pop(0)
+            self.files.delete_first()
             deleted += 1
         return deleted
 

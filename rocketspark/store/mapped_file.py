@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 
 from rocketspark.errors import CorruptRecordError, StoreClosedError
@@ -102,7 +103,14 @@ class MappedFile:
 
 
 class MappedFileQueue:
-    """The ordered segments of one directory (a CommitLog or one ConsumeQueue)."""
+    """The ordered segments of one directory (a CommitLog or one ConsumeQueue).
+
+    Changes to the list (refresh, create, delete, close) take the queue's lock:
+    the ASYNC_FLUSH thread refreshes a queue the writer may be extending, and a
+    refresh that listed the directory before the writer's new segment would
+    otherwise close it, or map it twice. Finding a known segment takes no lock
+    (``files`` is replaced whole, never changed in place).
+    """
 
     def __init__(self, directory: str, file_size: int, *, writable: bool = True):
         self.directory = directory
@@ -110,6 +118,7 @@ class MappedFileQueue:
         self.writable = writable
         self.files: list[MappedFile] = []
         self._closed = False
+        self._lock = threading.RLock()
         self.refresh()
 
     def _names_on_disk(self) -> list[int]:
@@ -126,6 +135,10 @@ class MappedFileQueue:
 
     def refresh(self) -> None:
         """Map segments another process created (or drop ones it deleted)."""
+        with self._lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         if self._closed:
             raise StoreClosedError(f"segment queue {self.directory} is closed")
         starts = self._names_on_disk()
@@ -180,31 +193,44 @@ class MappedFileQueue:
         f = self.find(offset)
         if f is not None:
             return f
-        os.makedirs(self.directory, exist_ok=True)
-        start = offset - offset % self.file_size
-        if self.files and start < self.files[0].start_offset:
-            raise CorruptRecordError(
-                f"offset {offset} lies before the first segment", file=self.directory)
-        first_new = self.files[-1].end_offset if self.files else start
-        for s in range(first_new, start + 1, self.file_size):
-            path = os.path.join(self.directory, segment_name(s))
-            self.files.append(MappedFile(path, s, self.file_size, create=True, writable=True))
-        return self.files[-1]
+        with self._lock:
+            f = self.find(offset)
+            if f is not None:
+                return f
+            os.makedirs(self.directory, exist_ok=True)
+            start = offset - offset % self.file_size
+            if self.files and start < self.files[0].start_offset:
+                raise CorruptRecordError(
+                    f"offset {offset} lies before the first segment", file=self.directory)
+            files = list(self.files)
+            first_new = files[-1].end_offset if files else start
+            for s in range(first_new, start + 1, self.file_size):
+                path = os.path.join(self.directory, segment_name(s))
+                files.append(MappedFile(path, s, self.file_size, create=True, writable=True))
+            self.files = files
+            return files[-1]
 
     def segments_from(self, offset: int) -> Iterator[MappedFile]:
         for f in self.files:
             if f.end_offset > offset:
                 yield f
 
+    def delete_first(self) -> None:
+        """Delete the oldest segment (expired data)."""
+        with self._lock:
+            self.files[0].destroy()
+            self.files = self.files[1:]
+
     def delete_from(self, offset: int) -> None:
         """Delete every segment that starts at or after ``offset``."""
-        keep = []
-        for f in self.files:
-            if f.start_offset >= offset:
-                f.destroy()
-            else:
-                keep.append(f)
-        self.files = keep
+        with self._lock:
+            keep = []
+            for f in self.files:
+                if f.start_offset >= offset:
+                    f.destroy()
+                else:
+                    keep.append(f)
+            self.files = keep
 
     def flush(self, start: int, end: int) -> None:
         """Force bytes [start, end) of the queue to disk."""
@@ -215,7 +241,8 @@ class MappedFileQueue:
                     min(end, f.end_offset) - f.start_offset)
 
     def close(self) -> None:
-        for f in self.files:
-            f.close()
-        self.files = []
-        self._closed = True
+        with self._lock:
+            for f in self.files:
+                f.close()
+            self.files = []
+            self._closed = True

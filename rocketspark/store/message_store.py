@@ -1378,8 +1378,7 @@ class MessageStore:
                 f = files.files[0]
                 if f.end_offset > safe_end or os.stat(f.path).st_mtime * 1000 > cutoff:
                     break
-                f.destroy()
-                files.files.pop(0)
+                files.delete_first()
                 done["commitlog"] += 1
             if not done["commitlog"]:
                 return done

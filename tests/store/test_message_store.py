@@ -292,3 +292,22 @@ def test_writers_in_turn_share_index_files_as_they_fill(tmp_path):
             assert [f.name for f in s.index._files] == names[-len(s.index._files):]
             for i in range(40):
                 assert [m.keys for m in s.query_by_key("t", "k%d" % i)] == [["k%d" % i]]
+
+
+def test_the_async_flush_thread_never_trips_a_put_that_creates_a_segment(tmp_path):
+    # ConsumeQueue files of 10 entries and a 1 ms flush interval: the flusher refreshes
+    # the queue's segment list while puts keep creating segments. A refresh that listed
+    # the directory just before a new segment used to close or double-map it, and the
+    # put raised after its message was stored.
+    conf = {"mappedFileSizeConsumeQueue": str(10 * CQ_STORE_UNIT_SIZE),
+            "flushIntervalCommitLog": "1", "flushDiskType": "ASYNC_FLUSH"}
+    with MessageStore.open(str(tmp_path / "s"), **conf) as s:
+        s.create_topic("t", queues=1)
+        for i in range(4000):
+            s.put(Message("t", b"%d" % i))
+        got = []
+        while len(got) < 4000:
+            res = s.pull("t", 0, len(got), 500)
+            assert res.messages, res.status
+            got.extend(int(m.body) for m in res.messages)
+    assert got == list(range(4000))
