@@ -130,8 +130,13 @@ class ConsumeQueue:
         if commitlog_min <= 0:
             return base
         entries = np.frombuffer(first.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)
-        ok = np.flatnonzero((entries["offset"] >= commitlog_min) & (entries["size"] > 0))
-        return base + (int(ok[0]) if len(ok) else self.entries_per_file)
+        written = entries["size"] > 0
+        ok = np.flatnonzero((entries["offset"] >= commitlog_min) & written)
+        if len(ok):
+            return base + int(ok[0])
+        # Every entry of the file points below: the queue starts after its last
+        # entry (its end, when it is also the last file: an empty queue, min = max).
+        return base + int(np.count_nonzero(written))
 
     # -- reading -----------------------------------------------------------------
 

@@ -311,3 +311,25 @@ def test_the_async_flush_thread_never_trips_a_put_that_creates_a_segment(tmp_pat
             assert res.messages, res.status
             got.extend(int(m.body) for m in res.messages)
     assert got == list(range(4000))
+
+
+def test_a_queue_whose_messages_all_expired_is_empty_not_inverted(tmp_path):
+    # Topic a's 5 entries sit in a ConsumeQueue file that is not full, all pointing
+    # into the deleted CommitLog segment: min_offset must be its end (5), not the
+    # file's capacity (30), or a reader that is caught up meets a data-loss error.
+    path = str(tmp_path / "s")
+    with MessageStore.open(path, mappedFileSizeCommitLog="65536",
+                           mappedFileSizeConsumeQueue=str(30 * CQ_STORE_UNIT_SIZE)) as s:
+        s.create_topic("a", queues=1)
+        s.create_topic("b", queues=1)
+        s.put_batch([Message("a", b"x" * 100) for _ in range(5)])
+        s.put_batch([Message("b", b"y" * 1000) for _ in range(200)])  # rolls the CommitLog
+        s.flush()
+        first = os.path.join(path, "commitlog", sorted(os.listdir(f"{path}/commitlog"))[0])
+        old = time.time() - 7 * 24 * 3600
+        os.utime(first, (old, old))
+        assert s.delete_expired(reserved_hours=1)["commitlog"] == 1
+        assert (s.min_offset("a", 0), s.max_offset("a", 0)) == (5, 5)
+        assert s.read_batches("a", 0, 5) == ([], 5)
+        s.put(Message("a", b"z"))
+        assert [m.body for m in s.pull("a", 0, 5, 10).messages] == [b"z"]
