@@ -770,17 +770,24 @@ class IndexService:
         keys: Sequence[str | Sequence[str] | None],
         phy_offsets: Sequence[int] | np.ndarray,
         store_timestamps: Sequence[int] | np.ndarray,
+        *,
+        reindex_from: int | None = None,
     ) -> int:
         """Index a batch of records in order, as :meth:`build_index` one by one would.
 
         ``topics`` is one topic for every record or one per record. Records at
         or below :attr:`max_phy_offset` are skipped, so re-dispatching after a
-        crash does not index twice. Rolls to a new file when one fills up.
+        crash does not index twice, except those at or past ``reindex_from``
+        (recovery re-indexing a deleted file: its first record may have entries
+        in the file before it too, and a repeated entry is harmless, since
+        queries drop duplicates). Rolls to a new file when one fills up.
         Returns the entries written.
         """
         self._check_writable()
         self.refresh()
         floor = self.max_phy_offset
+        if reindex_from is not None:
+            floor = min(floor, reindex_from - 1)
         topic_of = [topics] * len(uniq_keys) if isinstance(topics, str) else topics
         strings: list[str] = []
         owner: list[int] = []

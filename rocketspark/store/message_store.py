@@ -1320,12 +1320,13 @@ class MessageStore:
                 break
             if progress is not None:
                 progress(pos)
-            self._dispatch_check(pos, check, cq=pos >= start)
+            self._dispatch_check(pos, check, cq=pos >= start, reindex_from=index_from)
         else:  # pragma: no cover - scan always ends with an END/INVALID check
             pass
         return pos, reason
 
-    def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True) -> None:
+    def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True,
+                        reindex_from: int | None = None) -> None:
         tran = transaction_type(check.sys_flag)
         if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
             q = self._cq(check.topic, check.queue_id)
@@ -1345,7 +1346,7 @@ class MessageStore:
         if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
             keys = tuple(k for k in (check.keys or "").split(" ") if k)
             self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
-                                         [check.store_timestamp])
+                                         [check.store_timestamp], reindex_from=reindex_from)
 
     # -- expiry ----------------------------------------------------------------------
 

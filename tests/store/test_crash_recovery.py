@@ -117,3 +117,46 @@ def test_torn_tail_is_discarded_and_reported(tmp_path):
         r = store.put(Message("t", b"new"))
         assert (r.queue_offset, r.commitlog_offset) == (9, last.commitlog_offset)
         assert [m.body for m in read_all(store, "t")][-2:] == [b"m8", b"new"]
+
+
+_STRADDLE = dict(mappedFileSizeCommitLog="65536", maxHashSlotNum="64", maxIndexNum="4")
+
+
+def _put_then_die_inside_an_append(store_dir: str) -> None:
+    from rocketspark.store import commit_log
+
+    store = MessageStore.open(store_dir, **_STRADDLE)
+    store.create_topic("t", queues=1)
+    store.put(Message("t", b"m1", keys=["k1"]))  # index entries 1-2 of the first file
+    store.put(Message("t", b"m2", keys=["k2"]))  # UNIQ_KEY: entry 3 (full); k2: next file
+    write = commit_log.CommitLog._write
+
+    def write_then_die(self, writes):
+        write(self, writes)
+        os.kill(os.getpid(), signal.SIGKILL)  # copied, never published (COMMIT_POS)
+
+    commit_log.CommitLog._write = write_then_die
+    store.put(Message("t", b"m3", keys=["k3"]))
+
+
+def test_recovery_reindexes_a_message_whose_index_entries_span_two_files(tmp_path):
+    # Recovery indexes the killed append, then cuts it: the index file it reached is
+    # deleted and rebuilt from its first record, m2, whose UNIQ_KEY entry sits in the
+    # file before. m2's keys must be indexed again all the same.
+    import multiprocessing
+
+    store_dir = str(tmp_path / "s")
+    child = multiprocessing.get_context("spawn").Process(
+        target=_put_then_die_inside_an_append, args=(store_dir,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    with MessageStore.open(store_dir, **_STRADDLE) as s:
+        assert s.recovery_report.reason == "unfinished append"
+        msgs = s.pull("t", 0, 0, 10).messages
+        assert [m.body for m in msgs] == [b"m1", b"m2"]
+        for m in msgs:
+            assert [x.commitlog_offset for x in s.query_by_key("t", m.keys[0])] == [
+                m.commitlog_offset]
+            assert [x.body for x in s.query_by_key("t", m.uniq_key)] == [m.body]
+        assert s.query_by_key("t", "k3") == []
