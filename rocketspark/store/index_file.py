@@ -42,6 +42,7 @@ import contextlib
 import datetime
 import errno
 import itertools
+import logging
 import mmap
 import os
 import struct
@@ -53,6 +54,8 @@ import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "INDEX_HEADER",
@@ -567,6 +570,46 @@ class IndexFile:
         _INT.pack_into(self._mm, INDEX_COUNT_OFFSET, count + n)  # publishes the batch
         return n
 
+    def repair(self) -> int:
+        """Undo an index update that a killed writer left half done; return slots repaired.
+
+        ``put_hash(es)`` write the entries, then the slots, then the header's end
+        fields, and last indexCount, which publishes them. A writer killed before
+        that leaves slots pointing at entry numbers at or past indexCount, whose
+        bytes the next put overwrites (cutting each such slot's chain from its
+        older entries), and an endPhyOffset past the last published record
+        (which re-dispatching would then skip). Each such slot goes back along
+        its chain (an unpublished entry's prev was written before the slot) to
+        a published entry, and endPhyOffset to the last published entry's.
+        """
+        self._check_writable()
+        assert self._slots is not None and self._entries is not None
+        count = max(self._index_count(), 1)
+        slots, entries = self._slots, self._entries
+        repaired = 0
+        for _ in range(64):  # a batch chains its own entries: a few steps back at most
+            bad = np.flatnonzero(slots >= count)
+            if not len(bad):
+                break
+            if not repaired:
+                repaired = len(bad)
+            at = slots[bad].astype(np.int64)
+            prev = np.zeros(len(bad), dtype=np.int64)
+            inside = at < self.index_num
+            prev[inside] = entries["prev_index"][at[inside]]
+            slots[bad] = prev
+        else:
+            slots[slots >= count] = INVALID_INDEX
+        torn = repaired or (count < self.index_num and (
+            int(entries["key_hash"][count]) or int(entries["phy_offset"][count])))
+        if count > 1 and torn:
+            # The record of the last published entry may have more entries among the
+            # unpublished ones: it is indexed again too (a repeated entry is harmless).
+            last_phy = int(entries["phy_offset"][count - 1]) - 1
+            if self.end_phy_offset > last_phy:
+                _LONG.pack_into(self._mm, END_PHY_OFFSET_OFFSET, last_phy)
+        return repaired
+
     # -- reading -----------------------------------------------------------------------
 
     def select_phy_offsets(
@@ -729,6 +772,17 @@ class IndexService:
             gone.close()
             self._flushed_count.pop(gone.name, None)
         self._files = files
+
+    def repair_tail(self) -> int:
+        """:meth:`IndexFile.repair` on the newest files (a writer died; only the last
+        one or two can hold its half-done update). Returns the slots repaired."""
+        self._check_writable()
+        self.refresh()
+        repaired = sum(f.repair() for f in self._files[-2:])
+        if repaired:
+            log.warning("index %s: %d hash slots pointed at entries a killed writer never "
+                        "published; relinked", self.directory, repaired)
+        return repaired
 
     @property
     def max_phy_offset(self) -> int:

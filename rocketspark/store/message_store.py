@@ -1263,6 +1263,9 @@ class MessageStore:
             self.commit_log.wipe(commit, state.pending_end)
             state.pending_end = commit
         if state.dispatched_pos < commit:
+            # The writer died before dispatching all it committed, maybe inside an
+            # index update: relink the index before the records are indexed again.
+            self.index.repair_tail()
             self._redispatch(state.dispatched_pos, commit)
             state.dispatched_pos = commit
         self._known_commit_pos = commit
@@ -1782,6 +1785,7 @@ class MessageStore:
         else:
             start = min(state.flushed_pos, state.dispatched_pos, state.commit_pos)
             report.scanned_from = start
+            self.index.repair_tail()  # a writer killed inside an index update
             end, reason = self._redispatch(start, None)
             if state.valid and state.commit_pos < state.pending_end and (
                     state.commit_pos <= end <= state.pending_end):

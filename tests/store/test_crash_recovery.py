@@ -160,3 +160,53 @@ def test_recovery_reindexes_a_message_whose_index_entries_span_two_files(tmp_pat
                 m.commitlog_offset]
             assert [x.body for x in s.query_by_key("t", m.uniq_key)] == [m.body]
         assert s.query_by_key("t", "k3") == []
+
+
+def _put_then_die_before_the_index_publishes(store_dir: str) -> None:
+    import rocketspark.store.index_file as index_file
+
+    store = MessageStore.open(store_dir, **dict(_STRADDLE, maxIndexNum="400"))
+    if not store.has_topic("t"):
+        store.create_topic("t", queues=1)
+    store.put(Message("t", b"first", keys=["k"]))
+    count = index_file._INT
+
+    class DieAtPublish:  # entries, slots and endPhyOffset are written; indexCount is not
+        def unpack_from(self, *args):
+            return count.unpack_from(*args)
+
+        def pack_into(self, buf, offset, value):
+            if offset == index_file.INDEX_COUNT_OFFSET:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return count.pack_into(buf, offset, value)
+
+    index_file._INT = DieAtPublish()
+    store.put(Message("t", b"second", keys=["k"]))
+
+
+@pytest.mark.parametrize("peer", ["reopened", "open all along"])
+def test_a_writer_killed_inside_an_index_update_leaves_every_key_findable(tmp_path, peer):
+    # The killed update left k's hash slot pointing at an entry number the next put
+    # overwrites (cutting k's chain to "first") and endPhyOffset past "second" (so
+    # re-dispatching skipped indexing it). Recovery, or a live process finding the
+    # writer dead, relinks the slot and re-indexes.
+    import contextlib
+    import multiprocessing
+
+    store_dir = str(tmp_path / "s")
+    conf = dict(_STRADDLE, maxIndexNum="400")
+    with contextlib.ExitStack() as stack:
+        if peer == "open all along":
+            live = stack.enter_context(MessageStore.open(store_dir, **conf))
+            live.create_topic("t", queues=1)
+        child = multiprocessing.get_context("spawn").Process(
+            target=_put_then_die_before_the_index_publishes, args=(store_dir,))
+        child.start()
+        child.join(60)
+        assert child.exitcode == -signal.SIGKILL
+        s = live if peer == "open all along" else stack.enter_context(
+            MessageStore.open(store_dir, **conf))
+        s.put(Message("t", b"third", keys=["other"]))  # writes over the unpublished entry
+        assert sorted(m.body for m in s.query_by_key("t", "k")) == [b"first", b"second"]
+        assert [m.body for m in s.pull("t", 0, 0, 10).messages] == [b"first", b"second",
+                                                                     b"third"]
