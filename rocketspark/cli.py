@@ -6,8 +6,9 @@
     topic list
     send TOPIC BODY [--tags T] [--keys K ...] [--property k=v ...] [--queue Q]
                     [--sharding-key S] [--delay-level L]
-    tail TOPIC [--queue Q] [--from earliest|latest|N] [--group G] [--expression E]
-               [--max N] [--follow]
+    tail TOPIC [--queue Q] [--from earliest|latest|group|N] [--group G] [--expression E]
+               [--max N] [--follow]     (with --group: from the group's offsets, and
+                                         commits what it printed)
     group offsets GROUP [--topic T]
     query TOPIC KEY [--begin-ms MS] [--end-ms MS]
     schedule run
@@ -19,6 +20,7 @@
 
 The store directory comes from --store, else $ROCKETSPARK_STORE, else the
 storePathRootDir of the broker.conf given with --config (or conf/broker.conf).
+Only ``topic create`` makes a new store there; other commands need one.
 Exit status: 0 fine, 1 a problem found (check), 2 bad usage or a rocketspark error.
 """
 
@@ -29,10 +31,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
-from rocketspark.errors import RocketSparkError
+from rocketspark.errors import ConfigError, RocketSparkError
 
 
 class Progress:
@@ -69,14 +71,21 @@ def _store_dir(args: argparse.Namespace) -> str | None:
     return getattr(args, "dir", None) or args.store or os.environ.get("ROCKETSPARK_STORE")
 
 
-def _open(args: argparse.Namespace):
-    from rocketspark.store import MessageStore
+def _open(args: argparse.Namespace, *, create: bool = False):
+    """Open the store; only ``topic create`` makes a new one (a typo'd path is an error)."""
+    from rocketspark.store import MessageStore, MessageStoreConfig
 
-    return MessageStore.open(_store_dir(args), config_file=args.config)
+    path = _store_dir(args)
+    if not create:
+        root = path or MessageStoreConfig.load(args.config).store_path_root_dir
+        if not os.path.isdir(root):
+            raise ConfigError(f"no store at {root} (give --store DIR; `rocketspark --store "
+                              "DIR topic create NAME` makes a new store)")
+    return MessageStore.open(path, config_file=args.config)
 
 
 def cmd_topic_create(args, out) -> int:
-    with _open(args) as store:
+    with _open(args, create=True) as store:
         info = store.create_topic(args.name, args.queues, order=args.order)
     print(f"topic {info.name}: {info.write_queue_nums} queues", file=out)
     return 0
@@ -99,7 +108,9 @@ def cmd_send(args, out) -> int:
     for item in args.property or []:
         name, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--property {item!r}: expected name=value")
+            print(f"rocketspark send: --property {item!r}: expected name=value",
+                  file=sys.stderr)
+            return 2
         props[name] = value
     msg = Message(args.topic, args.body.encode("utf-8"), tags=args.tags,
                   keys=tuple(args.keys or ()), properties=props, queue_id=args.queue,
@@ -117,17 +128,18 @@ def cmd_tail(args, out) -> int:
     with _open(args) as store:
         info = store.topic(args.topic)
         queues = [args.queue] if args.queue is not None else list(range(info.read_queue_nums))
+        start = args.start or ("group" if args.group else "earliest")
         offsets = {}
         for q in queues:
-            if args.group and args.start == "group":
+            if start == "group":
                 offsets[q] = store.committed_offset(args.group, args.topic, q) or \
                     store.min_offset(args.topic, q)
-            elif args.start == "earliest":
+            elif start == "earliest":
                 offsets[q] = store.min_offset(args.topic, q)
-            elif args.start == "latest":
+            elif start == "latest":
                 offsets[q] = store.max_offset(args.topic, q)
             else:
-                offsets[q] = int(args.start)
+                offsets[q] = int(start)
         shown = 0
         while True:
             got = False
@@ -139,6 +151,7 @@ def cmd_tail(args, out) -> int:
                     print(f"# queue {q}: offset {offsets[q]} out of range "
                           f"[{res.min_offset}, {res.max_offset}], moving to {res.next_offset}",
                           file=out)
+                nxt = res.next_offset
                 for m in res.messages:
                     print(json.dumps({
                         "queue": m.queue_id, "offset": m.queue_offset, "msgId": m.msg_id,
@@ -148,8 +161,9 @@ def cmd_tail(args, out) -> int:
                         "reconsumeTimes": m.reconsume_times}, ensure_ascii=False), file=out)
                     shown += 1
                     if args.max and shown >= args.max:
+                        nxt = m.queue_offset + 1  # the group has seen no further
                         break
-                offsets[q] = res.next_offset
+                offsets[q] = nxt
                 got = got or bool(res.messages)
                 if args.group:
                     store.commit_offset(args.group, args.topic, q, offsets[q])
@@ -250,6 +264,26 @@ def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
 
 
+def _start_position(text: str) -> str:
+    if text in ("earliest", "latest", "group") or (text.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected earliest, latest, group or an offset, got "
+                                     f"{text!r}")
+
+
+def _non_negative(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rocketspark", description="Operate a rocketspark store.")
     p.add_argument("--store", help="store directory (storePathRootDir)")
@@ -279,11 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tail", help="print the messages of a topic (optionally as a group)")
     t.add_argument("topic")
     t.add_argument("--queue", type=int)
-    t.add_argument("--from", dest="start", default="earliest",
-                   help="earliest, latest, group (with --group) or an offset")
+    t.add_argument("--from", dest="start", type=_start_position, default=None,
+                   help="earliest, latest, group or an offset (default: group with "
+                        "--group, else earliest)")
     t.add_argument("--group", help="commit offsets for this consumer group as it reads")
     t.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB'")
-    t.add_argument("--max", type=int, default=0, help="stop after this many messages")
+    t.add_argument("--max", type=_non_negative(int), default=0,
+                   help="stop after this many messages")
     t.add_argument("--follow", action="store_true", help="keep waiting for new messages")
     t.set_defaults(func=cmd_tail)
 
@@ -316,14 +352,17 @@ def build_parser() -> argparse.ArgumentParser:
     rc.set_defaults(func=cmd_store_recover)
     cl = stsub.add_parser("clean", help="delete expired segments (fileReservedTime)")
     cl.add_argument("dir", nargs="?")
-    cl.add_argument("--reserved-hours", type=float, default=None,
+    cl.add_argument("--reserved-hours", type=_non_negative(float), default=None,
                     help="keep segments younger than this (default: fileReservedTime)")
     cl.set_defaults(func=cmd_store_clean)
     return p
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "start", None) == "group" and not args.group:
+        parser.error("tail --from group needs --group")
     out = out or sys.stdout
     if getattr(args, "dir", None):
         args.store = args.dir
@@ -332,6 +371,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except RocketSparkError as exc:
         print(f"rocketspark: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C ends tail --follow: not an error worth a trace
+        return 130
 
 
 if __name__ == "__main__":

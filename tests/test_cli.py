@@ -71,3 +71,40 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     r = _cli(store, "topic", "create", "bad/name")
     assert r.returncode == 2 and "illegal characters" in r.stderr
     assert "Traceback" not in r.stderr
+    for args, message in [
+            (("tail", "orders", "--from", "bogus"), "expected earliest, latest, group or an"),
+            (("tail", "orders", "--from", "group"), "tail --from group needs --group"),
+            (("tail", "orders", "--max", "-1"), "must not be negative"),
+            (("store", "clean", "--reserved-hours", "-5"), "must not be negative"),
+            (("send", "orders", "x", "--property", "noeq"), "expected name=value")]:
+        r = _cli(store, *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_only_topic_create_makes_a_store(tmp_path):
+    typo = str(tmp_path / "typo")
+    for args in (("topic", "list"), ("store", "recover"), ("store", "clean"),
+                 ("tail", "orders")):
+        r = _cli(typo, *args)
+        assert r.returncode == 2 and f"no store at {typo}" in r.stderr, (args, r.stderr)
+        assert not os.path.exists(typo)
+    assert _cli(typo, "topic", "create", "orders").returncode == 0
+    assert _cli(typo, "topic", "list").returncode == 0
+
+
+def test_tail_as_a_group_resumes_and_commits_only_what_it_printed(tmp_path):
+    store = str(tmp_path / "s")
+    with MessageStore.open(store) as s:
+        s.create_topic("orders", queues=1)
+        s.put_batch([Message("orders", f"m{i}".encode()) for i in range(5)])
+
+    def tail(*extra: str) -> list[str]:
+        r = _cli(store, "tail", "orders", "--group", "g", *extra)
+        assert r.returncode == 0, r.stderr
+        return [json.loads(line)["body"] for line in r.stdout.splitlines()]
+
+    assert tail("--max", "2") == ["m0", "m1"]
+    assert tail("--max", "1") == ["m2"]  # from the group's offset, not the earliest
+    assert tail() == ["m3", "m4"]
+    assert tail("--from", "earliest", "--max", "1") == ["m0"]

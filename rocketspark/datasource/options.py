@@ -163,7 +163,7 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
     Option("store", _text, None, "embedded store directory (default: storePathRootDir of "
            "conf/broker.conf)", _RW),
     Option("brokerName", _text, None, "broker name in offsets and rows (default: the store's)",
-           _RW),
+           _R),
     Option("topic", _topics, None, "comma-separated topics to read; the default topic to write",
            _RW),
     Option("topicPattern", _pattern, None, "regular expression over topic names (read)", _R),
@@ -245,7 +245,7 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
                 hint = f" (it is a {'sink' if 'write' in opt.roles else 'source'} option)"
             raise ConfigError(
                 f"unknown rocketmq {'source' if role == 'read' else 'sink'} option {key!r}"
-                f"{hint} Known options: {', '.join(sorted(known))}, and rocketmq.<broker.conf "
+                f"{hint}{'' if hint.endswith('?') else '.'} Known options: {', '.join(sorted(known))}, and rocketmq.<broker.conf "
                 "key> for the store")
         values[opt.key] = opt.parse(opt.key, str(value))
         raw[opt.key] = value

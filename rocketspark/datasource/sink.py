@@ -144,7 +144,7 @@ class SinkPlan:
         default_topic = topics[0] if topics else None
         exactly_once = options["deliveryGuarantee"] == "exactly_once"
         columns = validate_schema(schema, default_topic, exactly_once)
-        ref = StoreRef.resolve(options.get("store"), options.store_overrides)
+        ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
         store = ref.open()
         if default_topic and not store.has_topic(default_topic) and \
                 not store.config.auto_create_topic_enable:

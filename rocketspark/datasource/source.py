@@ -128,7 +128,7 @@ class SourcePlan:
         if options.get("group"):
             from rocketspark.store.config import validate_group
             validate_group(options["group"])
-        ref = StoreRef.resolve(options.get("store"), options.store_overrides)
+        ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
         plan = cls(ref, options, streaming=bool(streaming))
         store = ref.open()
         plan.broker = options.get("brokerName") or store.config.broker_name

@@ -42,6 +42,20 @@ class StoreRef:
         kw.pop("storePathRootDir", None)
         return cls(os.path.abspath(config.store_path_root_dir), tuple(sorted(kw.items())))
 
+    def require(self) -> StoreRef:
+        """The reference, checked to name an existing store directory (before planning).
+
+        Opening a store creates its directory; a typo in the option must not
+        leave an empty store behind, nor read as "no such topic".
+        """
+        if not os.path.isdir(self.root):
+            from rocketspark.errors import ConfigError
+
+            raise ConfigError(f"option store: there is no store at {self.root} (create one "
+                              "first: MessageStore.open(path).create_topic(...), or "
+                              "`rocketspark --store DIR topic create NAME`)")
+        return self
+
     def open(self) -> MessageStore:
         """Return this process's open store for the reference (opened on first use)."""
         global _pid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -76,6 +77,17 @@ def test_bad_input_fails_before_anything_is_written(spark, store_path, store, sc
     with pytest.raises(Exception, match=re.escape(message)):
         w.mode("append").save()
     assert store.max_offset("out", 0) == 0
+
+
+def test_a_store_option_naming_no_store_is_an_error_not_a_new_store(spark, tmp_path):
+    typo = str(tmp_path / "typo")
+    df = spark.createDataFrame([("v",)], "body string")
+    with pytest.raises(Exception, match=re.escape(f"option store: there is no store at {typo}")):
+        df.write.format("rocketmq").option("store", typo).option("topic", "out") \
+            .mode("append").save()
+    with pytest.raises(Exception, match=re.escape(f"option store: there is no store at {typo}")):
+        spark.read.format("rocketmq").option("store", typo).option("topic", "out").load()
+    assert not os.path.exists(typo)
 
 
 def test_overwrite_is_rejected(spark, store_path, store):
