@@ -59,6 +59,7 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.store import Message
+from rocketspark.store.message import is_system_topic
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -80,6 +81,12 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
     "delayLevel": (_INTEGRAL, "int"),
 }
 PROPERTY_SINK_ID = "RS_SINK"
+# Property names the sink (or RocketMQ) sets itself: the tags, keys and delayLevel
+# columns carry the first three; the rest belong to transactions and to the sink.
+SINK_RESERVED_PROPERTIES = frozenset({
+    "TAGS", "KEYS", "DELAY", "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP",
+    "__transactionId__", "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
+    PROPERTY_SINK_ID})
 # The local property Spark's stream execution gives a micro-batch's tasks: the query
 # id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -142,6 +149,9 @@ class SinkPlan:
             raise ConfigError(f"option topic: the sink writes to one default topic, got "
                               f"{', '.join(topics)} (use a topic column to route rows)")
         default_topic = topics[0] if topics else None
+        if default_topic and is_system_topic(default_topic):
+            raise ConfigError(f"option topic: {default_topic!r} is a RocketMQ system topic; "
+                              "the sink does not write there")
         exactly_once = options["deliveryGuarantee"] == "exactly_once"
         columns = validate_schema(schema, default_topic, exactly_once)
         ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
@@ -226,6 +236,7 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
 
     def flush(cols: dict[str, list[Any]], n: int) -> None:
         nonlocal count
+        check_columns(cols)  # the whole input block, before any of it is written
         for a in range(0, n, WRITE_CHUNK):
             part = {k: v[a:a + WRITE_CHUNK] for k, v in cols.items()}
             bodies = part.pop("body")
@@ -257,6 +268,43 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     if pending_rows:
         flush(*_rows_columns(pending_rows, plan.columns))
     return SinkCommit(tuple(runs), count, _task_query())
+
+
+def check_columns(cols: dict[str, list[Any]]) -> None:
+    """What the store's columnar path would take but a RocketMQ message must not carry.
+
+    System topics in the topic column; in properties, empty names, null values
+    and the names the sink sets itself (a TAGS property would be read as the
+    tag without its queue entry's tag code, a KEYS one indexed instead of the
+    keys column); in keys arrays, null, empty or space-holding keys (RocketMQ
+    separates keys with spaces).
+    """
+    topics = cols.get("topic")
+    if topics is not None:
+        for t in set(topics):
+            if t is not None and is_system_topic(t):
+                raise ConfigError(f"column topic: {t!r} is a RocketMQ system topic; the sink "
+                                  "does not write there")
+    for props in cols.get("properties") or ():
+        if not props:
+            continue
+        for name, value in (props.items() if isinstance(props, dict) else props):
+            if not name:
+                raise ConfigError("column properties: a property name is empty")
+            if value is None:
+                raise ConfigError(f"column properties: property {name!r} is null (leave it "
+                                  "out of the map, or give a string)")
+            if name in SINK_RESERVED_PROPERTIES:
+                raise ConfigError(
+                    f"column properties: {name!r} is set by the sink itself; use the tags, "
+                    "keys and delayLevel columns (UNIQ_KEY may be given)")
+    for keys in cols.get("keys") or ():
+        if keys is None or isinstance(keys, str):
+            continue
+        for key in keys:
+            if not key or " " in key:
+                raise ConfigError(f"column keys: key {key!r} is null, empty or holds a space "
+                                  "(RocketMQ separates keys with spaces)")
 
 
 def _task_query() -> str | None:

@@ -32,7 +32,7 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.store import MessageStore
-from rocketspark.store.message import RETRY_GROUP_TOPIC_PREFIX
+from rocketspark.store.message import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -70,9 +70,6 @@ SCHEMA_DDL = (
 )
 # Offsets read from the store per call inside one partition: bounds a worker's memory.
 READ_CHUNK = 1 << 16
-# RocketMQ's own topics (TopicValidator): never picked up by a topicPattern.
-_SYSTEM_PREFIXES = ("RMQ_SYS_", "SCHEDULE_TOPIC_", "rmq_sys_")
-_SYSTEM_TOPICS = frozenset({"TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
 
 
 @dataclass(frozen=True)
@@ -87,8 +84,8 @@ class QueueRange(InputPartition):
     fail_on_data_loss: bool
 
 
-def _is_system_topic(name: str) -> bool:
-    return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES)
+def _is_system_topic(name: str) -> bool:  # never picked up by a topicPattern
+    return is_system_topic(name)
 
 
 @dataclass

@@ -56,6 +56,10 @@ RESERVED_PROPERTIES = frozenset(
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+# RocketMQ's own topics (TopicValidator): never subscribed by a pattern, never written
+# by a user's producer.
+SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "SCHEDULE_TOPIC_", "rmq_sys_")
+SYSTEM_TOPICS = frozenset({"TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC"})
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TRANS_OP_REMOVE_TAG = "d"
@@ -252,3 +256,8 @@ def normalise_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     if isinstance(keys, str):
         return tuple(k for k in keys.split(KEY_SEPARATOR) if k)
     return tuple(keys)
+
+
+def is_system_topic(name: str) -> bool:
+    """Is ``name`` one of RocketMQ's own topics (transactions, delays, ...)?"""
+    return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIXES)

@@ -67,6 +67,17 @@ def test_batch_write_routes_by_topic_and_queue_columns(spark, store_path, store)
      "delayed messages cannot be transactional"),
     ("body string", [("v",)], {"topic": "out", "deliveryGuarantee": "twice"},
      "deliveryGuarantee: expected one of exactly_once, at_least_once"),
+    ("body string, properties map<string,string>", [("v", {"TAGS": "t"})], {"topic": "out"},
+     "'TAGS' is set by the sink itself"),
+    ("body string, properties map<string,string>", [("v", {"p": None})],
+     {"topic": "out", "deliveryGuarantee": "at_least_once"}, "property 'p' is null"),
+    ("body string, keys array<string>", [("v", ["x y"])], {"topic": "out"},
+     "key 'x y' is null, empty or holds a space"),
+    ("body string, topic string", [("v", "RMQ_SYS_TRANS_OP_HALF_TOPIC")],
+     {"topic": "out", "deliveryGuarantee": "at_least_once"},
+     "column topic: 'RMQ_SYS_TRANS_OP_HALF_TOPIC' is a RocketMQ system topic"),
+    ("body string", [("v",)], {"topic": "RMQ_SYS_TRANS_HALF_TOPIC"},
+     "option topic: 'RMQ_SYS_TRANS_HALF_TOPIC' is a RocketMQ system topic"),
 ])
 def test_bad_input_fails_before_anything_is_written(spark, store_path, store, schema, rows,
                                                     options, message):
