@@ -265,7 +265,7 @@ def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
 
 
 def _start_position(text: str) -> str:
-    if text in ("earliest", "latest", "group") or (text.isdigit()):
+    if text in ("earliest", "latest", "group") or text.isdigit():
         return text
     raise argparse.ArgumentTypeError(f"expected earliest, latest, group or an offset, got "
                                      f"{text!r}")

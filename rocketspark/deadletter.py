@@ -341,8 +341,6 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
     are skipped unless ``force``. Returns how many messages were sent.
     """
     _require_delta(spark)
-    from delta.tables import DeltaTable
-
     local = dlq_table[len("file:"):] if dlq_table.startswith("file:") else dlq_table
     if not os.path.isdir(os.path.join(local, "_delta_log")):
         raise ConfigError(f"no dead-letter table at {dlq_table} (has the group had dead "
@@ -351,7 +349,7 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
     s = ref.open()
     group = _replay_group(dlq_table)
     with _replay_lock(s, group):
-        return _replay(spark, s, DeltaTable, dlq_table, group, condition, force)
+        return _replay(spark, s, dlq_table, group, condition, force)
 
 
 def _replay_group(dlq_table: str) -> str:
@@ -372,8 +370,10 @@ def _replay_lock(store: Any, group: str) -> Any:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _replay(spark: Any, s: Any, DeltaTable: Any, dlq_table: str, group: str,
-            condition: str, force: bool) -> int:
+def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
+            force: bool) -> int:
+    from delta.tables import DeltaTable
+
     _finish_interrupted(spark, s, dlq_table, group)
     table = spark.read.format("delta").load(dlq_table)
     try:

@@ -243,10 +243,11 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
                 hint = f"; did you mean {next(k for k in known if k.lower() == close[0])!r}?"
             elif opt is not None:
                 hint = f" (it is a {'sink' if 'write' in opt.roles else 'source'} option)"
+            end = "" if hint.endswith("?") else "."
             raise ConfigError(
                 f"unknown rocketmq {'source' if role == 'read' else 'sink'} option {key!r}"
-                f"{hint}{'' if hint.endswith('?') else '.'} Known options: {', '.join(sorted(known))}, and rocketmq.<broker.conf "
-                "key> for the store")
+                f"{hint}{end} Known options: {', '.join(sorted(known))}, and "
+                "rocketmq.<broker.conf key> for the store")
         values[opt.key] = opt.parse(opt.key, str(value))
         raw[opt.key] = value
     return ParsedOptions(values, overrides, raw)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass

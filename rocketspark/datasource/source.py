@@ -84,10 +84,6 @@ class QueueRange(InputPartition):
     fail_on_data_loss: bool
 
 
-def _is_system_topic(name: str) -> bool:  # never picked up by a topicPattern
-    return is_system_topic(name)
-
-
 @dataclass
 class SourcePlan:
     """Everything the driver needs to turn options into queues and offsets."""
@@ -152,7 +148,7 @@ class SourcePlan:
         else:
             pattern = self.options["topicPattern"]
             topics = [t.name for t in store.list_topics()
-                      if not _is_system_topic(t.name) and pattern.fullmatch(t.name)]
+                      if not is_system_topic(t.name) and pattern.fullmatch(t.name)]
         out = []
         for t in topics:
             info = store.topic(t)

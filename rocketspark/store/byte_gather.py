@@ -92,14 +92,18 @@ def gather_items(buf: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.nd
     viewed as ``dtype``: ~3-5x faster than indexing a structured view, which
     copies field by field. Offsets must leave a whole item inside ``buf``.
     """
-    width = dtype.itemsize
-    item = np.dtype((np.void, width))
+    item = np.dtype((np.void, dtype.itemsize))
     evenly = strided_items(buf, offsets, item)
     if evenly is not None:
         return evenly.copy().view(dtype)
-    items = np.ndarray(shape=(len(buf) - width + 1,), dtype=item, buffer=buf, offset=0,
-                       strides=(1,))
-    return items[offsets].view(dtype)
+    return _indexed_items(buf, offsets, item).view(dtype)
+
+
+def _indexed_items(buf: np.ndarray, offsets: np.ndarray, item: np.dtype) -> np.ndarray:
+    """The raw items at any ``offsets``: a stride-1 view of ``buf`` indexed by them."""
+    items = np.ndarray(shape=(len(buf) - item.itemsize + 1,), dtype=item, buffer=buf,
+                       offset=0, strides=(1,))
+    return items[offsets]
 
 
 def strided_items(buf: Any, offsets: np.ndarray, item: np.dtype) -> np.ndarray | None:
@@ -203,7 +207,7 @@ def interleave_rows(columns: Sequence[Pieces], widths: Sequence[int], out: np.nd
             if int(offs.min()) < 0 or int(offs.max()) + w > len(data):
                 raise ValueError("a piece reaches outside its buffer")
             evenly = strided_items(data, offs, item)
-            dst[sel] = evenly if evenly is not None else gather_items(data, offs, item)
+            dst[sel] = evenly if evenly is not None else _indexed_items(data, offs, item)
         at += w
 
 
