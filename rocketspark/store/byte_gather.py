@@ -126,6 +126,41 @@ def strided_items(buf: Any, offsets: np.ndarray, item: np.dtype) -> np.ndarray |
     return np.ndarray(shape=(m,), dtype=item, buffer=buf, offset=first, strides=(step,))
 
 
+_POW10 = 10 ** np.arange(19, dtype=np.int64)  # 10**0 .. 10**18
+
+
+def decimal_list(values: np.ndarray, separator: bytes = b",") -> bytes:
+    """``separator.join(str(v) for v in values)`` for int64 values >= 0, built in numpy.
+
+    An op record lists every half offset it resolves in decimal. ``str`` and
+    ``join`` cost ~0.2 µs an offset, a seventh of a commit; here one pass a
+    digit position builds them all (~2.5x faster for 500k offsets).
+    """
+    v = np.asarray(values, dtype=np.int64)
+    m = len(v)
+    if not m:
+        return b""
+    if int(v.min()) < 0 or len(separator) != 1:
+        return separator.join(str(x).encode() for x in v.tolist())
+    digits = np.searchsorted(_POW10[1:], v, side="right") + 1  # 0..9 -> 1, 10..99 -> 2
+    ends = np.cumsum(digits + 1) - 1  # where each value's separator goes
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    out[ends[:-1]] = separator[0]
+    # The last digit first: one divmod a pass, in 32 bits when the values fit (faster).
+    rest = v.astype(np.uint32) if int(v.max()) <= 0xFFFFFFFF else v
+    ten = rest.dtype.type(10)
+    fewest = int(digits.min())
+    for k in range(int(digits.max())):
+        rest, digit = np.divmod(rest, ten)
+        digit += 48
+        if k < fewest:
+            out[ends - 1 - k] = digit
+        else:
+            has = digits > k
+            out[ends[has] - 1 - k] = digit[has]
+    return out.tobytes()
+
+
 def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
              width: int = INLINE) -> np.ndarray:
     """The ``width`` bytes at each offset (zeroed past each length), as void scalars.

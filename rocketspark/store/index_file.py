@@ -193,6 +193,22 @@ def java_hash_many(strings: Sequence[str]) -> np.ndarray:
     return out.view(np.int32)
 
 
+def java_hash_rows(seeds: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """``hashCode`` carried on from each seed (uint32) over its row of ASCII ``chars``.
+
+    ``chars`` is an (m, L) uint8 matrix; returns uint32. The same algebra as
+    :func:`java_hash_many`: seed * 31**L + row @ [31**(L-1), ..., 1], in
+    uint32, a block of rows at a time (the uint32 copy of a block stays small).
+    """
+    m, length = chars.shape
+    weights = _powers_of_31(max(length, 1))[length - 1::-1] if length else None
+    out = np.asarray(seeds, dtype=np.uint32) * np.uint32(pow(31, length, 1 << 32))
+    if weights is not None:
+        for c in range(0, m, 16384):
+            out[c:c + 16384] += chars[c:c + 16384].astype(np.uint32) @ weights
+    return out
+
+
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).astype(np.uint32)
 
 

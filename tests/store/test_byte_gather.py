@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from rocketspark.store.byte_gather import (
     Pieces,
+    decimal_list,
     fixed_width,
     gather_items,
     interleave,
@@ -131,3 +132,19 @@ def test_gather_items_is_the_slices_at_the_offsets(data):
     assert [bytes(x) for x in got] == [raw[o:o + w] for o in offsets.tolist()]
     got[0] = b"\xff" * w  # a copy, not a view of the buffer
     assert buf.tobytes() == raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 10**6), max_size=40),
+       st.booleans())
+def test_decimal_list_is_the_joined_decimal_text(values, ordered):
+    """Any mix of digit counts, sorted (a commit's offsets) or not."""
+    if ordered:
+        values = sorted(values)
+    arr = np.asarray(values, dtype=np.int64)
+    assert decimal_list(arr) == ",".join(map(str, values)).encode()
+    assert decimal_list(arr, b";") == ";".join(map(str, values)).encode()
+
+
+def test_decimal_list_takes_negative_values_through_python():
+    assert decimal_list(np.asarray([5, -12, 0], dtype=np.int64)) == b"5,-12,0"

@@ -338,6 +338,7 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
         return got
 
     monkeypatch.setattr(transaction, "_parse_layouts", spy)
+    monkeypatch.setattr(transaction, "_ROWS", 64)  # halves checked in several blocks
     n = 300
     topic = "t" * 127 if layout == "long-topic" else "orders"
     queues = {"12-queues": 12, "big-queue-ids": 1024}.get(layout, 4)
