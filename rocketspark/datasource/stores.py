@@ -10,6 +10,7 @@ pickle is a :class:`StoreRef` (the directory and overrides), never a store.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from rocketspark.store import MessageStore, MessageStoreConfig
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _open: dict[StoreRef, MessageStore] = {}
 _pid = os.getpid()
@@ -64,7 +66,16 @@ class StoreRef:
                 _open.clear()
                 _pid = os.getpid()
             store = _open.get(self)
+            if store is not None and store.replaced():
+                # Deleted (and maybe created again) under a running application: what
+                # the old instance wrote would go to files no longer in the directory.
+                _open.pop(self)
+                log.warning("store %s was deleted or replaced while open in this process; "
+                            "opening it again", self.root)
+                store.close()
+                store = None
             if store is None or store._closed:
+                self.require()
                 store = MessageStore.open(self.root, **dict(self.overrides))
                 _open[self] = store
             return store

@@ -363,6 +363,14 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def replaced(self) -> bool:
+        """Has this store been deleted, or another store put at its path, while open?
+
+        The instance then reads and writes files no longer in the directory
+        (what it writes is lost with them): close it and open the path again.
+        """
+        return not self._closed and self._lock.replaced()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is closed")

@@ -122,16 +122,28 @@ class _ProcessLock:
 
     POSIX locks belong to the process and vanish when *any* descriptor of the
     file is closed, so each process keeps exactly one descriptor per store.
+    They are found by the lock file's identity (device, inode), not its path:
+    a store deleted and created again at the same path is another store.
     """
 
     def __init__(self, path: str):
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        st = os.fstat(self.fd)
+        self.key = (st.st_dev, st.st_ino)
         self.refs = 0
         self.mode = 0
 
 
-_process_locks: dict[str, _ProcessLock] = {}
+def _file_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+_process_locks: dict[tuple[int, int], _ProcessLock] = {}
 _process_locks_guard = threading.Lock()
 
 
@@ -150,7 +162,8 @@ class StoreLock:
 
     def __init__(self, root: str):
         self.root = root
-        self._key = os.path.realpath(root)
+        self._path = os.path.join(root, LOCK_FILE)
+        self._key: tuple[int, int] | None = None
         self._held = False
         self.first = False
 
@@ -160,10 +173,12 @@ class StoreLock:
         The first opener keeps the lock exclusive until :meth:`downgrade`.
         """
         with _process_locks_guard:
-            pl = _process_locks.get(self._key)
+            known = _file_key(self._path)
+            pl = None if known is None else _process_locks.get(known)
             if pl is None:
-                pl = _ProcessLock(os.path.join(self.root, LOCK_FILE))
-                _process_locks[self._key] = pl
+                pl = _ProcessLock(self._path)
+                _process_locks[pl.key] = pl
+            self._key = pl.key
             if pl.refs > 0:
                 pl.refs += 1
                 self._held = True
@@ -187,6 +202,14 @@ class StoreLock:
                         f"(a RocketMQ broker, or a rocketspark process recovering it) "
                         f"for more than {timeout:.0f}s")
                 time.sleep(0.01)
+
+    def replaced(self) -> bool:
+        """Is the store this instance holds gone from its path (deleted, or another there)?
+
+        The held descriptor keeps the lock file's inode alive, so a new file at
+        the path can never have its identity.
+        """
+        return self._held and _file_key(self._path) != self._key
 
     def downgrade(self) -> None:
         pl = _process_locks[self._key]

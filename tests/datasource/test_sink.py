@@ -238,3 +238,24 @@ def test_stream_at_least_once_writes_directly(spark, store_path, store, tmp_path
     assert sorted(m.body.decode() for m in got) == sorted(f"a{i}" for i in range(40))
     assert all(m.tags == "t" for m in got)
     assert not store.has_topic("RMQ_SYS_TRANS_HALF_TOPIC") or store.open_transactions() == []
+
+
+def test_a_store_deleted_and_created_again_is_written_not_its_old_files(spark, store_path):
+    """Workers keep stores open across tasks; one deleted under a running application
+    (and made again at its path) must be reopened, or acknowledged writes go to the
+    deleted files."""
+    df = spark.range(40, numPartitions=2).select(F.col("id").cast("string").alias("body"))
+
+    def write():
+        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
+         .option("deliveryGuarantee", "at_least_once").mode("append").save())
+
+    for _ in range(2):
+        with MessageStore.open(store_path) as s:
+            s.create_topic("out", queues=2)
+        write()
+        with MessageStore.open(store_path) as s:
+            assert len(_all(s, "out")) == 40
+        shutil.rmtree(store_path)  # the next round's store is a new one at the same path
+    with pytest.raises(Exception, match="there is no store at"):
+        write()

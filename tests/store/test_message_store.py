@@ -333,3 +333,27 @@ def test_a_queue_whose_messages_all_expired_is_empty_not_inverted(tmp_path):
         assert s.read_batches("a", 0, 5) == ([], 5)
         s.put(Message("a", b"z"))
         assert [m.body for m in s.pull("a", 0, 5, 10).messages] == [b"z"]
+
+
+def test_a_store_deleted_and_made_again_while_open_is_another_store(tmp_path):
+    """The old instance says it was replaced; a new one at the path takes its own lock
+    (it is the first opener of the new store, so it recovers it) and both close."""
+    import shutil
+
+    root = str(tmp_path / "s")
+    old = MessageStore.open(root)
+    old.create_topic("t", queues=1)
+    old.put(Message("t", b"gone"))
+    assert not old.replaced()
+    shutil.rmtree(root)
+    assert old.replaced()
+    new = MessageStore.open(root)
+    assert new._lock.first and not new.replaced() and old.replaced()
+    new.create_topic("t", queues=1)
+    new.put(Message("t", b"kept"))
+    old.close()
+    assert [m.body for m in new.pull("t", 0, 0).messages] == [b"kept"]
+    new.close()
+    assert not new.replaced()  # closed: nothing to say
+    with MessageStore.open(root) as again:
+        assert [m.body for m in again.pull("t", 0, 0).messages] == [b"kept"]
