@@ -48,9 +48,18 @@ PROPERTY_SEPARATOR = "\x02"
 
 # Properties the store itself sets; a producer passes them through ``tags`` /
 # ``keys`` / ``delay_level`` instead.
+# System properties a message's own fields set: as a user property (RocketMQ's
+# putUserProperty refuses them too) the record would say one tag while its
+# ConsumeQueue entry filters by another, or carry keys the index never saw.
 RESERVED_PROPERTIES = frozenset(
     {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY_TIME_LEVEL}
 )
+
+
+def reserved_property_error(name: str, where: str = "message property") -> str:
+    """The error for a user property that a message field sets (RESERVED_PROPERTIES)."""
+    return (f"{where} {name!r} is set from the message's tags, keys or delay level; "
+            "give it there, not as a property")
 
 # --- well-known system topics (TopicValidator) -----------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -191,6 +200,8 @@ class Message:
                     )
                 if not name:
                     raise ConfigError("message property names must not be empty")
+                if name in RESERVED_PROPERTIES:
+                    raise ConfigError(reserved_property_error(name))
                 _check_property_text("name", name)
                 _check_property_text("value", value)
             object.__setattr__(self, "properties", MappingProxyType(props))

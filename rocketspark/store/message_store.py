@@ -57,6 +57,7 @@ from rocketspark.store.message import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RESERVED_PROPERTIES,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
@@ -66,6 +67,7 @@ from rocketspark.store.message import (
     SysFlag,
     dlq_topic,
     java_string_hash,
+    reserved_property_error,
     retry_topic,
     tags_code,
     transaction_type,
@@ -782,6 +784,11 @@ class MessageStore:
                 pairs = len(parts)
                 if "UNIQ_KEY\x01" in text:
                     own_uniq = dict(items).get("UNIQ_KEY")
+                if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
+                    for k, _ in (props.items() if isinstance(props, Mapping) else props):
+                        if k in RESERVED_PROPERTIES:
+                            raise ConfigError(reserved_property_error(
+                                k, f"row {i} of topic {topic!r}: property"))
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 text += f"TAGS\x01{tag}\x02"

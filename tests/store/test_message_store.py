@@ -357,3 +357,28 @@ def test_a_store_deleted_and_made_again_while_open_is_another_store(tmp_path):
     assert not new.replaced()  # closed: nothing to say
     with MessageStore.open(root) as again:
         assert [m.body for m in again.pull("t", 0, 0).messages] == [b"kept"]
+
+
+@pytest.mark.parametrize("name", ["TAGS", "KEYS", "DELAY"])
+def test_properties_that_message_fields_set_are_refused_before_a_write(tmp_path, name):
+    """A TAGS user property would be read as the tag while the ConsumeQueue entry
+    filters by another; KEYS would never reach the index; DELAY would not delay.
+    Refused on every put path (RocketMQ's putUserProperty refuses them too)."""
+    with MessageStore.open(str(tmp_path / "s")) as s:
+        s.create_topic("t", queues=1)
+        props = {"user": "1", name: "x"}
+        attempts = [
+            lambda: s.put(Message("t", b"a", properties=props)),
+            lambda: s.put_columns([b"a"] * 100, topic="t", properties=[props] * 100),
+            lambda: s.put_columns([b"a"] * 3, topic="t",
+                                  properties=[None, None, list(props.items())]),
+            lambda: s.prepare_columns([b"a"] * 3, topic="t", producer_group="g",
+                                      properties=[props] * 3),
+        ]
+        for attempt in attempts:
+            with pytest.raises(ConfigError, match=f"'{name}' is set from the message's tags"):
+                attempt()
+        assert s.max_offset("t", 0) == 0
+        # Names that only contain a reserved one are user properties like any other.
+        s.put_columns([b"a"] * 2, topic="t", properties=[{f"X{name}": "1", "v": name}] * 2)
+        assert s.pull("t", 0, 0).messages[0].properties[f"X{name}"] == "1"
