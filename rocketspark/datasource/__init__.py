@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from rocketspark.datasource.options import parse_options
 from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter, SinkPlan
@@ -22,7 +22,7 @@ from rocketspark.datasource.source import (
     SourcePlan,
     called_for_filter_pushdown,
 )
-from rocketspark.errors import ConfigError
+from rocketspark.errors import ConfigError, RocketSparkError
 
 NAME = "rocketmq"
 
@@ -46,9 +46,15 @@ class RocketMQDataSource(DataSource):
             return RocketMQFilteringBatchReader(plan)
         return RocketMQBatchReader(plan)
 
-    def streamReader(self, schema: Any) -> RocketMQStreamReader:
-        return RocketMQStreamReader(
-            SourcePlan.create(parse_options(self.options, "read"), streaming=True))
+    def streamReader(self, schema: Any) -> Any:
+        try:
+            plan = SourcePlan.create(parse_options(self.options, "read"), streaming=True)
+        except RocketSparkError as e:
+            # pyspark's stream runner (4.0-4.2) answers an error raised here with an
+            # UnboundLocalError of its own that ends the trace; raised from the
+            # reader's first call instead, ours is the error the query fails with.
+            return _RefusedStreamReader(e)
+        return RocketMQStreamReader(plan)
 
     def writer(self, schema: Any, overwrite: bool) -> RocketMQBatchWriter:
         if overwrite:
@@ -62,6 +68,21 @@ class RocketMQDataSource(DataSource):
             raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
         return RocketMQStreamWriter(
             SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True))
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: every call raises that error."""
+
+    def __init__(self, error: RocketSparkError):
+        self.error = error
+
+    def _refuse(self, *args: Any) -> Any:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = commit = _refuse
+
+    def stop(self) -> None:
+        pass
 
 
 def register(spark: Any) -> None:
