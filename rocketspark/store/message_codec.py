@@ -296,11 +296,17 @@ def host_sys_flag(sys_flag: int, born_host: HostAddress, store_host: HostAddress
     return sys_flag
 
 
-def check_sizes(topic: str, body_len: int, props_len: int, max_message_size: int) -> None:
-    """Raise when a message breaks RocketMQ's size limits."""
+HALF_SIZE_NOTE = (" as a transactional half message, which adds UNIQ_KEY, PGROUP, "
+                  "__transactionId__, TRAN_MSG, REAL_TOPIC and REAL_QID (~200 bytes) to "
+                  "the message's own")
+
+
+def check_sizes(topic: str, body_len: int, props_len: int, max_message_size: int,
+                note: str = "") -> None:
+    """Raise when a message breaks RocketMQ's size limits (``note``: what added to them)."""
     if props_len > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
-            f"message properties of topic {topic!r} take {props_len} bytes, "
+            f"message properties of topic {topic!r} take {props_len} bytes{note}, "
             f"more than the limit of {MAX_PROPERTIES_LENGTH}"
         )
     if body_len > max_message_size:

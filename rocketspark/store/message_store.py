@@ -77,6 +77,7 @@ from rocketspark.store.message_codec import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER_V4,
+    HALF_SIZE_NOTE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     RECORD_INVALID,
@@ -732,9 +733,11 @@ class MessageStore:
         col_qids, col_shard = cols.queue_ids, cols.sharding_keys
         hex4 = _HEX4
         topic_head = half_head_text = ""
+        size_note = ""
         if half is not None:
             group, extra = half
             half_head = f"PGROUP\x01{group}\x02__transactionId__\x01"
+            size_note = HALF_SIZE_NOTE
 
             half_info = self._topic_info(TRANS_HALF_TOPIC)
             half_head_text = half_info[1].decode("latin-1")
@@ -826,14 +829,14 @@ class MessageStore:
             if text.isascii():
                 size = len(text)
                 if size > 32767 or len(body) > max_body:
-                    check_sizes(topic, len(body), size, max_body)
+                    check_sizes(topic, len(body), size, max_body, size_note)
                 # one encode: TOPICLENGTH+TOPIC, PROPERTIESLENGTH (2 bytes) and the text
                 rests[i] = f"{head}{chr(size >> 8)}{chr(size & 0xFF)}{text}".encode("latin-1")
             else:
                 pb = text.encode("utf-8")
                 size = len(pb)
                 if size > 32767 or len(body) > max_body:
-                    check_sizes(topic, len(body), size, max_body)
+                    check_sizes(topic, len(body), size, max_body, size_note)
                 rests[i] = b"".join((head.encode("latin-1"), size.to_bytes(2, "big"), pb))
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         if half is not None:
@@ -1180,7 +1183,11 @@ class MessageStore:
                      born_host: HostAddress | None = None, reconsume_times: int = 0,
                      prepared_offset: int = 0, delay_ms: int = 0) -> PreparedRecord:
         props_bytes = encode_properties(props)
-        check_sizes(topic, len(body), len(props_bytes), self.config.max_message_size)
+        if topic == TRANS_HALF_TOPIC:  # name the real topic, and what the half added
+            check_sizes(props.get(PROPERTY_REAL_TOPIC, topic), len(body), len(props_bytes),
+                        self.config.max_message_size, HALF_SIZE_NOTE)
+        else:
+            check_sizes(topic, len(body), len(props_bytes), self.config.max_message_size)
         topic_bytes = topic.encode("utf-8")
         v2 = len(topic_bytes) > V1_MAX_TOPIC_LENGTH
         topic_part = (SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),)))

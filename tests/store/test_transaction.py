@@ -187,3 +187,20 @@ def test_commits_move_the_check_progress_once_far_enough_behind(tmp_path, monkey
         assert s.transaction_status(int(batches[3][-1])) == "rolled_back"
         assert s.transaction_status(int(batches[4][0])) == "committed"
         assert s.max_offset("out", 0) == 300
+
+
+def test_a_message_that_fits_but_not_as_a_half_says_why(store):
+    """The half's own properties (~200 bytes) can push a message near the 32767-byte
+    properties limit over it: the error names the real topic and what was added."""
+    from rocketspark.errors import PropertiesTooLargeError
+
+    store.create_topic("t", queues=1)
+    near = {"p": "v" * 32700}
+    store.put(Message("t", b"fits", properties=near))
+    for attempt in (lambda: store.prepare(Message("t", b"x", properties=near)),
+                    lambda: store.prepare_columns([b"x"] * 100, topic="t", producer_group="g",
+                                                  properties=[near] * 100)):
+        with pytest.raises(PropertiesTooLargeError,
+                           match="topic 't' take .* bytes as a transactional half message"):
+            attempt()
+    assert store.open_transactions() == []
