@@ -127,13 +127,13 @@ class ScheduleService:
             return
         delivered = False
         if state.commit_pos > commit_before:
-            first = self._first_due_message(level, start)
-            for pos, check in store.commit_log.scan(commit_before, verify_crc=False):
-                if check.size in (RECORD_END, RECORD_INVALID):
-                    break
-                delivered = first is not None and (
-                    check.topic == first.properties.get(PROPERTY_REAL_TOPIC)
-                    and check.uniq_key == first.uniq_key)
+            for _, check in store.commit_log.scan(commit_before, verify_crc=False):
+                if check.size not in (RECORD_END, RECORD_INVALID):
+                    # The step's put is one append: it landed if the record where it
+                    # would start is one of the step's messages (any of them: a
+                    # message whose topic is gone was dropped, not put first).
+                    delivered = (check.topic, check.uniq_key) in self._step_ids(
+                        level, start, end)
                 break
         if delivered:
             store.delay_offsets.set(level, end)
@@ -142,9 +142,16 @@ class ScheduleService:
                     else "nothing was delivered, it will run again")
         state.clear_intent()
 
-    def _first_due_message(self, level: int, start: int) -> MessageExt | None:
-        entry = self.store._cq(SCHEDULE_TOPIC, level - 1).entry(start)
-        return None if entry is None else self.store.commit_log.read(entry[0])
+    def _step_ids(self, level: int, start: int, end: int) -> set[tuple[str | None, str | None]]:
+        """(real topic, UNIQ_KEY) of the messages of a level's entries [start, end)."""
+        store = self.store
+        ids = set()
+        entries = store._cq(SCHEDULE_TOPIC, level - 1).read(start, end - start)
+        for phy in entries["offset"].tolist():
+            msg = store.commit_log.read(int(phy))
+            if msg.uniq_key:  # without one, another writer's record could look the same
+                ids.add((msg.properties.get(PROPERTY_REAL_TOPIC), msg.uniq_key))
+        return ids
 
 
 def _host(text: str):
