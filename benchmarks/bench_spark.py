@@ -6,7 +6,8 @@
   the same through a synthetic Python data source that yields ready-made Arrow
   batches of the same schema (the framework's ceiling), measured in the same run;
 - sink: an exactly-once batch write of 100-byte bodies into the store, rows/s
-  (and at-least-once for comparison);
+  (and at-least-once, and a Python sink that only counts the rows: the
+  framework's ceiling for writes, for comparison);
 - latency: put → row seen in a micro-batch of a stream with a 0-second trigger.
 
 Medians over the runs; the machine is shared, so compare ratios from one run.
@@ -25,7 +26,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from machine import reference  # noqa: E402
 from rocketspark.session import local_session  # noqa: E402
@@ -78,6 +85,28 @@ class _CeilingReader(DataSourceReader):
             take = min(left, n)
             yield batch.slice(0, take)
             left -= take
+
+
+class _SinkCeiling(DataSource):
+    """A sink that only counts the rows of the Arrow batches Spark sends it."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketspark_sink_ceiling"
+
+    def writer(self, schema, overwrite):
+        return _CountingWriter()
+
+
+class _CountingWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        rows = 0
+        for batch in iterator:
+            rows += batch.num_rows
+        return WriterCommitMessage()
+
+    def commit(self, messages):
+        pass
 
 
 def _timed(fn) -> float:
@@ -134,6 +163,20 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
     return steady, first
 
 
+def bench_sink_ceiling(spark, n: int, runs: int) -> list[float]:
+    """The same writes into a Python sink that does nothing: the framework's ceiling."""
+    df = spark.range(n, numPartitions=2).select(
+        F.lit(BODY).cast("binary").alias("body")).cache()
+    df.count()
+    def write():
+        df.write.format("rocketspark_sink_ceiling").mode("append").save()
+
+    write()
+    out = [n / _timed(write) for _ in range(runs)]
+    df.unpersist()
+    return out
+
+
 def bench_latency(spark, samples: int) -> list[float]:
     path = tempfile.mkdtemp(prefix="rs-lat-")
     chk = tempfile.mkdtemp(prefix="rs-lat-chk-")
@@ -177,6 +220,7 @@ def main() -> None:
     before = reference()
     spark = local_session("rocketspark-bench", delta=False)
     spark.dataSource.register(_Ceiling)
+    spark.dataSource.register(_SinkCeiling)
     path = tempfile.mkdtemp(prefix="rs-src-")
     try:
         with MessageStore.open(path) as s:
@@ -190,6 +234,7 @@ def main() -> None:
         shutil.rmtree(path, ignore_errors=True)
     eo = bench_sink(spark, n_sink, runs, "exactly_once")
     alo = bench_sink(spark, n_sink, runs, "at_least_once")
+    sink_ceiling = bench_sink_ceiling(spark, n_sink, runs)
     lat = bench_latency(spark, 10 if args.quick else 40)
     spark.stop()
     med = statistics.median
@@ -203,6 +248,8 @@ def main() -> None:
           f"first write to a store {med(eo[1]):,.0f})")
     print(f"  sink, at_least_once             {med(alo[0]):>12,.0f} rows/s  (first write to a "
           f"store {med(alo[1]):,.0f})")
+    print(f"  synthetic Arrow sink ceiling    {med(sink_ceiling):>12,.0f} rows/s  (a Python sink "
+          "that only counts rows)")
     if lat:
         lat.sort()
         print(f"  put -> row in micro-batch       p50 {lat[len(lat) // 2]:.0f} ms, "
