@@ -123,20 +123,28 @@ class ConsumeQueue:
         segments) do not count.
         """
         self.files.refresh()
-        first = self.files.files[0] if self.files.files else None
-        if first is None:
+        files = list(self.files.files)
+        if not files:
             return 0
-        base = first.start_offset // CQ_STORE_UNIT_SIZE
         if commitlog_min <= 0:
-            return base
-        entries = np.frombuffer(first.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)
-        written = entries["size"] > 0
-        ok = np.flatnonzero((entries["offset"] >= commitlog_min) & written)
-        if len(ok):
-            return base + int(ok[0])
-        # Every entry of the file points below: the queue starts after its last
-        # entry (its end, when it is also the last file: an empty queue, min = max).
-        return base + int(np.count_nonzero(written))
+            return files[0].start_offset // CQ_STORE_UNIT_SIZE
+        # Entries point into the CommitLog in rising order: the first one at or above
+        # its start is the queue's first readable. Usually in the first file; later
+        # ones when whole files still point below (a clean that stopped half way, or
+        # a store whose broker trims its queues later than its CommitLog).
+        for k, f in enumerate(files):
+            base = f.start_offset // CQ_STORE_UNIT_SIZE
+            entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=self.entries_per_file)
+            written = entries["size"] > 0
+            ok = np.flatnonzero((entries["offset"] >= commitlog_min) & written)
+            if len(ok):
+                return base + int(ok[0])
+            count = int(np.count_nonzero(written))
+            if count < self.entries_per_file or k == len(files) - 1:
+                # Every entry points below: the queue starts after its last one (its
+                # end: an empty queue, min = max).
+                return base + count
+        raise AssertionError("unreachable")
 
     # -- reading -----------------------------------------------------------------
 

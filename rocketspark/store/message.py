@@ -56,6 +56,16 @@ RESERVED_PROPERTIES = frozenset(
 )
 
 
+def check_extra_properties(extra: Mapping[str, str] | None) -> None:
+    """Properties a transactional prepare adds to every half: user properties too."""
+    for k, v in (extra or {}).items():
+        if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
+            raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
+                              "separator in its name or value")
+        if k in RESERVED_PROPERTIES:
+            raise ConfigError(reserved_property_error(k, "extra property"))
+
+
 def reserved_property_error(name: str, where: str = "message property") -> str:
     """The error for a user property that a message field sets (RESERVED_PROPERTIES)."""
     return (f"{where} {name!r} is set from the message's tags, keys or delay level; "

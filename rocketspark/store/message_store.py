@@ -65,6 +65,7 @@ from rocketspark.store.message import (
     Message,
     MessageExt,
     SysFlag,
+    check_extra_properties,
     dlq_topic,
     java_string_hash,
     reserved_property_error,
@@ -387,8 +388,14 @@ class MessageStore:
             self._flusher.stop()
         try:
             self.flush()
+            # A store deleted (and maybe made again) under this instance: its files are
+            # gone from the directory, and what is at the path now is another store's,
+            # which a clean shutdown by path (the abort file) must not touch.
+            gone = self._lock.replaced()
             last = self._lock.release()
-            if last:
+            if last and gone:
+                self._lock.release_final()
+            elif last:
                 try:
                     self.state.flush()
                     self.checkpoint.flush()
@@ -670,10 +677,7 @@ class MessageStore:
             return _no_results(self.store_host)
         self._ensure_system_topic(TRANS_HALF_TOPIC, 1)
         self._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
-        for k, v in (extra_properties or {}).items():
-            if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
-                raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
-                                  "separator in its name or value")
+        check_extra_properties(extra_properties)
         extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
         if not self._columnar:
             return self.prepare_batch(cols.messages(), producer_group=producer_group,
@@ -781,14 +785,16 @@ class MessageStore:
             own_uniq = None
             props = col_props[i] if col_props is not None else None
             if props:
-                items = props.items() if isinstance(props, Mapping) else props
+                # (name, value) pairs naming one property twice keep the last, as a
+                # Message's dict does (RocketMQ's properties are a map).
+                items = (props if isinstance(props, Mapping) else dict(props)).items()
                 parts = [f"{k}\x01{v}\x02" for k, v in items]
                 text = "".join(parts)
                 pairs = len(parts)
                 if "UNIQ_KEY\x01" in text:
                     own_uniq = dict(items).get("UNIQ_KEY")
                 if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
-                    for k, _ in (props.items() if isinstance(props, Mapping) else props):
+                    for k, _ in items:
                         if k in RESERVED_PROPERTIES:
                             raise ConfigError(reserved_property_error(
                                 k, f"row {i} of topic {topic!r}: property"))
@@ -1406,8 +1412,8 @@ class MessageStore:
                     break
                 files.delete_first()
                 done["commitlog"] += 1
-            if not done["commitlog"]:
-                return done
+            # Queues and index are trimmed even when no segment went this time: a
+            # clean cut short after deleting segments left them pointing below.
             new_min = files.min_offset
             base = os.path.join(self.root, "consumequeue")
             for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
@@ -1586,7 +1592,25 @@ class MessageStore:
         if not 0 <= commitlog_offset < self.state.commit_pos:
             raise OffsetOutOfRangeError(
                 f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})")
-        return self.commit_log.read(commitlog_offset, verify_crc=True)
+        msg = self._read_live(commitlog_offset, verify_crc=True)
+        if msg is None:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commitlog_offset} was deleted (expired): the CommitLog "
+                f"now starts at {self.commit_log.files.min_offset}")
+        return msg
+
+    def _read_live(self, offset: int, verify_crc: bool = False) -> MessageExt | None:
+        """The record at ``offset``, or None when its segment was deleted (delete_expired,
+        here or in another process)."""
+        files = self.commit_log.files
+        if offset >= files.min_offset:
+            try:
+                return self.commit_log.read(offset, verify_crc=verify_crc)
+            except CorruptRecordError:
+                files.refresh()  # another process may have deleted it meanwhile
+                if offset >= files.min_offset:
+                    raise
+        return None
 
     # -- consumer groups -------------------------------------------------------------
 
@@ -1771,7 +1795,9 @@ class MessageStore:
         for phy in self.index.query(topic, key, max_num * 4, max(0, begin_ms - 1000), hi):
             if phy >= self.state.commit_pos:
                 continue
-            msg = self.commit_log.read(phy)
+            msg = self._read_live(phy)
+            if msg is None:  # an index file outlives some segments it points into
+                continue
             if msg.topic != topic:
                 continue
             if key not in msg.keys and msg.uniq_key != key:

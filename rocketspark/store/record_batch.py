@@ -444,6 +444,27 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
     return prop_map, looked_up[0], looked_up[1], looked_up[2]
 
 
+def _split_keys(keys_raw: pa.Array, n: int) -> pa.Array:
+    """KEYS texts as lists of keys: split at spaces, empty pieces dropped.
+
+    A producer may write ``"a  b"`` or ``" c"`` (RocketMQ stores KEYS as given);
+    its index, MessageExt.keys and pull() skip the empty keys, so the rows do too.
+    """
+    keys = pc.split_pattern(keys_raw, KEY_SEPARATOR)
+    flat = keys.flatten()
+    if not len(flat):
+        return keys
+    lengths = pc.binary_length(flat)
+    if pc.min(lengths).as_py() > 0:
+        return keys  # the usual case: one pass to know it
+    keep = pc.greater(lengths, 0)
+    rows = pc.filter(pc.list_parent_indices(keys), keep).to_numpy()
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pc.filter(flat, keep),
+                                    mask=keys.is_null())
+
+
 def _finish(n: int, topic: str, broker_name: str, queue_id: np.ndarray,
             queue_offset: np.ndarray, msg_id: pa.Array, body: pa.Array,
             parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array],
@@ -451,7 +472,7 @@ def _finish(n: int, topic: str, broker_name: str, queue_id: np.ndarray,
             reconsume: np.ndarray, phy: np.ndarray, flag: np.ndarray,
             sys_flag: np.ndarray) -> list[pa.Array]:
     prop_map, tags, uniq, keys_raw = parsed
-    keys = pc.split_pattern(keys_raw, KEY_SEPARATOR)
+    keys = _split_keys(keys_raw, n)
     zeros = pa.array(np.zeros(n, dtype=np.int32))
     return [
         pa.array([topic], pa.string()).take(zeros),

@@ -127,13 +127,13 @@ class ScheduleService:
             return
         delivered = False
         if state.commit_pos > commit_before:
-            for _, check in store.commit_log.scan(commit_before, verify_crc=False):
+            for pos, check in store.commit_log.scan(commit_before, verify_crc=False):
                 if check.size not in (RECORD_END, RECORD_INVALID):
                     # The step's put is one append: it landed if the record where it
-                    # would start is one of the step's messages (any of them: a
-                    # message whose topic is gone was dropped, not put first).
-                    delivered = (check.topic, check.uniq_key) in self._step_ids(
-                        level, start, end)
+                    # would start is the delivery of the first message the step kept.
+                    first = self._first_kept(level, start, end)
+                    delivered = first is not None and _delivers(store.commit_log.read(pos),
+                                                                first)
                 break
         if delivered:
             store.delay_offsets.set(level, end)
@@ -142,16 +142,33 @@ class ScheduleService:
                     else "nothing was delivered, it will run again")
         state.clear_intent()
 
-    def _step_ids(self, level: int, start: int, end: int) -> set[tuple[str | None, str | None]]:
-        """(real topic, UNIQ_KEY) of the messages of a level's entries [start, end)."""
+    def _first_kept(self, level: int, start: int, end: int) -> MessageExt | None:
+        """The first message of a level's entries [start, end) a step would deliver.
+
+        A step drops messages without REAL_TOPIC or whose topic is gone (as
+        :meth:`_rebuild` does); topics created or deleted since the step make
+        this guess wrong, and the step then runs again (duplicates, never loss).
+        """
         store = self.store
-        ids = set()
         entries = store._cq(SCHEDULE_TOPIC, level - 1).read(start, end - start)
         for phy in entries["offset"].tolist():
             msg = store.commit_log.read(int(phy))
-            if msg.uniq_key:  # without one, another writer's record could look the same
-                ids.add((msg.properties.get(PROPERTY_REAL_TOPIC), msg.uniq_key))
-        return ids
+            topic = msg.properties.get(PROPERTY_REAL_TOPIC)
+            if topic and store.has_topic(topic):
+                return msg
+        return None
+
+
+def _delivers(record: MessageExt, scheduled: MessageExt) -> bool:
+    """Is ``record`` the delivery of ``scheduled`` (same id, topic, body, birth)?
+
+    More than the UNIQ_KEY, which a producer may set: another writer's record
+    right where the step's put would start must not pass for it.
+    """
+    return (record.uniq_key is not None and record.uniq_key == scheduled.uniq_key
+            and record.topic == scheduled.properties.get(PROPERTY_REAL_TOPIC)
+            and record.born_timestamp == scheduled.born_timestamp
+            and record.body == scheduled.body)
 
 
 def _host(text: str):

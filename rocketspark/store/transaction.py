@@ -40,6 +40,7 @@ from rocketspark.store.message import (
     Message,
     MessageExt,
     SysFlag,
+    check_extra_properties,
     java_string_hash,
 )
 
@@ -91,6 +92,7 @@ class TransactionService:
         """Store ``messages`` as half messages; they stay invisible until committed."""
         store = self.store
         store._check_open()
+        check_extra_properties(extra_properties)
         store._ensure_system_topic(TRANS_HALF_TOPIC, 1)
         store._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
         now = store.clock()

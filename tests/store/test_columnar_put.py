@@ -6,6 +6,7 @@ import os
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -377,3 +378,19 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
             [b"body-%03d" % i for i in range(250)] + [b"body-%03d" % i for i in range(200)])
         if layout == "same-keys":
             assert len(s.query_by_key(topic, "k2", max_num=1000)) == 250
+
+
+def test_keys_with_empty_pieces_and_repeated_names_read_back_as_pull_reads_them(tmp_path):
+    """KEYS "a  b" (as a producer may write them) hold no empty key, and (name, value)
+    pairs naming a property twice keep the last value, in Arrow rows as in pull()."""
+    with MessageStore.open(str(tmp_path / "s")) as s:
+        s.create_topic("t", queues=1)
+        s.put_columns([b"0", b"1", b"2", b"3"], topic="t", keys=["a  b", " c", None, "d "],
+                      properties=[[("color", "red"), ("color", "blue")], None, None, None])
+        pulled = s.pull("t", 0, 0).messages
+        batches, _ = s.read_batches("t", 0, 0, None)
+        rows = pa.Table.from_batches(batches).to_pylist()
+    assert [m.keys for m in pulled] == [["a", "b"], ["c"], [], ["d"]]
+    assert [r["keys"] for r in rows] == [["a", "b"], ["c"], None, ["d"]]
+    assert pulled[0].properties["color"] == "blue"
+    assert [(k, v) for k, v in rows[0]["properties"] if k == "color"] == [("color", "blue")]

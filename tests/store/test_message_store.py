@@ -351,7 +351,9 @@ def test_a_store_deleted_and_made_again_while_open_is_another_store(tmp_path):
     assert new._lock.first and not new.replaced() and old.replaced()
     new.create_topic("t", queues=1)
     new.put(Message("t", b"kept"))
-    old.close()
+    assert os.path.exists(os.path.join(root, "abort"))  # the new store is open
+    old.close()  # the old one's clean shutdown must leave the new one's marker alone
+    assert os.path.exists(os.path.join(root, "abort"))
     assert [m.body for m in new.pull("t", 0, 0).messages] == [b"kept"]
     new.close()
     assert not new.replaced()  # closed: nothing to say
@@ -375,10 +377,82 @@ def test_properties_that_message_fields_set_are_refused_before_a_write(tmp_path,
             lambda: s.prepare_columns([b"a"] * 3, topic="t", producer_group="g",
                                       properties=[props] * 3),
         ]
+        attempts += [  # and properties every half of a prepare gets
+            lambda: s.prepare_columns([b"a"] * 3, topic="t", producer_group="g",
+                                      extra_properties={name: "x"}),
+            lambda: s.prepare_batch([Message("t", b"a")], properties={name: "x"}),
+        ]
         for attempt in attempts:
             with pytest.raises(ConfigError, match=f"'{name}' is set from the message's tags"):
                 attempt()
+        assert s.open_transactions() == []
         assert s.max_offset("t", 0) == 0
         # Names that only contain a reserved one are user properties like any other.
         s.put_columns([b"a"] * 2, topic="t", properties=[{f"X{name}": "1", "v": name}] * 2)
         assert s.pull("t", 0, 0).messages[0].properties[f"X{name}"] == "1"
+
+
+def _age_first_segments(root, k: int) -> None:
+    segs = sorted(os.listdir(os.path.join(root, "commitlog")))
+    assert len(segs) > k
+    for name in segs[:k]:
+        path = os.path.join(root, "commitlog", name)
+        t = os.stat(path).st_mtime - 7200
+        os.utime(path, (t, t))
+
+
+def test_keys_and_ids_pointing_into_deleted_segments_are_skipped(tmp_path, clock):
+    """Index files outlive some of the segments they point into: a key query returns the
+    messages still stored (RocketMQ's queryMessage skips the rest), and get_message of
+    a deleted offset is an OffsetOutOfRangeError, not a corrupt record."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, clock=clock, mappedFileSizeCommitLog=1 << 20) as s:
+        s.create_topic("orders", queues=1)
+        put = [s.put(Message("orders", os.urandom(30_000), keys=["same"])) for _ in range(80)]
+        s.flush()
+        _age_first_segments(root, 2)
+        assert s.delete_expired(reserved_hours=1)["commitlog"] == 2
+        lo = s.min_offset("orders", 0)
+        assert 0 < lo < 80
+        got = s.query_by_key("orders", "same", max_num=100)
+        assert sorted(m.queue_offset for m in got) == list(range(lo, 80))
+        with pytest.raises(OffsetOutOfRangeError, match="was deleted"):
+            s.get_message(put[0].commitlog_offset)
+        assert s.get_message(put[-1].commitlog_offset).queue_offset == 79
+
+
+def test_a_clean_cut_short_after_the_segments_went_is_finished_by_the_next(
+        tmp_path, clock, monkeypatch):
+    """delete_expired died between deleting CommitLog segments and trimming the queues:
+    whole ConsumeQueue files point below the CommitLog. The queue's min offset skips
+    them, reads work, and the next clean (with no segment to delete) trims them."""
+    from rocketspark.store.consume_queue import ConsumeQueue
+
+    root = str(tmp_path / "s")
+    small = dict(mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=20 * 10)
+    with MessageStore.open(root, clock=clock, **small) as s:
+        s.create_topic("orders", queues=1)
+        for i in range(200):
+            s.put(Message("orders", b"%d" % i + bytes(20_000)))
+        s.flush()
+        _age_first_segments(root, 3)
+
+        def killed(self, commitlog_min):
+            raise KeyboardInterrupt("killed between the CommitLog and the queues")
+
+        with monkeypatch.context() as m:
+            m.setattr(ConsumeQueue, "delete_below", killed)
+            with pytest.raises(KeyboardInterrupt):
+                s.delete_expired(reserved_hours=1)
+        lo = s.min_offset("orders", 0)
+        first = s.pull("orders", 0, lo).messages[0]
+        assert first.queue_offset == lo and first.commitlog_offset >= s.commit_log.min_offset
+        below = s.pull("orders", 0, lo - 1)  # points into a deleted segment: too small
+        assert not below.messages and below.next_offset == lo
+        assert s.read_batches("orders", 0, lo, None)[1] == 200
+        done = s.delete_expired(reserved_hours=1)
+        assert done["commitlog"] == 0 and done["consumequeue"] >= 1
+        assert s.min_offset("orders", 0) == lo
+    with MessageStore.open(root, **small) as s:
+        assert s.min_offset("orders", 0) == lo
+        assert s.pull("orders", 0, lo).messages[0].body.startswith(b"%d" % lo)

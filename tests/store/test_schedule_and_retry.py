@@ -137,3 +137,24 @@ def test_interrupted_step_whose_first_message_was_dropped_is_not_redone(tmp_path
         assert s.run_schedule() == 0
         assert [m.body for m in only(s, "t")] == [b"0", b"1", b"2"]
         assert s.delay_offsets.get(1) == 4
+
+
+def test_another_writers_record_where_an_interrupted_step_would_start_is_not_its_put(
+        tmp_path, clock):
+    """A step died before its put; another writer's message, with the UNIQ_KEY of one
+    of the step's messages, lands where the put would have started. Recovery must
+    run the step again, not take that record for the delivery and skip the step."""
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([Message("t", b"d%d" % i, delay_level=1,
+                             properties={"UNIQ_KEY": "order-%d" % i}) for i in range(3)])
+        clock.advance(1000)
+        real_append = s._append_locked
+        s._append_locked = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
+        with pytest.raises(RuntimeError):
+            s.run_schedule()
+        s._append_locked = real_append
+        for uniq in ("order-0", "order-2"):  # the step's first id, then a later one
+            s.put(Message("t", b"other", properties={"UNIQ_KEY": uniq}))
+        assert s.run_schedule() == 3
+        assert [m.body for m in only(s, "t")] == [b"other", b"other", b"d0", b"d1", b"d2"]
