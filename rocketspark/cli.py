@@ -125,6 +125,10 @@ def cmd_send(args, out) -> int:
 def cmd_tail(args, out) -> int:
     from rocketspark.store import PullStatus
 
+    if args.group:  # before anything is read (and printed)
+        from rocketspark.store.config import validate_group
+
+        validate_group(args.group)
     with _open(args) as store:
         info = store.topic(args.topic)
         queues = [args.queue] if args.queue is not None else list(range(info.read_queue_nums))
@@ -142,7 +146,7 @@ def cmd_tail(args, out) -> int:
                 offsets[q] = int(start)
         shown = 0
         while True:
-            got = False
+            moved = False  # messages shown, or offsets stepped (filtered, or cleaned away)
             for q in queues:
                 res = store.pull(args.topic, q, offsets[q], max_msgs=64,
                                  expression=args.expression,
@@ -163,27 +167,28 @@ def cmd_tail(args, out) -> int:
                     if args.max and shown >= args.max:
                         nxt = m.queue_offset + 1  # the group has seen no further
                         break
+                moved = moved or nxt != offsets[q]
                 offsets[q] = nxt
-                got = got or bool(res.messages)
                 if args.group:
                     store.commit_offset(args.group, args.topic, q, offsets[q])
                 if args.max and shown >= args.max:
                     return 0
-            if not args.follow and not got:
+            if not args.follow and not moved:
                 return 0
 
 
 def cmd_group_offsets(args, out) -> int:
     with _open(args) as store:
-        topics = [args.topic] if args.topic else sorted(
-            {t for (t, _q) in store.offsets.offsets_of_group(args.group)})
+        topics = [args.topic] if args.topic else sorted(  # (topics deleted since: left out)
+            {t for (t, _q) in store.offsets.offsets_of_group(args.group) if store.has_topic(t)})
         rows = []
         for t in topics:
             info = store.topic(t)
             for q in range(info.read_queue_nums):
                 committed = store.committed_offset(args.group, t, q)
                 hi = store.max_offset(t, q)
-                lag = hi - (committed if committed is not None else store.min_offset(t, q))
+                lag = max(0, hi - (committed if committed is not None
+                                   else store.min_offset(t, q)))  # as store.lag counts
                 rows.append((t, q, "-" if committed is None else committed, hi, lag))
     _table(out, ["topic", "queue", "committed", "max", "lag"], rows)
     if rows:
@@ -217,7 +222,8 @@ def cmd_store_check(args, out) -> int:
 
     path = _store_dir(args)
     if not path:
-        raise SystemExit("store check: give the store directory (or --store)")
+        print("rocketspark store check: give the store directory (or --store)", file=sys.stderr)
+        return 2
     report = check_store(path, progress=lambda total: Progress(total, "checking"))
     print(report.render(), file=out)
     return 0 if report.ok else 1
@@ -373,6 +379,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C ends tail --follow: not an error worth a trace
         return 130
+    except BrokenPipeError:  # `rocketspark tail T | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 141
+    except OSError as exc:  # a store path that is a file, no permission, a full disk
+        print(f"rocketspark: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -76,10 +76,61 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
             (("tail", "orders", "--from", "group"), "tail --from group needs --group"),
             (("tail", "orders", "--max", "-1"), "must not be negative"),
             (("store", "clean", "--reserved-hours", "-5"), "must not be negative"),
-            (("send", "orders", "x", "--property", "noeq"), "expected name=value")]:
+            (("send", "orders", "x", "--property", "noeq"), "expected name=value"),
+            (("tail", "orders", "--group", "bad group!"), "illegal characters")]:
         r = _cli(store, *args)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
+    _cli(store, "send", "orders", "printed?")
+    r = _cli(store, "tail", "orders", "--group", "bad group!")
+    assert r.stdout == ""  # the group name is refused before anything is read
+    r = subprocess.run([sys.executable, "-m", "rocketspark.cli", "store", "check"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, ROCKETSPARK_STORE=""))
+    assert r.returncode == 2 and "give the store directory" in r.stderr
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    r = _cli(str(afile), "topic", "create", "orders")
+    assert r.returncode == 1 and "FileExistsError" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_pipe(
+        tmp_path):
+    """Without --follow, tail reads until the queues' ends: a pull that only stepped
+    over other tags, or out of a cleaned range, is not the end. A closed pipe ends
+    it without a traceback."""
+    store = str(tmp_path / "s")
+    conf = tmp_path / "broker.conf"  # small CommitLog segments, for the CLI too
+    conf.write_text("mappedFileSizeCommitLog=1048576\n")
+    with MessageStore.open(store, mappedFileSizeCommitLog=1 << 20) as s:
+        s.create_topic("T", queues=1)
+        s.put_batch([Message("T", b"b", tags="B") for _ in range(1000)])
+        s.put(Message("T", b"the-a", tags="A"))
+    r = _cli(store, "--config", str(conf), "tail", "T", "--expression", "A", "--group", "g")
+    assert [json.loads(line)["offset"] for line in r.stdout.splitlines()] == [1000], r.stderr
+    with MessageStore.open(store, mappedFileSizeCommitLog=1 << 20) as s:
+        assert s.committed_offset("g", "T", 0) == 1001
+        s.commit_offset("g", "T", 0, 5)
+        for i in range(300):
+            s.put(Message("T", b"%d" % i + bytes(20_000)))
+        s.flush()
+        segs = sorted(os.listdir(os.path.join(store, "commitlog")))
+        for name in segs[:3]:
+            path = os.path.join(store, "commitlog", name)
+            t = os.stat(path).st_mtime - 7200
+            os.utime(path, (t, t))
+        assert s.delete_expired(reserved_hours=1)["commitlog"] == 3
+        lo = s.min_offset("T", 0)
+    r = _cli(store, "--config", str(conf), "tail", "T", "--group", "g", "--max", "2")
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [x["offset"] for x in rows] == [lo, lo + 1], r.stdout
+    with MessageStore.open(store, mappedFileSizeCommitLog=1 << 20) as s:
+        assert s.committed_offset("g", "T", 0) == lo + 2
+    cmd = (f"{sys.executable} -m rocketspark.cli --store {store} --config {conf} tail T "
+           "| head -1")
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, ROCKETSPARK_STORE=""))
+    assert len(r.stdout.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_only_topic_create_makes_a_store(tmp_path):
@@ -108,3 +159,17 @@ def test_tail_as_a_group_resumes_and_commits_only_what_it_printed(tmp_path):
     assert tail("--max", "1") == ["m2"]  # from the group's offset, not the earliest
     assert tail() == ["m3", "m4"]
     assert tail("--from", "earliest", "--max", "1") == ["m0"]
+
+
+def test_group_offsets_count_lag_as_the_store_does(tmp_path):
+    """A committed offset past the queue's end (a queue re-created smaller) is no
+    negative lag."""
+    store = str(tmp_path / "s")
+    with MessageStore.open(store) as s:
+        s.create_topic("T", queues=1)
+        s.put(Message("T", b"x"))
+        s.commit_offset("g", "T", 0, 50)
+        assert s.lag("g") == {("T", 0): 0}
+    r = _cli(store, "group", "offsets", "g")
+    assert ["T", "0", "50", "1", "0"] in [line.split() for line in r.stdout.splitlines()]
+    assert "total lag: 0" in r.stdout, r.stdout

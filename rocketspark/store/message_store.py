@@ -1486,9 +1486,11 @@ class MessageStore:
         """Read up to ``max_msgs`` messages of one queue from ``offset``.
 
         ``expression`` filters by tag (``*`` or ``TagA || TagB``). With
-        ``timeout_ms`` > 0 a pull that finds nothing new waits that long for a
-        put to the queue (long polling). Messages that do not match leave gaps
-        in the offsets; ``next_offset`` steps over them.
+        ``timeout_ms`` > 0 a pull that finds nothing for the expression waits
+        that long for a put of a message it matches (long polling; messages
+        that do not match are stepped over, as RocketMQ only wakes a held pull
+        for a matching tag). Messages that do not match leave gaps in the
+        offsets; ``next_offset`` steps over them.
         """
         self._check_open()
         if max_msgs <= 0:
@@ -1496,30 +1498,44 @@ class MessageStore:
         sub = SubscriptionExpression(expression)
         cq = self._existing_cq(topic, queue_id)
         deadline = time.monotonic() + timeout_ms / 1000.0
+        stepped = False  # over messages the expression does not match
         while True:
             result = self._pull_once(cq, offset, max_msgs, sub)
-            if result.status is not PullStatus.NO_NEW_MSG or timeout_ms <= 0:
+            if timeout_ms <= 0 or result.status not in (PullStatus.NO_NEW_MSG,
+                                                        PullStatus.NO_MATCHED_MSG):
+                return result
+            if result.status is PullStatus.NO_MATCHED_MSG:
+                offset, stepped = result.next_offset, True
+                if time.monotonic() < deadline:
+                    continue  # the rest, or wait at the end
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if stepped:  # say how far it got
+                    return PullResult(PullStatus.NO_MATCHED_MSG, [], offset,
+                                      result.min_offset, result.max_offset)
                 return result
             self._wait_for_arrival(cq, offset, remaining)
 
     def _wait_for_arrival(self, cq: ConsumeQueue, offset: int, remaining: float) -> None:
         # Same-process puts notify the condition at once; puts from other processes
-        # bump WRITE_SEQ, which we check every millisecond.
-        seq = self.state.write_seq
+        # bump WRITE_SEQ in the shared state, read every millisecond (one load; the
+        # queue's end is looked up only when it moved).
+        state = self.state
+        seq = None
         end = time.monotonic() + remaining
         with self._arrivals:
             while True:
-                if cq.max_offset() > offset:
-                    return
+                now_seq = state.write_seq
+                if now_seq != seq:
+                    seq = now_seq
+                    if cq.max_offset() > offset:
+                        return
                 left = end - time.monotonic()
                 if left <= 0:
                     return
-                self._arrivals.wait(min(left, 0.001))
-                if self.state.write_seq != seq:
-                    seq = self.state.write_seq
+                if self._arrivals.wait(min(left, 0.001)):
+                    seq = None  # notified: look at the queue again
 
     def _pull_once(self, cq: ConsumeQueue, offset: int, max_msgs: int,
                    sub: SubscriptionExpression) -> PullResult:
@@ -1626,8 +1642,20 @@ class MessageStore:
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""
         self._check_open()
-        if offsets:
-            self.offsets.commit_many(group, offsets)
+        if not offsets:
+            return
+        validate_group(group)
+        infos: dict[str, TopicInfo] = {}
+        for (topic, queue_id), offset in offsets.items():
+            if offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}")
+            info = infos.get(topic) or infos.setdefault(topic, self.topic(topic))
+            if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
+                raise OffsetOutOfRangeError(
+                    f"queue {queue_id} of topic {topic!r} does not exist "
+                    f"(the topic has {info.read_queue_nums} queues)")
+        self.offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Return the group's next offset for the queue, or None if it never committed."""
@@ -1637,11 +1665,13 @@ class MessageStore:
     def lag(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
         """Return, per (topic, queue), how many messages the group has yet to consume.
 
-        Queues the group never committed count from their min offset.
+        Queues the group never committed count from their min offset. Without
+        ``topic``, topics the group committed that no longer exist are left out
+        (a consumerOffset.json can outlive a topic, as a broker's does).
         """
         self._check_open()
         topics = [topic] if topic is not None else sorted(
-            {t for t, _q in self.offsets.offsets_of_group(group)})
+            {t for t, _q in self.offsets.offsets_of_group(group) if self.has_topic(t)})
         out: dict[tuple[str, int], int] = {}
         for t in topics:
             info = self.topic(t)

@@ -196,6 +196,34 @@ def test_long_poll_wakes_on_put(store):
     assert time.perf_counter() - t0 >= 0.19
 
 
+def test_a_filtered_long_poll_waits_for_a_message_it_matches(tmp_path):
+    """As RocketMQ holds a pull until a message of its tags arrives: other tags do not
+    end the wait; the pull steps over them, and at the timeout says how far it got.
+    The puts come from another process (the shared state, not a same-process notify)."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "s")
+    with MessageStore.open(root) as s:
+        s.create_topic("t", queues=1)
+        writer = ("import sys, time\nfrom rocketspark.store import MessageStore, Message\n"
+                  "with MessageStore.open(sys.argv[1]) as s:\n"
+                  "    time.sleep(0.3); s.put(Message('t', b'b', tags='B'))\n"
+                  "    time.sleep(0.5); s.put(Message('t', b'a', tags='A'))\n")
+        proc = subprocess.Popen([sys.executable, "-c", writer, root])
+        t0 = time.perf_counter()
+        res = s.pull("t", 0, 0, expression="A", timeout_ms=10_000)
+        waited = time.perf_counter() - t0
+        proc.wait(timeout=30)
+        assert res.status is PullStatus.FOUND and [m.body for m in res.messages] == [b"a"]
+        assert waited > 0.7 and res.next_offset == 2
+        t0 = time.perf_counter()
+        s.put(Message("t", b"b2", tags="B"))
+        res = s.pull("t", 0, 2, expression="A", timeout_ms=300)
+        assert time.perf_counter() - t0 >= 0.29
+        assert res.status is PullStatus.NO_MATCHED_MSG and res.next_offset == 3
+
+
 def test_read_batches_matches_pull(store):
     msgs = [Message("orders", os.urandom(i % 40), tags=["x", "y"][i % 2], keys=[f"k{i}"],
                     properties={"n": str(i)}, queue_id=0) for i in range(300)]
@@ -456,3 +484,30 @@ def test_a_clean_cut_short_after_the_segments_went_is_finished_by_the_next(
     with MessageStore.open(root, **small) as s:
         assert s.min_offset("orders", 0) == lo
         assert s.pull("orders", 0, lo).messages[0].body.startswith(b"%d" % lo)
+
+
+def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topic(tmp_path):
+    """Many queues in one write are checked as one queue is; a group's offsets of a
+    topic that is gone (a consumerOffset.json outlives topics) leave lag working."""
+    import json
+
+    with MessageStore.open(str(tmp_path / "s")) as s:
+        s.create_topic("t", queues=1)
+        s.create_topic("gone", queues=1)
+        s.put(Message("t", b"x"))
+        for bad, message in [({("t", 0): -3}, "must be >= 0"),
+                             ({("t", 7): 1}, "queue 7 of topic 't' does not exist"),
+                             ({("t", 0): 1, ("ghost", 0): 5}, "ghost")]:
+            with pytest.raises((OffsetOutOfRangeError, UnknownTopicError), match=message):
+                s.commit_offsets("g", bad)
+        assert s.committed_offset("g", "t", 0) is None  # nothing of a refused write
+        with pytest.raises(InvalidNameError):
+            s.commit_offsets("bad group!", {("t", 0): 1})
+        s.commit_offsets("g", {("t", 0): 0, ("gone", 0): 0})
+        topics = os.path.join(s.root, "config", "topics.json")  # an admin deletes "gone"
+        with open(topics) as f:
+            data = json.load(f)
+        del data["topicConfigTable"]["gone"]
+        with open(topics, "w") as f:
+            json.dump(data, f)
+        assert s.lag("g") == {("t", 0): 1}
