@@ -489,7 +489,7 @@ def test_a_clean_cut_short_after_the_segments_went_is_finished_by_the_next(
 def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topic(tmp_path):
     """Many queues in one write are checked as one queue is; a group's offsets of a
     topic that is gone (a consumerOffset.json outlives topics) leave lag working."""
-    import json
+    from tests.store.helpers.admin import delete_topic_as_admin
 
     with MessageStore.open(str(tmp_path / "s")) as s:
         s.create_topic("t", queues=1)
@@ -504,10 +504,5 @@ def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topi
         with pytest.raises(InvalidNameError):
             s.commit_offsets("bad group!", {("t", 0): 1})
         s.commit_offsets("g", {("t", 0): 0, ("gone", 0): 0})
-        topics = os.path.join(s.root, "config", "topics.json")  # an admin deletes "gone"
-        with open(topics) as f:
-            data = json.load(f)
-        del data["topicConfigTable"]["gone"]
-        with open(topics, "w") as f:
-            json.dump(data, f)
+        delete_topic_as_admin(s, "gone")
         assert s.lag("g") == {("t", 0): 1}

@@ -48,18 +48,25 @@ def test_schedule_progress_survives_reopen(tmp_path, clock):
         assert [m.body for m in only(s, "t")] == [b"%d" % i for i in range(5)]
 
 
+def _schedule_killed_before_its_progress(store) -> None:
+    """A schedule step that dies between its put and its progress write."""
+    real_set = store.delay_offsets.set
+    store.delay_offsets.set = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
+    try:
+        with pytest.raises(RuntimeError):
+            store.run_schedule()
+    finally:
+        store.delay_offsets.set = real_set
+    assert store.state.intent()[0] == 1  # the intent is still recorded
+
+
 def test_interrupted_schedule_step_neither_duplicates_nor_loses(tmp_path, clock):
     """A step that died between its put and its progress write is finished, not redone."""
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
         s.create_topic("t", queues=1)
         s.put_batch([Message("t", b"%d" % i, delay_level=1) for i in range(3)])
         clock.advance(1000)
-        real_set = s.delay_offsets.set
-        s.delay_offsets.set = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
-        with pytest.raises(RuntimeError):
-            s.run_schedule()
-        s.delay_offsets.set = real_set
-        assert s.state.intent()[0] == 1  # the intent is still recorded
+        _schedule_killed_before_its_progress(s)
         assert s.run_schedule() == 0
         assert [m.body for m in only(s, "t")] == [b"0", b"1", b"2"]
         assert s.delay_offsets.get(1) == 3
@@ -112,28 +119,16 @@ def test_interrupted_step_whose_first_message_was_dropped_is_not_redone(tmp_path
     """The step drops a due message whose topic is gone, so its put starts with the
     second one: recovery must still see that the put landed (else every other
     message of the step is delivered twice)."""
-    import json
-    import os
+    from tests.store.helpers.admin import delete_topic_as_admin
 
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
         s.create_topic("gone", queues=1)
         s.create_topic("t", queues=1)
         s.put(Message("gone", b"dropped", delay_level=1))
         s.put_batch([Message("t", b"%d" % i, delay_level=1) for i in range(3)])
-        topics = os.path.join(s.root, "config", "topics.json")  # an admin deletes "gone"
-        with open(topics) as f:
-            data = json.load(f)
-        del data["topicConfigTable"]["gone"]
-        with open(topics, "w") as f:
-            json.dump(data, f)
-        assert not s.has_topic("gone")
+        delete_topic_as_admin(s, "gone")
         clock.advance(1000)
-        real_set = s.delay_offsets.set
-        s.delay_offsets.set = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
-        with pytest.raises(RuntimeError):
-            s.run_schedule()
-        s.delay_offsets.set = real_set
-        assert s.state.intent()[0] == 1
+        _schedule_killed_before_its_progress(s)
         assert s.run_schedule() == 0
         assert [m.body for m in only(s, "t")] == [b"0", b"1", b"2"]
         assert s.delay_offsets.get(1) == 4
@@ -147,7 +142,7 @@ def test_another_writers_record_where_an_interrupted_step_would_start_is_not_its
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
         s.create_topic("t", queues=1)
         s.put_batch([Message("t", b"d%d" % i, delay_level=1,
-                             properties={"UNIQ_KEY": "order-%d" % i}) for i in range(3)])
+                             properties={"UNIQ_KEY": f"order-{i}"}) for i in range(3)])
         clock.advance(1000)
         real_append = s._append_locked
         s._append_locked = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
