@@ -481,30 +481,39 @@ class TransactionService:
         return counts
 
     def _put_back(self, halves: list[MessageExt]) -> None:
-        """Store UNKNOWN halves again with the check count raised, then close the old ones."""
+        """Store UNKNOWN halves again with the check count raised, then close the old ones.
+
+        Under the write lock, halves another process resolved since the check
+        read them (a producer's commit while the callback ran) are left alone;
+        the new copies and the op record closing the old ones are one append,
+        so a crash leaves both copies or neither (never two open copies).
+        """
         store = self.store
         now = store.clock()
-        old_offsets = [h.queue_offset for h in halves]
-        prepared = []
+        prepared = {}
         for h in halves:
             props = dict(h.properties)
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(
                 int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1)
-            prepared.append(store._prepare_raw(
+            prepared[h.queue_offset] = store._prepare_raw(
                 TRANS_HALF_TOPIC, 0, h.body, props, now, flag=h.flag,
-                born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times))
+                born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)
         with store._write_lock:
             store._sync_with_writers()
-            results = store._append_locked(prepared, now)
+            self._read_ops()
+            old = np.asarray(sorted(prepared), dtype=np.int64)
+            old = old[self._resolved.get_many(old) == OPEN]
+            if not len(old):
+                return
             # The old copies are closed by an op record so they are not checked again;
             # their resolution follows the new copies.
-            op_results = store._append_locked([self._op_record(old_offsets, False, now)], now)
-            closed = np.asarray(sorted(old_offsets), dtype=np.int64)
-            self._resolved.set_many(closed, ROLLED_BACK)
-            self._note_ops(op_results, closed)
+            results = store._append_locked(
+                [prepared[o] for o in old.tolist()] + [self._op_record(old, False, now)], now)
+            results, op_results = results[:-1], results[-1:]
+            self._resolved.set_many(old, ROLLED_BACK)
+            self._note_ops(op_results, old)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
         store._after_append(results)
-
 
 def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     if isinstance(answer, TransactionState):

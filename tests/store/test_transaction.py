@@ -204,3 +204,36 @@ def test_a_message_that_fits_but_not_as_a_half_says_why(store):
                            match="topic 't' take .* bytes as a transactional half message"):
             attempt()
     assert store.open_transactions() == []
+
+
+def test_a_half_committed_while_its_check_runs_is_not_put_back(tmp_path):
+    """The check's callback said UNKNOWN while the producer (here another instance, as
+    another process) committed: putting the half back would leave an open copy of a
+    committed transaction, which the next check commits again."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root) as checker, MessageStore.open(root) as producer:
+        checker.create_topic("t", queues=1)
+        half = producer.prepare(Message("t", b"pay-once"), producer_group="pg")
+
+        def unknown_while_committed(msg):
+            producer.commit_transaction(half)
+            return None
+
+        assert checker.check_transactions(unknown_while_committed, timeout_ms=0)["unknown"] == 1
+        assert checker.open_transactions() == []
+        checker.check_transactions(lambda m: True, timeout_ms=0)
+        assert [m.body for m in checker.pull("t", 0, 0).messages] == [b"pay-once"]
+
+
+def test_putting_halves_back_is_one_append(store, monkeypatch):
+    """The new copies and the op record closing the old ones are appended together: a
+    crash between two appends left two open copies, both committed later."""
+    halves = store.prepare_batch([Message("out", b"a"), Message("out", b"b")])
+    appends = []
+    real = store._append_locked
+    monkeypatch.setattr(store, "_append_locked",
+                        lambda prepared, now: appends.append(len(prepared)) or real(prepared, now))
+    assert store.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
+    assert appends == [3]  # two new halves and one op record
+    assert [h.body for h in store.open_transactions()] == [b"a", b"b"]
+    assert all(store.transaction_status(h) == "rolled_back" for h in halves)
