@@ -1268,6 +1268,11 @@ class MessageStore:
                            for r in results]
         return results
 
+    def _next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next append gives the queue (caller holds the write lock)."""
+        n = self._qo.get((topic, queue_id))
+        return self._cq(topic, queue_id).max_offset() if n is None else n
+
     def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
         key = (topic, queue_id)
         n = self._qo.get(key)

@@ -33,6 +33,7 @@ from rocketspark.store.message import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -57,6 +58,13 @@ OFFSET_SEPARATOR = ","
 PROPERTY_RESOLUTION = "RS_RESOLUTION"
 RESOLUTION_COMMIT = "commit"
 RESOLUTION_ROLLBACK = "rollback"
+# A check's put-back closes the old copies of UNKNOWN halves with an op record of
+# this resolution; PROPERTY_MOVED_TO holds the first new copy's half queue offset
+# (the copies follow in the order of the op's offsets). Ours: RocketMQ reads the
+# op as "removed", and finds a copy's origin in TRAN_PREPARED_QUEUE_OFFSET.
+RESOLUTION_PUT_BACK = "putback"
+PROPERTY_MOVED_TO = "RS_MOVED_TO"
+FEW_RESOLVED = 64  # resolved halves in one end() that are looked for among put-back copies
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
 OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
@@ -76,14 +84,15 @@ class TransactionService:
 
     def __init__(self, store: MessageStore):
         self.store = store
-        # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, or RESOLVED (by
-        # a RocketMQ op record that does not say how). A dict would cost ~100 bytes a half.
+        # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, MOVED (put back
+        # by a check), or RESOLVED (by a RocketMQ op record that does not say how). A dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
         # earlier op only resolves halves below the half progress (both in
         # consumerOffset.json under CHECK_GROUP, as RocketMQ's check service keeps them).
         self._op_read: int | None = None
         self._op_spans: list[tuple[int, int]] = []  # (op offset, largest half it resolves)
+        self._moved: dict[int, int] = {}  # a put-back half -> its copy (MOVED halves)
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -138,6 +147,10 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             states = self._resolved.get_many(wanted)
+            if bool(((states == MOVED) | (states == RESOLVED)).any()):
+                # Halves a check put back: the transaction lives on in the copy.
+                wanted = _sorted_unique(self._live(wanted, states))
+                states = self._resolved.get_many(wanted)
             other = ROLLED_BACK if commit else COMMITTED
             clash = np.flatnonzero(states == other)
             if len(clash):
@@ -357,10 +370,13 @@ class TransactionService:
                 if op.tags != TRANS_OP_REMOVE_TAG:
                     continue
                 how = op.properties.get(PROPERTY_RESOLUTION)
-                committed = None if how is None else how == RESOLUTION_COMMIT
                 done = _op_offsets(op.body)
-                self._resolved.set_open(done, RESOLVED if committed is None
-                                        else COMMITTED if committed else ROLLED_BACK)
+                moved_to = op.properties.get(PROPERTY_MOVED_TO, "")
+                if how == RESOLUTION_PUT_BACK and moved_to.isdigit():
+                    self._note_moves(np.sort(done), int(moved_to))
+                else:
+                    self._resolved.set_open(done, RESOLVED if how is None else COMMITTED
+                                            if how == RESOLUTION_COMMIT else ROLLED_BACK)
                 if len(done):
                     self._op_spans.append((self._op_read + k, int(done.max())))
             self._op_read += len(entries)
@@ -369,7 +385,12 @@ class TransactionService:
         """Return "committed", "rolled_back", "resolved" (by a RocketMQ op) or "open"."""
         with self.store._write_lock:
             self._read_ops()
-            state = self._resolved.get(half_offset)
+            offsets = np.asarray([half_offset], dtype=np.int64)
+            states = self._resolved.get_many(offsets)
+            if states[0] in (MOVED, RESOLVED):  # a put-back half: its live copy says
+                state = self._resolved.get(int(self._live(offsets, states)[0]))
+            else:
+                state = int(states[0])
             return {OPEN: "open", COMMITTED: "committed", ROLLED_BACK: "rolled_back",
                     RESOLVED: "resolved"}[state]
 
@@ -486,7 +507,10 @@ class TransactionService:
         Under the write lock, halves another process resolved since the check
         read them (a producer's commit while the callback ran) are left alone;
         the new copies and the op record closing the old ones are one append,
-        so a crash leaves both copies or neither (never two open copies).
+        so a crash leaves both copies or neither (never two open copies). Each
+        copy carries its first half's offset (TRAN_PREPARED_QUEUE_OFFSET, as
+        RocketMQ's do), and the old copies read "moved": a producer's commit
+        or rollback of the half it was given goes to the live copy.
         """
         store = self.store
         now = store.clock()
@@ -495,6 +519,7 @@ class TransactionService:
             props = dict(h.properties)
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(
                 int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1)
+            props.setdefault(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, str(h.queue_offset))
             prepared[h.queue_offset] = store._prepare_raw(
                 TRANS_HALF_TOPIC, 0, h.body, props, now, flag=h.flag,
                 born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)
@@ -505,15 +530,62 @@ class TransactionService:
             old = old[self._resolved.get_many(old) == OPEN]
             if not len(old):
                 return
-            # The old copies are closed by an op record so they are not checked again;
-            # their resolution follows the new copies.
-            results = store._append_locked(
-                [prepared[o] for o in old.tolist()] + [self._op_record(old, False, now)], now)
+            first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
+            op = store._prepare_raw(
+                TRANS_OP_HALF_TOPIC, 0, decimal_list(old, OFFSET_SEPARATOR.encode()),
+                {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG, PROPERTY_RESOLUTION: RESOLUTION_PUT_BACK,
+                 PROPERTY_MOVED_TO: str(first_new)}, now)
+            results = store._append_locked([prepared[o] for o in old.tolist()] + [op], now)
             results, op_results = results[:-1], results[-1:]
-            self._resolved.set_many(old, ROLLED_BACK)
+            assert results[0].queue_offset == first_new, (results[0], first_new)
+            self._note_moves(old, first_new)
             self._note_ops(op_results, old)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
         store._after_append(results)
+
+    def _note_moves(self, old: np.ndarray, first_new: int) -> None:
+        self._resolved.set_many(old, MOVED)
+        for k, o in enumerate(old.tolist()):
+            self._moved[o] = first_new + k
+
+    def _live(self, offsets: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """``offsets`` with each put-back half replaced by its live copy.
+
+        Moved halves this process knows follow their copies. Halves read
+        "resolved" (below the check progress, where no state is kept) go to an
+        open copy that names them as its first half, if one exists: found by
+        reading the open halves, so only for a producer's few offsets (up to
+        FEW_RESOLVED), not for a sink batch's thousands.
+        """
+        out = offsets.copy()
+        for i in np.flatnonzero(states == MOVED).tolist():
+            o = int(out[i])
+            while self._resolved.get(o) == MOVED and o in self._moved:
+                o = self._moved[o]
+            out[i] = o
+        gone = np.flatnonzero(states == RESOLVED)
+        if 0 < len(gone) <= FEW_RESOLVED:
+            copies = self._open_copies()
+            for i in gone.tolist():
+                out[i] = copies.get(int(out[i]), int(out[i]))
+        return out
+
+    def _open_copies(self) -> dict[int, int]:
+        """First half offset -> the open put-back copy naming it (read from the store)."""
+        store = self.store
+        half_cq = store._cq(TRANS_HALF_TOPIC, 0)
+        start = self._resolved.floor
+        offsets = np.arange(start, half_cq.max_offset(), dtype=np.int64)
+        copies = {}
+        for off in offsets[self._resolved.get_many(offsets) == OPEN].tolist():
+            entry = half_cq.entry(off)
+            if entry is None:
+                break
+            origin = store.commit_log.read(entry[0]).properties.get(
+                PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+            if origin is not None and origin.isdigit():
+                copies[int(origin)] = off
+        return copies
 
 def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     if isinstance(answer, TransactionState):
@@ -534,7 +606,7 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
 
 
 
-OPEN, COMMITTED, ROLLED_BACK, RESOLVED = 0, 1, 2, 3
+OPEN, COMMITTED, ROLLED_BACK, RESOLVED, MOVED = 0, 1, 2, 3, 4
 _FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
 _QID_SEP = b"\x02REAL_QID\x01"
 _UNIQ_HEAD = b"UNIQ_KEY\x01"

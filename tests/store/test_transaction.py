@@ -236,4 +236,36 @@ def test_putting_halves_back_is_one_append(store, monkeypatch):
     assert store.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
     assert appends == [3]  # two new halves and one op record
     assert [h.body for h in store.open_transactions()] == [b"a", b"b"]
-    assert all(store.transaction_status(h) == "rolled_back" for h in halves)
+    assert all(store.transaction_status(h) == "open" for h in halves)  # in their copies
+
+
+@pytest.mark.parametrize("where", ["same instance", "another process"])
+def test_the_producer_resolves_a_half_a_check_put_back_by_the_offset_it_was_given(
+        tmp_path, where):
+    """As in RocketMQ, where a producer ends its transaction by its half's offsets:
+    after checks answered UNKNOWN (twice: a copy of a copy), committing or rolling
+    back the original half resolves the live copy, once, and no later check sees it."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root) as s:
+        s.create_topic("t", queues=1)
+        keep, drop = s.prepare_batch([Message("t", b"keep"), Message("t", b"drop")])
+        for _ in range(2):
+            assert s.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
+        if where == "another process":
+            s.close()
+            s = MessageStore.open(root)
+        assert s.transaction_status(keep) == "open"
+        assert len(s.commit_transaction(keep)) == 1
+        s.rollback_transaction(drop)
+        assert s.commit_transaction(keep) == []  # idempotent
+        if where == "same instance":
+            with pytest.raises(TransactionError, match="already rolled back"):
+                s.commit_transaction(drop)
+        else:  # below the check progress a half reads "resolved", not how: a no-op
+            assert s.commit_transaction(drop) == []
+        assert (s.transaction_status(keep), s.transaction_status(drop)) in [
+            ("committed", "rolled_back"), ("resolved", "resolved")]
+        assert s.open_transactions() == []
+        assert s.check_transactions(lambda m: True, timeout_ms=0)["commit"] == 0
+        assert [m.body for m in s.pull("t", 0, 0).messages] == [b"keep"]
+        s.close()
