@@ -85,7 +85,8 @@ class TransactionService:
     def __init__(self, store: MessageStore):
         self.store = store
         # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, MOVED (put back
-        # by a check), or RESOLVED (by a RocketMQ op record that does not say how). A dict would cost ~100 bytes a half.
+        # by a check), or RESOLVED (by a RocketMQ op record that does not say how). A
+        # dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
         # earlier op only resolves halves below the half progress (both in
