@@ -33,7 +33,6 @@ from rocketspark.store.message import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -61,9 +60,13 @@ RESOLUTION_ROLLBACK = "rollback"
 # A check's put-back closes the old copies of UNKNOWN halves with an op record of
 # this resolution; PROPERTY_MOVED_TO holds the first new copy's half queue offset
 # (the copies follow in the order of the op's offsets). Ours: RocketMQ reads the
-# op as "removed", and finds a copy's origin in TRAN_PREPARED_QUEUE_OFFSET.
+# op as "removed".
 RESOLUTION_PUT_BACK = "putback"
 PROPERTY_MOVED_TO = "RS_MOVED_TO"
+# On a put-back copy: the queue offset of the half its producer was given. Ours, not
+# RocketMQ's TRAN_PREPARED_QUEUE_OFFSET: a broker reads that one (with a check
+# immunity time) as "done when that offset has an op record", which ours has.
+PROPERTY_FIRST_HALF = "RS_FIRST_HALF"
 FEW_RESOLVED = 64  # resolved halves in one end() that are looked for among put-back copies
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
@@ -509,9 +512,9 @@ class TransactionService:
         read them (a producer's commit while the callback ran) are left alone;
         the new copies and the op record closing the old ones are one append,
         so a crash leaves both copies or neither (never two open copies). Each
-        copy carries its first half's offset (TRAN_PREPARED_QUEUE_OFFSET, as
-        RocketMQ's do), and the old copies read "moved": a producer's commit
-        or rollback of the half it was given goes to the live copy.
+        copy carries its first half's offset (RS_FIRST_HALF), and the old
+        copies read "moved": a producer's commit or rollback of the half it
+        was given goes to the live copy.
         """
         store = self.store
         now = store.clock()
@@ -520,7 +523,7 @@ class TransactionService:
             props = dict(h.properties)
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(
                 int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1)
-            props.setdefault(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, str(h.queue_offset))
+            props.setdefault(PROPERTY_FIRST_HALF, str(h.queue_offset))
             prepared[h.queue_offset] = store._prepare_raw(
                 TRANS_HALF_TOPIC, 0, h.body, props, now, flag=h.flag,
                 born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)
@@ -582,8 +585,7 @@ class TransactionService:
             entry = half_cq.entry(off)
             if entry is None:
                 break
-            origin = store.commit_log.read(entry[0]).properties.get(
-                PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+            origin = store.commit_log.read(entry[0]).properties.get(PROPERTY_FIRST_HALF)
             if origin is not None and origin.isdigit():
                 copies[int(origin)] = off
         return copies
