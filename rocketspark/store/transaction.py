@@ -590,6 +590,7 @@ class TransactionService:
                 copies[int(origin)] = off
         return copies
 
+
 def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     if isinstance(answer, TransactionState):
         return answer
