@@ -179,17 +179,11 @@ def cmd_tail(args, out) -> int:
 
 def cmd_group_offsets(args, out) -> int:
     with _open(args) as store:
-        topics = [args.topic] if args.topic else sorted(  # (topics deleted since: left out)
-            {t for (t, _q) in store.offsets.offsets_of_group(args.group) if store.has_topic(t)})
         rows = []
-        for t in topics:
-            info = store.topic(t)
-            for q in range(info.read_queue_nums):
-                committed = store.committed_offset(args.group, t, q)
-                hi = store.max_offset(t, q)
-                lag = max(0, hi - (committed if committed is not None
-                                   else store.min_offset(t, q)))  # as store.lag counts
-                rows.append((t, q, "-" if committed is None else committed, hi, lag))
+        for (t, q), lag in store.lag(args.group, args.topic).items():
+            committed = store.committed_offset(args.group, t, q)
+            rows.append((t, q, "-" if committed is None else committed, store.max_offset(t, q),
+                         lag))
     _table(out, ["topic", "queue", "committed", "max", "lag"], rows)
     if rows:
         print(f"total lag: {sum(r[4] for r in rows)}", file=out)

@@ -467,11 +467,7 @@ class MessageStore:
         return q
 
     def _existing_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        info = self.topic(topic)
-        if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
-            raise OffsetOutOfRangeError(
-                f"queue {queue_id} of topic {topic!r} does not exist "
-                f"(the topic has {info.read_queue_nums} queues)")
+        _check_queue(self.topic(topic), queue_id)
         return self._cq(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -787,14 +783,14 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                items = (props if isinstance(props, Mapping) else dict(props)).items()
-                parts = [f"{k}\x01{v}\x02" for k, v in items]
+                named = props if isinstance(props, Mapping) else dict(props)
+                parts = [f"{k}\x01{v}\x02" for k, v in named.items()]
                 text = "".join(parts)
                 pairs = len(parts)
                 if "UNIQ_KEY\x01" in text:
-                    own_uniq = dict(items).get("UNIQ_KEY")
+                    own_uniq = named.get("UNIQ_KEY")
                 if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
-                    for k, _ in items:
+                    for k in named:
                         if k in RESERVED_PROPERTIES:
                             raise ConfigError(reserved_property_error(
                                 k, f"row {i} of topic {topic!r}: property"))
@@ -1274,11 +1270,8 @@ class MessageStore:
         return self._cq(topic, queue_id).max_offset() if n is None else n
 
     def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
-        key = (topic, queue_id)
-        n = self._qo.get(key)
-        if n is None:
-            n = self._cq(topic, queue_id).max_offset()
-        self._qo[key] = n + count
+        n = self._next_queue_offset(topic, queue_id)
+        self._qo[(topic, queue_id)] = n + count
         return n
 
     def _sync_with_writers(self) -> None:
@@ -1655,11 +1648,8 @@ class MessageStore:
             if offset < 0:
                 raise OffsetOutOfRangeError(
                     f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}")
-            info = infos.get(topic) or infos.setdefault(topic, self.topic(topic))
-            if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
-                raise OffsetOutOfRangeError(
-                    f"queue {queue_id} of topic {topic!r} does not exist "
-                    f"(the topic has {info.read_queue_nums} queues)")
+            _check_queue(infos.get(topic) or infos.setdefault(topic, self.topic(topic)),
+                         queue_id)
         self.offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -2045,6 +2035,14 @@ __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
     "RETRY_GROUP_TOPIC_PREFIX",
 ]
+
+
+def _check_queue(info: TopicInfo, queue_id: int) -> None:
+    """Raise OffsetOutOfRangeError unless the topic has queue ``queue_id``."""
+    if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
+        raise OffsetOutOfRangeError(
+            f"queue {queue_id} of topic {info.name!r} does not exist "
+            f"(the topic has {info.read_queue_nums} queues)")
 
 
 class _Columns:

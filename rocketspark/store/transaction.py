@@ -168,7 +168,8 @@ class TransactionService:
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
             entries = _read_entries(half_cq, todo)
-            ops = [self._op_record(todo[i:i + OP_CHUNK], commit, now)
+            how = RESOLUTION_COMMIT if commit else RESOLUTION_ROLLBACK
+            ops = [self._op_record(todo[i:i + OP_CHUNK], how, now)
                    for i in range(0, len(todo), OP_CHUNK)]
             finals: Sequence[PutResult] = []
             if commit:
@@ -292,11 +293,11 @@ class TransactionService:
         key_strings = cat["key_strings"]
         return batch, "", 0, uniq_given, keyed, key_strings, hashes.view(np.int32)
 
-    def _op_record(self, half_offsets: np.ndarray, commit: bool, now: int) -> PreparedRecord:
+    def _op_record(self, half_offsets: np.ndarray, resolution: str, now: int,
+                   **more: str) -> PreparedRecord:
         return self.store._prepare_raw(
             TRANS_OP_HALF_TOPIC, 0, decimal_list(half_offsets, OFFSET_SEPARATOR.encode()),
-            {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG,
-             PROPERTY_RESOLUTION: RESOLUTION_COMMIT if commit else RESOLUTION_ROLLBACK}, now)
+            {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG, PROPERTY_RESOLUTION: resolution, **more}, now)
 
     def _final_record(self, half: MessageExt, now: int) -> PreparedRecord:
         store = self.store
@@ -535,10 +536,8 @@ class TransactionService:
             if not len(old):
                 return
             first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
-            op = store._prepare_raw(
-                TRANS_OP_HALF_TOPIC, 0, decimal_list(old, OFFSET_SEPARATOR.encode()),
-                {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG, PROPERTY_RESOLUTION: RESOLUTION_PUT_BACK,
-                 PROPERTY_MOVED_TO: str(first_new)}, now)
+            op = self._op_record(old, RESOLUTION_PUT_BACK, now,
+                                 **{PROPERTY_MOVED_TO: str(first_new)})
             results = store._append_locked([prepared[o] for o in old.tolist()] + [op], now)
             results, op_results = results[:-1], results[-1:]
             assert results[0].queue_offset == first_new, (results[0], first_new)
