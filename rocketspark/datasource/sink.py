@@ -58,7 +58,7 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.store import Message
-from rocketspark.store.message import is_system_topic
+from rocketspark.store.message import RESERVED_PROPERTIES, is_system_topic
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -82,10 +82,9 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
 PROPERTY_SINK_ID = "RS_SINK"
 # Property names the sink (or RocketMQ) sets itself: the tags, keys and delayLevel
 # columns carry the first three; the rest belong to transactions and to the sink.
-SINK_RESERVED_PROPERTIES = frozenset({
-    "TAGS", "KEYS", "DELAY", "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP",
-    "__transactionId__", "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET",
-    PROPERTY_SINK_ID})
+SINK_RESERVED_PROPERTIES = RESERVED_PROPERTIES | frozenset({
+    "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP", "__transactionId__",
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_SINK_ID})
 # The local property Spark's stream execution gives a micro-batch's tasks: the query
 # id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
