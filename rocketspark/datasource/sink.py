@@ -58,7 +58,11 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.store import Message
-from rocketspark.store.message import RESERVED_PROPERTIES, is_system_topic
+from rocketspark.store.message import (
+    PROPERTY_FIRST_HALF,
+    RESERVED_PROPERTIES,
+    is_system_topic,
+)
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -84,7 +88,8 @@ PROPERTY_SINK_ID = "RS_SINK"
 # columns carry the first three; the rest belong to transactions and to the sink.
 SINK_RESERVED_PROPERTIES = RESERVED_PROPERTIES | frozenset({
     "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP", "__transactionId__",
-    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_SINK_ID})
+    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_FIRST_HALF,
+    PROPERTY_SINK_ID})
 # The local property Spark's stream execution gives a micro-batch's tasks: the query
 # id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"

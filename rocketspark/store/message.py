@@ -56,6 +56,15 @@ RESERVED_PROPERTIES = frozenset(
 )
 
 
+# On a half message a check put back: the queue offset of the half its producer was
+# given (ours; see transaction.py). Only the store writes it: a prepare refuses it,
+# and a commit drops it.
+PROPERTY_FIRST_HALF = "RS_FIRST_HALF"
+FIRST_HALF_ERROR = (f"property {PROPERTY_FIRST_HALF!r} is the store's own record of a "
+                    "half message a transaction check put back; a prepare does not take it "
+                    "(drop it from properties copied from another message)")
+
+
 def check_extra_properties(extra: Mapping[str, str] | None) -> None:
     """Properties a transactional prepare adds to every half: user properties too."""
     for k, v in (extra or {}).items():
@@ -64,6 +73,8 @@ def check_extra_properties(extra: Mapping[str, str] | None) -> None:
                               "separator in its name or value")
         if k in RESERVED_PROPERTIES:
             raise ConfigError(reserved_property_error(k, "extra property"))
+        if k == PROPERTY_FIRST_HALF:
+            raise ConfigError(f"extra {FIRST_HALF_ERROR}")
 
 
 def reserved_property_error(name: str, where: str = "message property") -> str:

@@ -49,6 +49,8 @@ from rocketspark.store.index_file import (
     java_hash_many,
 )
 from rocketspark.store.message import (
+    FIRST_HALF_ERROR,
+    PROPERTY_FIRST_HALF,
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -794,6 +796,8 @@ class MessageStore:
                         if k in RESERVED_PROPERTIES:
                             raise ConfigError(reserved_property_error(
                                 k, f"row {i} of topic {topic!r}: property"))
+                if half is not None and PROPERTY_FIRST_HALF in named:
+                    raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 text += f"TAGS\x01{tag}\x02"

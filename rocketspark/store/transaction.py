@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rocketspark.errors import OffsetOutOfRangeError, TransactionError
+from rocketspark.errors import ConfigError, OffsetOutOfRangeError, TransactionError
 from rocketspark.store.byte_gather import Pieces, byte_rows, decimal_list, gather_items
 from rocketspark.store.index_file import java_hash_many, java_hash_rows
 from rocketspark.store.message import (
+    FIRST_HALF_ERROR,
+    PROPERTY_FIRST_HALF,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -63,10 +65,10 @@ RESOLUTION_ROLLBACK = "rollback"
 # op as "removed".
 RESOLUTION_PUT_BACK = "putback"
 PROPERTY_MOVED_TO = "RS_MOVED_TO"
-# On a put-back copy: the queue offset of the half its producer was given. Ours, not
-# RocketMQ's TRAN_PREPARED_QUEUE_OFFSET: a broker reads that one (with a check
-# immunity time) as "done when that offset has an op record", which ours has.
-PROPERTY_FIRST_HALF = "RS_FIRST_HALF"
+# PROPERTY_FIRST_HALF (message.py), on a put-back copy: the queue offset of the half its
+# producer was given. Ours, not RocketMQ's TRAN_PREPARED_QUEUE_OFFSET: a broker reads
+# that one (with a check immunity time) as "done when that offset has an op record",
+# which ours has.
 FEW_RESOLVED = 64  # resolved halves in one end() that are looked for among put-back copies
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queue
 DEFAULT_PRODUCER_GROUP = "rocketspark"
@@ -114,6 +116,8 @@ class TransactionService:
         for msg, uid in zip(messages, ids):
             if msg.delay_level:
                 raise TransactionError("transactional messages cannot have a delay level")
+            if PROPERTY_FIRST_HALF in msg.properties:
+                raise ConfigError(f"message {FIRST_HALF_ERROR}")
             rec = store._prepare(msg, now, uid)  # validates, picks the real queue
             props = msg.all_properties()
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uid)
@@ -305,6 +309,7 @@ class TransactionService:
         topic = props.pop(PROPERTY_REAL_TOPIC, None)
         qid = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
         props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+        props.pop(PROPERTY_FIRST_HALF, None)  # bookkeeping of the half queue only
         if topic is None:
             raise TransactionError(
                 f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC")

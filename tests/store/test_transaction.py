@@ -269,3 +269,40 @@ def test_the_producer_resolves_a_half_a_check_put_back_by_the_offset_it_was_give
         assert s.check_transactions(lambda m: True, timeout_ms=0)["commit"] == 0
         assert [m.body for m in s.pull("t", 0, 0).messages] == [b"keep"]
         s.close()
+
+
+def test_a_copied_first_half_property_cannot_redirect_a_commit(tmp_path, monkeypatch):
+    """RS_FIRST_HALF is how a put-back copy names the half its producer was given. A
+    committed copy no longer carries it, and a prepare refuses it: a message that
+    copied it (from a committed copy, by a pipeline passing properties on) turned a
+    retried commit of an old half, below the check progress, into a commit of that
+    unrelated message."""
+    from rocketspark.errors import ConfigError
+    from rocketspark.store import transaction
+
+    monkeypatch.setattr(transaction, "PROGRESS_LAG", 150)
+    path = tmp_path / "s"
+    with MessageStore.open(path, **SMALL) as s:
+        s.create_topic("out", queues=1)
+        half = s.prepare(Message("out", b"checked"))
+        assert s.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 1
+        s.commit_transaction(half)
+        committed = s.pull("out", 0, 0).messages
+        assert [m.body for m in committed] == [b"checked"]
+        assert "RS_FIRST_HALF" not in committed[0].properties
+        copied = {"RS_FIRST_HALF": str(half.queue_offset)}
+        for attempt in (
+                lambda: s.prepare(Message("out", b"other", properties=copied)),
+                lambda: s.prepare_batch([Message("out", b"other")], properties=copied),
+                lambda: s.prepare_columns([b"other"] * 100, topic="out", producer_group="pg",
+                                          properties=[copied] * 100),
+                lambda: s.prepare_columns([b"other"], topic="out", producer_group="pg",
+                                          properties=[copied])):
+            with pytest.raises(ConfigError, match="RS_FIRST_HALF"):
+                attempt()
+        _five_resolved_batches(s)
+        s.prepare(Message("out", b"other", properties={"copied": copied["RS_FIRST_HALF"]}))
+    with MessageStore.open(path, **SMALL) as s:
+        assert s.transaction_status(half) == "resolved"  # below the check progress
+        assert s.commit_transaction(half) == []  # a retried commit: nothing to do
+        assert [m.body for m in s.open_transactions()] == [b"other"]
