@@ -146,6 +146,52 @@ def _ending_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, in
     return spec
 
 
+def _timestamps_spec(key: str, value: str) -> dict[str, dict[str, dict[str, int]]]:
+    """A JSON object {"topic": {"broker": {"queueId": timestamp ms}}} (Kafka's
+    startingOffsetsByTimestamp, with RocketMQ's broker level)."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"option {key}: expected a JSON object such as "
+            f'{{"orders": {{"broker-a": {{"0": 1700000000000}}}}}}, got {value!r} ({e.msg} at '
+            f"column {e.colno})") from None
+    spec = _check_offsets_json(key, parsed)
+    for topic, brokers in spec.items():
+        for broker, queues in brokers.items():
+            for qid, ts in queues.items():
+                if ts < 0:
+                    raise ConfigError(f"option {key}: timestamp {ts} of {topic}/{broker}/{qid} "
+                                      "must be >= 0 (milliseconds since the epoch)")
+    return spec
+
+
+def _assign(key: str, value: str) -> dict[str, tuple[str | None, tuple[int, ...]]]:
+    """Kafka's assign: {"topic": [queueId, ...]}, or {"topic": {"brokerName": [queueId, ...]}}."""
+    example = '{"orders": [0, 1]} or {"orders": {"broker-a": [0, 1]}}'
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"option {key}: expected a JSON object such as {example}, got "
+                          f"{value!r} ({e.msg} at column {e.colno})") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f"option {key}: expected a non-empty JSON object such as {example}")
+    out: dict[str, tuple[str | None, tuple[int, ...]]] = {}
+    for topic, queues in parsed.items():
+        broker = None
+        if isinstance(queues, dict):
+            if len(queues) != 1:
+                raise ConfigError(f"option {key}: topic {topic!r} must name one broker (the "
+                                  f"store's), got {sorted(queues)}")
+            (broker, queues), = queues.items()
+        if not isinstance(queues, list) or not queues or not all(
+                isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in queues):
+            raise ConfigError(f"option {key}: topic {topic!r} must list queue ids (integers "
+                              f">= 0), got {queues!r}; e.g. {example}")
+        out[topic] = (broker, tuple(sorted(set(queues))))
+    return out
+
+
 @dataclass(frozen=True)
 class Option:
     key: str
@@ -167,6 +213,8 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
     Option("topic", _topics, None, "comma-separated topics to read; the default topic to write",
            _RW),
     Option("topicPattern", _pattern, None, "regular expression over topic names (read)", _R),
+    Option("assign", _assign, None,
+           'the queues to read, as JSON: {"topic": [queueId, ...]} (read)', _R),
     Option("subExpression", _text, "*", "tag expression: * or TagA || TagB", _R),
     Option("group", _text, None, "consumer group: Spark's progress is committed as its offsets",
            _R),
@@ -175,9 +223,16 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
            _R),
     Option("startingTimestamp", _timestamp_ms, None,
            "start every queue at its first message stored at or after this time (ms)", _R),
+    Option("startingOffsetsByTimestamp", _timestamps_spec, None,
+           'per queue, as startingTimestamp: {"topic": {"broker": {"queueId": ms}}}', _R),
+    Option("startingOffsetsByTimestampStrategy", _choice("latest", "error"), "latest",
+           "a queue with no message at or after the starting timestamp: start at its end "
+           "(latest) or fail (error)", _R),
     Option("endingOffsets", _ending_spec, "latest", "latest | JSON (batch reads)", _R),
     Option("endingTimestamp", _timestamp_ms, None,
            "end every queue before its first message stored at or after this time (batch)", _R),
+    Option("endingOffsetsByTimestamp", _timestamps_spec, None,
+           'per queue, as endingTimestamp: {"topic": {"broker": {"queueId": ms}}} (batch)', _R),
     Option("maxOffsetsPerTrigger", _positive_int, None,
            "at most this many offsets per micro-batch, over all queues", _R),
     Option("minOffsetsPerTrigger", _positive_int, None,

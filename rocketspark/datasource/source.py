@@ -72,6 +72,11 @@ SCHEMA_DDL = (
 READ_CHUNK = 1 << 16
 
 
+# The options that say where a read starts, and where a batch read ends: one of each.
+_STARTS = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+_ENDS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+
+
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
     """Offsets [start, end) of one MessageQueue: what one task reads."""
@@ -97,21 +102,23 @@ class SourcePlan:
     @classmethod
     def create(cls, options: ParsedOptions, *, streaming: bool | None) -> SourcePlan:
         """Validate the options against each other and the store; None: batch or stream."""
-        topics, pattern = options.get("topic"), options.get("topicPattern")
-        if topics and pattern:
-            raise ConfigError("options topic and topicPattern exclude each other; give one")
-        if not topics and not pattern:
-            raise ConfigError("option topic (or topicPattern) is required: the topics to read, "
-                              "comma-separated")
-        if options.get("startingOffsets") is not None and options.get(
-                "startingTimestamp") is not None:
-            raise ConfigError("options startingOffsets and startingTimestamp exclude each other")
-        if streaming and (options.raw.get("endingOffsets")
-                          or options.get("endingTimestamp") is not None):
-            raise ConfigError("endingOffsets / endingTimestamp apply to batch reads only; a "
-                              "stream reads on (use Trigger.AvailableNow to stop at the end)")
-        if options.raw.get("endingOffsets") and options.get("endingTimestamp") is not None:
-            raise ConfigError("options endingOffsets and endingTimestamp exclude each other")
+        pattern = options.get("topicPattern")
+        given = [k for k in ("topic", "topicPattern", "assign") if options.get(k)]
+        if len(given) > 1:
+            raise ConfigError(f"options {' and '.join(given)} exclude each other; give one of "
+                              "topic, topicPattern and assign")
+        if not given:
+            raise ConfigError("option topic (or topicPattern, or assign) is required: the "
+                              "topics to read, comma-separated")
+        starts = [k for k in _STARTS if options.raw.get(k) is not None]
+        if len(starts) > 1:
+            raise ConfigError(f"options {' and '.join(starts)} exclude each other; give one")
+        ends = [k for k in _ENDS if options.raw.get(k) is not None]
+        if streaming and ends:
+            raise ConfigError(f"option {ends[0]} applies to batch reads only; a stream reads "
+                              "on (use Trigger.AvailableNow to stop at the end)")
+        if len(ends) > 1:
+            raise ConfigError(f"options {' and '.join(ends)} exclude each other; give one")
         if options.get("startingOffsets") == "group" and not options.get("group"):
             raise ConfigError("startingOffsets=group needs the option group")
         lo, hi = options.get("minOffsetsPerTrigger"), options.get("maxOffsetsPerTrigger")
@@ -125,9 +132,10 @@ class SourcePlan:
         plan = cls(ref, options, streaming=bool(streaming))
         store = ref.open()
         plan.broker = options.get("brokerName") or store.config.broker_name
-        queues = plan.queues(store)  # unknown topics fail here, at load()
-        if topics:  # (a pattern's topics may appear later)
-            for key in ("startingOffsets", "endingOffsets"):
+        queues = plan.queues(store)  # unknown topics and queues fail here, at load()
+        if not pattern:  # (a pattern's topics may appear later)
+            for key in ("startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
+                        "endingOffsetsByTimestamp"):
                 spec = options.get(key)
                 if isinstance(spec, Mapping):
                     plan.check_given(store, queues, from_json(spec), key)
@@ -138,6 +146,9 @@ class SourcePlan:
     def queues(self, store: MessageStore) -> list[MessageQueue]:
         """Return the MessageQueues to read now (a pattern picks up new topics)."""
         topics: Sequence[str]
+        assigned = self.options.get("assign")
+        if assigned:
+            return self._assigned(store, assigned)
         if self.options.get("topic"):
             topics = self.options["topic"]
             for t in topics:
@@ -155,18 +166,59 @@ class SourcePlan:
             out.extend(MessageQueue(t, self.broker, q) for q in range(info.read_queue_nums))
         return out
 
+    def _assigned(self, store: MessageStore,
+                  assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
+                  ) -> list[MessageQueue]:
+        """The queues of the assign option, each checked to exist (Kafka's assign)."""
+        out = []
+        for topic, (broker, ids) in assigned.items():
+            if not store.has_topic(topic):
+                raise UnknownTopicError(f"option assign: topic {topic!r} does not exist in "
+                                        f"store {store.root}")
+            if broker is not None and broker != self.broker:
+                raise ConfigError(f"option assign: broker {broker!r} of topic {topic!r} is not "
+                                  f"this store's broker {self.broker!r}")
+            n = store.topic(topic).read_queue_nums
+            missing = [q for q in ids if q >= n]
+            if missing:
+                raise ConfigError(f"option assign: topic {topic!r} has no queue "
+                                  f"{missing[0]} (it has {n} read queues, 0-{n - 1})")
+            out.extend(MessageQueue(topic, self.broker, q) for q in ids)
+        return sorted(out)
+
     def latest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
         return {mq: store.max_offset(mq.topic, mq.queue_id) for mq in queues}
 
     def earliest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
         return {mq: store.min_offset(mq.topic, mq.queue_id) for mq in queues}
 
-    def resolve(self, store: MessageStore, queues: Sequence[MessageQueue], spec: Any,
-                timestamp: int | None, default: str, key: str) -> Positions:
-        """Turn an offsets option (or a timestamp) into a position for every queue."""
-        if timestamp is not None:
-            return {mq: store.offset_for_timestamp(mq.topic, mq.queue_id, timestamp)
-                    for mq in queues}
+    def resolve(self, store: MessageStore, queues: Sequence[MessageQueue], default: str,
+                key: str) -> Positions:
+        """Turn the starting (``key`` startingOffsets) or ending (endingOffsets) options
+        into a position for every queue: offsets, one timestamp or one per queue."""
+        side = "starting" if key == "startingOffsets" else "ending"
+        timestamp = self.options.get(f"{side}Timestamp")
+        by_queue = self.options.get(f"{side}OffsetsByTimestamp")
+        if timestamp is not None or by_queue is not None:
+            stamps = from_json(by_queue) if by_queue is not None else {}
+            if by_queue is not None:
+                self.check_given(store, queues, stamps, f"{side}OffsetsByTimestamp")
+            out: Positions = {}
+            for mq in queues:
+                ts = stamps.get(mq, timestamp)
+                if ts is None:  # a queue the JSON leaves out: as in startingOffsets JSON
+                    out[mq] = (store.min_offset(mq.topic, mq.queue_id) if side == "starting"
+                               else store.max_offset(mq.topic, mq.queue_id))
+                    continue
+                out[mq] = store.offset_for_timestamp(mq.topic, mq.queue_id, ts)
+                if side == "starting" and out[mq] == store.max_offset(mq.topic, mq.queue_id) \
+                        and self.options["startingOffsetsByTimestampStrategy"] == "error":
+                    raise ConfigError(
+                        f"queue {mq} has no message stored at or after timestamp {ts} (its "
+                        f"end is offset {out[mq]}); startingOffsetsByTimestampStrategy=error. "
+                        "Use latest to start such queues at their end")
+            return out
+        spec = self.options.get(key)
         spec = default if spec is None else spec
         if spec == "earliest":
             return self.earliest(store, queues)
@@ -194,7 +246,8 @@ class SourcePlan:
 
     def check_given(self, store: MessageStore, queues: Sequence[MessageQueue],
                     given: Positions, key: str) -> None:
-        """Offsets a user gave in JSON: subscribed queues, and not past a queue's end."""
+        """Offsets (or timestamps) a user gave in JSON: subscribed queues, and no offset
+        past a queue's end."""
         known = set(queues)
         for mq, off in given.items():
             if mq not in known:
@@ -202,7 +255,7 @@ class SourcePlan:
                     f"option {key}: queue {mq} is not one of the subscribed queues "
                     f"(broker {self.broker!r}, topics "
                     f"{sorted({q.topic for q in queues})})")
-            if off >= 0:
+            if off >= 0 and "Timestamp" not in key:
                 end = store.max_offset(mq.topic, mq.queue_id)
                 if off > end:
                     raise ConfigError(
@@ -353,13 +406,11 @@ class RocketMQBatchReader(DataSourceReader):
         self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
-        plan, opts, pushed = self.plan, self.plan.options, self.pushed
+        plan, pushed = self.plan, self.pushed
         store = plan.store.open()
         subscribed = plan.queues(store)
-        start = plan.resolve(store, subscribed, opts.get("startingOffsets"),
-                             opts.get("startingTimestamp"), "earliest", "startingOffsets")
-        end = plan.resolve(store, subscribed, opts.get("endingOffsets"),
-                           opts.get("endingTimestamp"), "latest", "endingOffsets")
+        start = plan.resolve(store, subscribed, "earliest", "startingOffsets")
+        end = plan.resolve(store, subscribed, "latest", "endingOffsets")
         queues = [mq for mq in subscribed
                   if (pushed.topics is None or mq.topic in pushed.topics)
                   and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)]
@@ -428,12 +479,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        plan, opts = self.plan, self.plan.options
+        plan = self.plan
         store = plan.store.open()
         queues = plan.queues(store)
-        return to_json(plan.resolve(store, queues, opts.get("startingOffsets"),
-                                    opts.get("startingTimestamp"), "latest",
-                                    "startingOffsets"))
+        return to_json(plan.resolve(store, queues, "latest", "startingOffsets"))
 
     def getDefaultReadLimit(self) -> Any:
         opts = self.plan.options

@@ -70,6 +70,54 @@ def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_pat
     assert past.count() == 40
 
 
+def test_assign_and_per_queue_timestamps_pick_queues_and_starts(spark, store_path, clock):
+    """Kafka's assign and startingOffsetsByTimestamp / endingOffsetsByTimestamp, with the
+    broker level of RocketMQ's MessageQueue: the JSON's queues only, each from (or
+    before) its first message stored at or after its own timestamp."""
+    with MessageStore.open(store_path, clock=clock) as store:
+        store.create_topic("orders", queues=3)
+        for q in range(3):  # stored at t=1000, 2000, ..., 5000 in every queue
+            for i in range(5):
+                clock.now = 1000 * (i + 1)
+                store.put(Message("orders", f"{q}-{i}".encode(), queue_id=q))
+        broker = store.config.broker_name
+
+    def read(**options):
+        r = spark.read.format("rocketmq").option("store", store_path)
+        for k, v in options.items():
+            r = r.option(k, json.dumps(v) if isinstance(v, dict) else v)
+        return sorted(row.body.decode() for row in r.load().select("body").collect())
+
+    assert read(assign={"orders": [2, 0]}) == [f"{q}-{i}" for q in (0, 2) for i in range(5)]
+    assert read(assign={"orders": {broker: [1]}}) == [f"1-{i}" for i in range(5)]
+    per_queue = {"orders": {broker: {"0": 3000, "2": 4500}}}
+    # queue 0 from t=3000, queue 2 from t=5000, queue 1 (not in the JSON) from its start
+    assert read(topic="orders", startingOffsetsByTimestamp=per_queue) == [
+        "0-2", "0-3", "0-4", "1-0", "1-1", "1-2", "1-3", "1-4", "2-4"]
+    assert read(assign={"orders": [0]}, startingOffsetsByTimestamp={
+        "orders": {broker: {"0": 2000}}}, endingOffsetsByTimestamp={
+        "orders": {broker: {"0": 4000}}}) == ["0-1", "0-2"]
+    assert read(assign={"orders": [1]}, startingTimestamp="2500",
+                endingTimestamp="3500") == ["1-2"]
+    # past every message: the queue's end by default (RocketMQ's searchOffset), or an error
+    assert read(assign={"orders": [1]}, startingTimestamp="9000") == []
+    with pytest.raises(Exception, match=re.escape(f"queue orders/{broker}/1 has no message "
+                                                  "stored at or after timestamp 9000")):
+        read(assign={"orders": [1]}, startingTimestamp="9000",
+             startingOffsetsByTimestampStrategy="error")
+    # a stream reads its assigned queues only, from the per-queue timestamps
+    got = []
+    q = (spark.readStream.format("rocketmq").option("store", store_path)
+         .option("assign", json.dumps({"orders": [0, 1]}))
+         .option("startingOffsetsByTimestamp", json.dumps({"orders": {broker: {"0": 5000,
+                                                                              "1": 4000}}}))
+         .load().writeStream.foreachBatch(
+             lambda df, _: got.extend(r.body.decode() for r in df.collect()))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert sorted(got) == ["0-4", "1-3", "1-4"]
+
+
 def test_large_ranges_are_split_into_partitions(spark, store_path, store):
     _fill(store, "orders", 100, queues=1)
     df = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
@@ -88,7 +136,26 @@ def test_large_ranges_are_split_into_partitions(spark, store_path, store):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({}, "option topic (or topicPattern) is required"),
+    ({}, "option topic (or topicPattern, or assign) is required"),
+    ({"topic": "orders", "assign": '{"orders": [0]}'},
+     "options topic and assign exclude each other"),
+    ({"assign": '{"orders": [0, 2]}'},
+     "option assign: topic 'orders' has no queue 2 (it has 2 read queues, 0-1)"),
+    ({"assign": '{"orders": {"broker-zz": [0]}}'},
+     "option assign: broker 'broker-zz' of topic 'orders' is not this store's broker"),
+    ({"assign": '{"nope": [0]}'}, "option assign: topic 'nope' does not exist"),
+    ({"assign": '{"orders": 0}'}, "option assign: topic 'orders' must list queue ids"),
+    ({"assign": '{"orders": [0]}', "startingOffsets": '{"orders": {"broker-a": {"1": 0}}}'},
+     "option startingOffsets: queue orders/broker-a/1 is not one of the subscribed queues"),
+    ({"topic": "orders", "startingTimestamp": "0",
+      "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": 0}}}'},
+     "options startingTimestamp and startingOffsetsByTimestamp exclude each other"),
+    ({"topic": "orders", "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": -5}}}'},
+     "option startingOffsetsByTimestamp: offset -5 of orders/broker-a/0"),
+    ({"topic": "orders", "endingOffsetsByTimestamp": '{"orders": {"broker-a": {"7": 0}}}'},
+     "option endingOffsetsByTimestamp: queue orders/broker-a/7 is not one of the subscribed"),
+    ({"topic": "orders", "startingOffsetsByTimestampStrategy": "first"},
+     "startingOffsetsByTimestampStrategy: expected one of latest, error"),
     ({"topic": "nope"}, "topic 'nope' does not exist"),
     ({"topic": "orders", "startingOffsets": "{not json"}, "startingOffsets: expected earliest"),
     ({"topic": "orders", "maxRecordsPerPartition": "-3"}, "maxRecordsPerPartition: must be a "
@@ -126,7 +193,7 @@ def test_bad_stream_options_fail_at_load(spark, store_path, store):
     df = (spark.readStream.format("rocketmq").option("store", store_path)
           .option("topic", "orders").option("endingOffsets", "latest").load())
     q = None
-    with pytest.raises(Exception, match="endingOffsets / endingTimestamp apply to batch") as e:
+    with pytest.raises(Exception, match="option endingOffsets applies to batch reads only") as e:
         q = df.writeStream.format("noop").start()  # stream-only checks: at start()
         q.awaitTermination(60)
         raise AssertionError(f"query did not fail: {q.exception()}")
