@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rocketspark.datasource.sink import PROPERTY_SINK_ID
 from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import (
     ConfigError,
@@ -46,6 +47,7 @@ from rocketspark.errors import (
 from rocketspark.store import Message
 from rocketspark.store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -64,13 +66,16 @@ REPLAY_GROUP = "rocketspark-replay"  # + "-" and a hash of the table: one group 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Properties a replayed message does not carry over from its dead letter: the retry
 # bookkeeping, the failure (a replayed message that fails again is a new incident),
-# the transaction of an earlier replay (UNIQ_KEY, TAGS and KEYS appear only in tables
-# materialised before rows' properties left them to their own columns).
+# the transaction of an earlier write or replay, and the sink that wrote it (a replay's
+# half carrying a batch write's RS_SINK was taken for that write's abandoned half).
+# UNIQ_KEY, TAGS and KEYS appear only in tables materialised before rows' properties
+# left them to their own columns.
 _RETRY_ONLY = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REAL_TOPIC,
                PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_TIME_LEVEL, "UNIQ_KEY", "TAGS", "KEYS",
                "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME", PROPERTY_REASON,
                PROPERTY_FIRST_FAILURE, "PGROUP", "__transactionId__", "TRAN_MSG",
-               PROPERTY_REPLAY, PROPERTY_REPLAY_ID)
+               "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_FIRST_HALF,
+               PROPERTY_SINK_ID, PROPERTY_REPLAY, PROPERTY_REPLAY_ID)
 
 Process = Callable[[Any, int], Any]
 
@@ -281,7 +286,7 @@ def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
         cols = _COMMON_COLUMNS.format(reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE,
                                       at=at, reconsume=reconsume) + extra
         df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
-        w = (df.writeStream.foreachBatch(_merge_into(path))
+        w = (df.writeStream.foreachBatch(_merge_into(path, ref.root))
              .option("checkpointLocation", os.path.join(checkpoint, topic.strip("%")
                                                         .replace("%", "-"))))
         w = w.trigger(availableNow=True) if available_now else w.trigger(
@@ -290,7 +295,7 @@ def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
     return queries
 
 
-def _merge_into(path: str) -> Callable[[Any, int], None]:
+def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
     """A foreachBatch writer adding the batch's rows whose msgId the table lacks.
 
     A plain append would add every row again when the checkpoint is new (or
@@ -301,14 +306,71 @@ def _merge_into(path: str) -> Callable[[Any, int], None]:
 
         spark = batch_df.sparkSession
         rows = batch_df.dropDuplicates(["msgId"])
-        if not DeltaTable.isDeltaTable(spark, path):
-            rows.write.format("delta").partitionBy("day").mode("append").save(path)
-            return
-        (DeltaTable.forPath(spark, path).alias("t")
-         .merge(rows.alias("s"), "t.day = s.day AND t.msgId = s.msgId")
-         .whenNotMatchedInsertAll().execute())
+        with _table_lock(store_root, path):
+            if not DeltaTable.isDeltaTable(spark, path):
+                rows.write.format("delta").partitionBy("day").mode("append").save(path)
+                return
+            _retry_conflicts(lambda: (
+                DeltaTable.forPath(spark, path).alias("t")
+                .merge(rows.alias("s"), "t.day = s.day AND t.msgId = s.msgId")
+                .whenNotMatchedInsertAll().execute()), f"materialize into {path}")
 
     return write
+
+
+@contextlib.contextmanager
+def _table_lock(store_root: str, table: str) -> Any:
+    """materialize() and replay() write one table in turn (a lock file in the store's
+    config directory, which both have at hand: the tables may be on object storage).
+
+    Each one's MERGE reads the partitions the other writes, so side by side one of
+    them fails Delta's conflict check: a replay every time a dead letter arrived
+    while it ran. Other writers of the table are met with _retry_conflicts.
+    """
+    key = hashlib.sha1(location_key(table).encode()).hexdigest()[:16]
+    with open(os.path.join(store_root, "config", f"rocketspark-table-{key}.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+MERGE_ATTEMPTS = 6  # a MERGE that met a concurrent write is tried again, up to this often
+
+
+def _retry_conflicts(merge: Callable[[], Any], what: str) -> None:
+    """Run a Delta MERGE again when a concurrent write to its table made it fail.
+
+    materialize() merges new dead letters every few seconds while replay()
+    stamps replayed rows: each MERGE reads the partitions the other may write.
+    Both are idempotent (insert the missing msgIds; stamp the replayed ones),
+    so running one again after Delta's conflict check refused it is safe.
+    """
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        DeltaConcurrentModificationException,
+        MetadataChangedException,
+    )
+
+    conflicts = (ConcurrentAppendException, ConcurrentDeleteDeleteException,
+                 ConcurrentDeleteReadException, ConcurrentTransactionException,
+                 ConcurrentWriteException, DeltaConcurrentModificationException,
+                 MetadataChangedException)
+    for attempt in range(MERGE_ATTEMPTS):
+        try:
+            merge()
+            return
+        except conflicts as e:
+            if attempt == MERGE_ATTEMPTS - 1:
+                raise
+            log.info("%s met a concurrent write (%s); trying again", what,
+                     type(e).__name__)
+            time.sleep(0.2 * 2 ** attempt)
 
 
 def _split_columns(text: str) -> list[str]:
@@ -341,8 +403,10 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
     are skipped unless ``force``. Returns how many messages were sent.
     """
     _require_delta(spark)
-    local = dlq_table[len("file:"):] if dlq_table.startswith("file:") else dlq_table
-    if not os.path.isdir(os.path.join(local, "_delta_log")):
+    from delta.tables import DeltaTable
+
+    # (not a look for _delta_log: it exists before the table's first commit)
+    if not DeltaTable.isDeltaTable(spark, dlq_table):
         raise ConfigError(f"no dead-letter table at {dlq_table} (has the group had dead "
                           "letters yet, and is materialize() running?)")
     ref = _store(store, store_options)
@@ -402,12 +466,15 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
         msgs.append(Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (),
                             properties=props))
     halves = s.prepare_batch(msgs, producer_group=group)
+    # By msgId alone: a dead letter in the table twice (two days) is stamped twice.
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
-    (DeltaTable.forPath(spark, dlq_table).alias("t")
-     .merge(ids.alias("s"), "t.msgId = s.msgId")
-     .whenMatchedUpdate(set={"replayedAt": "current_timestamp()",
-                             "replayId": f"'{replay_id}'"})
-     .execute())
+    with _table_lock(s.root, dlq_table):
+        _retry_conflicts(lambda: (
+            DeltaTable.forPath(spark, dlq_table).alias("t")
+            .merge(ids.alias("s"), "t.msgId = s.msgId")
+            .whenMatchedUpdate(set={"replayedAt": "current_timestamp()",
+                                    "replayId": f"'{replay_id}'"})
+            .execute()), f"replay into {dlq_table}")
     s.commit_transaction(halves)
     return len(msgs)
 

@@ -23,8 +23,12 @@ def dlq_world(spark, tmp_path_factory):
     store_dir = str(root / "store")
     with MessageStore.open(store_dir, **FAST) as s:
         s.create_topic("orders", queues=2)
+        # the bad ones as an exactly-once batch write's committed copies would be
+        written = {"RS_SINK": "batch-0123456789abcdef", "PGROUP": "rocketspark-sink-batch-"
+                   "0123456789abcdef", "__transactionId__": "x", "RS_FIRST_HALF": "7"}
         s.put_batch([Message("orders", f"order-{i}" + ("-bad" if i in (3, 11) else ""),
-                             keys=[f"o-{i}"], tags="new") for i in range(20)])
+                             keys=[f"o-{i}"], tags="new",
+                             properties=written if i in (3, 11) else {}) for i in range(20)])
     processed: list[str] = []
 
     def process(batch_df, batch_id):
@@ -106,6 +110,10 @@ def test_replay_sends_dead_letters_back_once(spark, dlq_world):
         assert s.open_transactions() == []
     assert sorted(m.body.decode() for m in new) == ["order-11-bad", "order-3-bad"]
     assert all(m.reconsume_times == 0 and m.keys in (["o-3"], ["o-11"]) for m in new)
+    # the replay's own transaction, not the earlier write's: an abandoned-write clean-up
+    # (by RS_SINK) never takes a replay's halves for that write's
+    assert all("RS_SINK" not in m.properties and "RS_FIRST_HALF" not in m.properties
+               and m.properties["PGROUP"].startswith("rocketspark-replay-") for m in new)
     stamped = spark.read.format("delta").load(tables["dlq"]).where("replayedAt IS NOT NULL")
     assert stamped.count() == 2 and stamped.select("replayId").distinct().count() == 2
     assert replay(spark, dlq_table=tables["dlq"], condition="msgId IS NOT NULL", force=True,
@@ -252,3 +260,33 @@ def test_send_back_checks_what_process_returned(tmp_path):
     assert pipe.send_back([_offsets_row(mine.commitlog_offset)], 0, "q1") == 0  # replayed
     # a new checkpoint at the same location: a new query id, batch ids from 0 again
     assert pipe.send_back([_offsets_row(mine.commitlog_offset)], 0, "q2") == 1
+
+
+def test_a_merge_that_met_a_concurrent_write_is_run_again(monkeypatch):
+    """Besides materialize() and replay() taking turns (_table_lock), a MERGE refused by
+    Delta's conflict check (another writer of the table) is run again: both MERGEs are
+    idempotent. Any other error, or conflicts past MERGE_ATTEMPTS, still raise."""
+    from delta.exceptions import ConcurrentAppendException
+
+    from rocketspark import deadletter
+
+    monkeypatch.setattr(deadletter.time, "sleep", lambda s: None)
+    calls = []
+
+    def merge(conflicts):
+        def run():
+            calls.append(1)
+            if len(calls) <= conflicts:
+                raise ConcurrentAppendException(message="a concurrent MERGE added data")
+        return run
+
+    deadletter._retry_conflicts(merge(2), "test")
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConcurrentAppendException):
+        deadletter._retry_conflicts(merge(99), "test")
+    assert len(calls) == deadletter.MERGE_ATTEMPTS
+    calls.clear()
+    with pytest.raises(ZeroDivisionError):
+        deadletter._retry_conflicts(lambda: calls.append(1) or 1 / 0, "test")
+    assert len(calls) == 1

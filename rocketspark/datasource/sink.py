@@ -84,9 +84,12 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
     "delayLevel": (_INTEGRAL, "int"),
 }
 PROPERTY_SINK_ID = "RS_SINK"
-# Property names the sink (or RocketMQ) sets itself: the tags, keys and delayLevel
-# columns carry the first three; the rest belong to transactions and to the sink.
-SINK_RESERVED_PROPERTIES = RESERVED_PROPERTIES | frozenset({
+# Property names a previous write (a transaction, a sink) set on a message: they
+# describe that write, so the sink drops them from its input and sets its own. A row
+# read from a topic an exactly-once sink wrote then goes back through a sink as-is.
+# (TAGS, KEYS and DELAY, which the tags, keys and delayLevel columns carry, are
+# refused instead: RESERVED_PROPERTIES.)
+SINK_REPLACED_PROPERTIES = frozenset({
     "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP", "__transactionId__",
     "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_FIRST_HALF,
     PROPERTY_SINK_ID})
@@ -186,7 +189,7 @@ class SinkPlan:
                 sink_id = hashlib.sha1(location_key(where).encode()).hexdigest()[:16]
             else:  # a batch write: one id per job (Spark plans the writer once a job)
                 sink_id = "batch-" + uuid.uuid4().hex[:16]
-        group = options.get("producerGroup") or f"rocketspark-sink-{sink_id}"
+        group = options.get("producerGroup") or default_producer_group(sink_id)
         from rocketspark.store.config import validate_group
         validate_group(group)
         return cls(ref, columns, default_topic, exactly_once, sink_id, group, version)
@@ -276,11 +279,12 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
 def check_columns(cols: dict[str, list[Any]]) -> None:
     """What the store's columnar path would take but a RocketMQ message must not carry.
 
-    System topics in the topic column; in properties, empty names, null values
-    and the names the sink sets itself (a TAGS property would be read as the
-    tag without its queue entry's tag code, a KEYS one indexed instead of the
-    keys column); in keys arrays, null, empty or space-holding keys (RocketMQ
-    separates keys with spaces).
+    Refused: system topics in the topic column; in properties, empty names,
+    null values and the names of message fields (a TAGS property would be read
+    as the tag without its queue entry's tag code, a KEYS one indexed instead
+    of the keys column); in keys arrays, null, empty or space-holding keys
+    (RocketMQ separates keys with spaces). Dropped from properties (in
+    ``cols``): SINK_REPLACED_PROPERTIES.
     """
     topics = cols.get("topic")
     if topics is not None:
@@ -288,19 +292,25 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
             if t is not None and is_system_topic(t):
                 raise ConfigError(f"column topic: {t!r} is a RocketMQ system topic; the sink "
                                   "does not write there")
-    for props in cols.get("properties") or ():
+    column = cols.get("properties") or ()
+    for i, props in enumerate(column):
         if not props:
             continue
-        for name, value in (props.items() if isinstance(props, dict) else props):
+        pairs = props.items() if isinstance(props, dict) else props
+        replaced = False
+        for name, value in pairs:
             if not name:
                 raise ConfigError("column properties: a property name is empty")
             if value is None:
                 raise ConfigError(f"column properties: property {name!r} is null (leave it "
                                   "out of the map, or give a string)")
-            if name in SINK_RESERVED_PROPERTIES:
+            if name in RESERVED_PROPERTIES:
                 raise ConfigError(
                     f"column properties: {name!r} is set by the sink itself; use the tags, "
                     "keys and delayLevel columns (UNIQ_KEY may be given)")
+            replaced = replaced or name in SINK_REPLACED_PROPERTIES
+        if replaced:
+            column[i] = [(k, v) for k, v in pairs if k not in SINK_REPLACED_PROPERTIES]
     for keys in cols.get("keys") or ():
         if keys is None or isinstance(keys, str):
             continue
@@ -396,20 +406,34 @@ def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
     return len(orphans)
 
 
-def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int) -> int:
+def default_producer_group(sink_id: str) -> str:
+    """The producer group of a sink's transactions unless the producerGroup option says."""
+    return f"rocketspark-sink-{sink_id}"
+
+
+def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int, *,
+                                     producer_groups: Sequence[str] = ()) -> int:
     """Roll back the open halves of batch ``df.write`` jobs older than ``older_than_ms``.
 
     A job whose driver died before its commit leaves its halves open (and
     invisible) for good: no later job has its sink id. Streams' halves are not
-    touched (their next commit resolves them). A job still running whose
-    halves are older than the limit fails at its commit ("already rolled
-    back"), so give a limit longer than any batch write runs. Returns how
-    many halves were rolled back.
+    touched (their next commit resolves them), nor other producers' (a half
+    is a batch write's when its RS_SINK says ``batch-...`` and its PGROUP is
+    that sink's default group, or one of ``producer_groups``: give the
+    producerGroup options of batch writes that set one). A job still running
+    whose halves are older than the limit fails at its commit ("already
+    rolled back"), so give a limit longer than any batch write runs. Returns
+    how many halves were rolled back.
     """
     cutoff = store.clock() - older_than_ms
-    stale = [h.queue_offset for h in store.open_transactions()
-             if h.properties.get(PROPERTY_SINK_ID, "").startswith("batch-")
-             and h.store_timestamp < cutoff]
+    groups = frozenset(producer_groups)
+    stale = []
+    for h in store.open_transactions():
+        sink = h.properties.get(PROPERTY_SINK_ID, "")
+        group = h.properties.get("PGROUP")
+        if sink.startswith("batch-") and h.store_timestamp < cutoff and (
+                group == default_producer_group(sink) or group in groups):
+            stale.append(h.queue_offset)
     if stale:
         log.warning("rolling back %d half messages of batch writes that never committed",
                     len(stale))

@@ -46,6 +46,36 @@ def test_batch_write_maps_columns_to_messages(spark, store_path, store, guarante
     assert store.query_by_key("out", "k7")[0].body == b"body-7"
 
 
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_rows_read_from_a_sinks_topic_go_back_through_a_sink_as_they_are(
+        spark, store_path, store, guarantee):
+    """Committed copies carry their transaction's PGROUP and __transactionId__ and the
+    sink's RS_SINK, which the source's properties column shows: copying such rows on
+    with their properties replaces those (they described the earlier write)."""
+    store.create_topic("first", queues=2)
+    store.create_topic("second", queues=2)
+    df = spark.createDataFrame([(f"b{i}", {"color": "red"}) for i in range(10)],
+                               "body string, properties map<string,string>")
+    df.write.format("rocketmq").option("store", store_path).option("topic", "first") \
+        .mode("append").save()
+    read = spark.read.format("rocketmq").option("store", store_path).option("topic", "first")
+    rows = read.load().select("body", "properties")
+    assert all("RS_SINK" in r.properties and "PGROUP" in r.properties for r in rows.collect())
+    rows.write.format("rocketmq").option("store", store_path).option("topic", "second") \
+        .option("deliveryGuarantee", guarantee).option("sinkId", "copier") \
+        .mode("append").save()
+    copies = _all(store, "second")
+    assert sorted(m.body for m in copies) == sorted(f"b{i}".encode() for i in range(10))
+    for m in copies:
+        assert m.properties["color"] == "red"
+        if guarantee == "exactly_once":  # this write's transaction, not the first one's
+            assert m.properties["RS_SINK"] == "copier"
+            assert m.properties["PGROUP"] == "rocketspark-sink-copier"
+            assert m.properties["__transactionId__"] == m.properties["UNIQ_KEY"]
+        else:
+            assert not {"RS_SINK", "PGROUP", "__transactionId__"} & set(m.properties)
+
+
 def test_batch_write_routes_by_topic_and_queue_columns(spark, store_path, store):
     store.create_topic("a", queues=2)
     store.create_topic("b", queues=2)

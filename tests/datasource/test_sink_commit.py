@@ -24,7 +24,7 @@ from rocketspark.datasource.sink import (
     write_task,
 )
 from rocketspark.datasource.stores import StoreRef
-from rocketspark.store import MessageStore
+from rocketspark.store import Message, MessageStore
 from rocketspark.store.transaction import TransactionService
 
 
@@ -174,8 +174,14 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
         assert roll_back_abandoned_batch_writes(s, 3_600_000) == 0  # not old enough
         assert len(s.open_transactions()) == 2
         now = s.clock
+        # another producer's half that carries a batch write's RS_SINK (copied along
+        # with a message's properties) is not that write's
+        s.prepare(Message("out", b"copied", properties={"RS_SINK": "batch-dead"}),
+                  producer_group="someone")
         s.clock = lambda: now() + 7_200_000  # two hours later
         assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
+        assert sorted(h.body for h in s.open_transactions()) == [b"copied", b"s"]
+        assert roll_back_abandoned_batch_writes(s, 0, producer_groups=["someone"]) == 1
         assert [h.body for h in s.open_transactions()] == [b"s"]  # the stream's: untouched
     RocketMQStreamWriter(stream).commit([pending], 0)
     assert _bodies(out_store) == ["s"]
