@@ -16,6 +16,7 @@ from rocketspark.datasource.options import parse_options
 from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter, SinkPlan
 from rocketspark.datasource.source import (
     SCHEMA_DDL,
+    SCHEMA_FIELDS,
     RocketMQBatchReader,
     RocketMQFilteringBatchReader,
     RocketMQStreamReader,
@@ -41,6 +42,7 @@ class RocketMQDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> RocketMQBatchReader:
+        _check_schema(schema)
         plan = SourcePlan.create(parse_options(self.options, "read"), streaming=False)
         if called_for_filter_pushdown():
             return RocketMQFilteringBatchReader(plan)
@@ -48,6 +50,7 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> Any:
         try:
+            _check_schema(schema)
             plan = SourcePlan.create(parse_options(self.options, "read"), streaming=True)
         except RocketSparkError as e:
             # pyspark's stream runner (4.0-4.2) answers an error raised here with an
@@ -68,6 +71,18 @@ class RocketMQDataSource(DataSource):
             raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
         return RocketMQStreamWriter(
             SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True))
+
+
+def _check_schema(schema: Any) -> None:
+    """The source's rows have one schema: a schema given with .schema() must be it
+    (Kafka's connector refuses any, "a fixed schema"; this one takes its own)."""
+    if schema is None or isinstance(schema, str):
+        return
+    got = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    if got != SCHEMA_FIELDS:
+        raise ConfigError(
+            "the rocketmq source has a fixed schema and cannot be read with another (leave "
+            f".schema() out, and select or cast columns after load()): {SCHEMA_DDL}")
 
 
 class _RefusedStreamReader(DataSourceStreamReader):

@@ -71,6 +71,17 @@ def _duration_ms(key: str, value: str) -> int:
     return int(m.group(1)) * _UNIT_MS[m.group(2).lower() if m.group(2) else None]
 
 
+def _sub_expression(key: str, value: str) -> str:
+    """A tag expression, checked as the store reads it (``*``, or ``TagA || TagB``)."""
+    from rocketspark.store.message_store import SubscriptionExpression
+
+    try:
+        SubscriptionExpression(value)
+    except ConfigError as e:
+        raise ConfigError(f"option {key}: {e}") from None
+    return value
+
+
 def _topics(key: str, value: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in value.split(",") if t.strip())
     if not names:
@@ -215,7 +226,7 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
     Option("topicPattern", _pattern, None, "regular expression over topic names (read)", _R),
     Option("assign", _assign, None,
            'the queues to read, as JSON: {"topic": [queueId, ...]} (read)', _R),
-    Option("subExpression", _text, "*", "tag expression: * or TagA || TagB", _R),
+    Option("subExpression", _sub_expression, "*", "tag expression: * or TagA || TagB", _R),
     Option("group", _text, None, "consumer group: Spark's progress is committed as its offsets",
            _R),
     Option("startingOffsets", _offsets_spec, None,

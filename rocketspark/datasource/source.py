@@ -68,6 +68,9 @@ SCHEMA_DDL = (
     "bornHost string, storeHost string, reconsumeTimes int, commitLogOffset long, flag int, "
     "sysFlag int"
 )
+# SCHEMA_DDL as (name, type) pairs, types as Spark's simpleString() spells them.
+SCHEMA_FIELDS = [(f.split(" ", 1)[0], f.split(" ", 1)[1].replace("long", "bigint"))
+                 for f in SCHEMA_DDL.split(", ")]
 # Offsets read from the store per call inside one partition: bounds a worker's memory.
 READ_CHUNK = 1 << 16
 
@@ -193,9 +196,13 @@ class SourcePlan:
         return {mq: store.min_offset(mq.topic, mq.queue_id) for mq in queues}
 
     def resolve(self, store: MessageStore, queues: Sequence[MessageQueue], default: str,
-                key: str) -> Positions:
+                key: str, *, symbolic_latest: bool = False) -> Positions:
         """Turn the starting (``key`` startingOffsets) or ending (endingOffsets) options
-        into a position for every queue: offsets, one timestamp or one per queue."""
+        into a position for every queue: offsets, one timestamp or one per queue.
+
+        ``symbolic_latest``: a queue that starts at its latest offset gets LATEST
+        (-1), not the offset of this moment (see RocketMQStreamReader.initialOffset).
+        """
         side = "starting" if key == "startingOffsets" else "ending"
         timestamp = self.options.get(f"{side}Timestamp")
         by_queue = self.options.get(f"{side}OffsetsByTimestamp")
@@ -223,7 +230,8 @@ class SourcePlan:
         if spec == "earliest":
             return self.earliest(store, queues)
         if spec == "latest":
-            return self.latest(store, queues)
+            return ({mq: LATEST for mq in queues} if symbolic_latest
+                    else self.latest(store, queues))
         if spec == "group":
             group = self.options["group"]
             out: Positions = {}
@@ -239,7 +247,7 @@ class SourcePlan:
             off = given.get(mq, EARLIEST if key == "startingOffsets" else LATEST)
             if off == EARLIEST:
                 off = store.min_offset(mq.topic, mq.queue_id)
-            elif off == LATEST:
+            elif off == LATEST and not symbolic_latest:
                 off = store.max_offset(mq.topic, mq.queue_id)
             out[mq] = off
         return out
@@ -475,14 +483,29 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._legacy_warned = False
         self._waiting_since: float | None = None  # minOffsetsPerTrigger
         self._group_committed: dict | None = None
+        self._initial: dict | None = None
 
     # -- offsets -------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        plan = self.plan
-        store = plan.store.open()
-        queues = plan.queues(store)
-        return to_json(plan.resolve(store, queues, "latest", "startingOffsets"))
+        """Where the query starts: the same answer every time it is asked.
+
+        Spark asks more than once (as the start of its first latestOffset call,
+        and again when it runs batch 0), and asks anew after a restart that
+        re-runs a batch 0 never committed, while its end comes from the offset
+        log. A queue that starts at its latest offset is therefore LATEST (-1)
+        here, not the end of this moment: batch 0 starts such a queue where it
+        ends (latestOffset), so a restart can neither skip nor re-read data.
+        Kafka's connector writes its initial offsets to the checkpoint instead;
+        a Python data source is not given the checkpoint's location.
+        """
+        if self._initial is None:
+            plan = self.plan
+            store = plan.store.open()
+            queues = plan.queues(store)
+            self._initial = to_json(plan.resolve(store, queues, "latest", "startingOffsets",
+                                                 symbolic_latest=True))
+        return self._initial
 
     def getDefaultReadLimit(self) -> Any:
         opts = self.plan.options
@@ -526,6 +549,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # reader of a retry topic delivers the due ones before looking for new data.
             store.run_schedule()
         latest = plan.latest(store, queues)
+        for mq in [mq for mq, off in begin.items() if off == LATEST and mq in latest]:
+            # The initial offset's "latest": batch 0 starts (and ends) the queue where it
+            # is now, or at Trigger.AvailableNow's target, taken before.
+            target = self._target.get(mq) if self._target is not None else None
+            begin[mq] = latest[mq] if target is None else min(latest[mq], target)
         new = [mq for mq in queues if mq not in begin]
         if new:  # queues or topics that appeared since: from their earliest
             log.info("new queues %s start at their earliest offset", [str(q) for q in new])
@@ -539,8 +567,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; restarting it at its earliest offset (failOnDataLoss=false)", what)
             begin[mq] = store.min_offset(mq.topic, mq.queue_id)
         if self._target is not None:
-            latest = {mq: min(off, self._target[mq]) if mq in self._target else begin[mq]
-                      for mq, off in latest.items()}
+            # (a start past the target, as a starting timestamp resolved after it: empty)
+            latest = {mq: max(begin[mq], min(off, self._target[mq])) if mq in self._target
+                      else begin[mq] for mq, off in latest.items()}
         end = dict(latest)
         for mq, off in begin.items():
             if mq not in end:  # a queue no longer subscribed keeps its position
@@ -582,6 +611,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s = begin.get(mq)
             if s is None:
                 s = store.min_offset(mq.topic, mq.queue_id)
+            elif s == LATEST:  # batch 0 of a queue that starts at its latest offset
+                s = e
             elif e < s:
                 # latestOffset found the queue ending before the stream's position and
                 # (failOnDataLoss=false) restarted it at its earliest: read up to e.
@@ -601,12 +632,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(self.plan.store.open(), end)
 
     def _commit_group(self, store: MessageStore, processed: dict) -> None:
+        """Commit the group's offsets of the queues still read (as RocketMQ's consumer,
+        which drops a queue it no longer has): not a queue of a topic that shrank."""
         group = self.plan.options.get("group")
         if not group or processed == self._group_committed:
             return
+        live = set(self.plan.queues(store))
         store.commit_offsets(group, {(mq.topic, mq.queue_id): off
                                      for mq, off in from_json(processed).items()
-                                     if mq.broker == self.plan.broker})
+                                     if mq in live and off >= 0})
         self._group_committed = processed
 
     def stop(self) -> None:
