@@ -183,8 +183,11 @@ class SinkPlan:
         if sink_id is None:
             where = options.raw.get("checkpointlocation")
             if streaming and exactly_once and not where:
-                raise ConfigError("an exactly-once stream needs the option checkpointLocation "
-                                  "(or sinkId) to recognise its batches after a restart")
+                raise ConfigError(
+                    "an exactly-once stream needs the option checkpointLocation (or sinkId) "
+                    "to recognise its batches after a restart; a checkpoint location from "
+                    "spark.sql.streaming.checkpointLocation is not passed to a Python data "
+                    "source's writer, so give it as an option of this query")
             if where:
                 sink_id = hashlib.sha1(location_key(where).encode()).hexdigest()[:16]
             else:  # a batch write: one id per job (Spark plans the writer once a job)

@@ -347,11 +347,14 @@ def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
         q.awaitTermination(120)
     _fill(store, "orders", 10)  # arrives before the restart
     got = []
-    q = df.writeStream.foreachBatch(
-        lambda batch_df, _: got.extend(r.body.decode() for r in batch_df.collect())) \
-        .option("checkpointLocation", chk).trigger(availableNow=True).start()
-    q.awaitTermination(120)
-    assert q.exception() is None
+    # (Spark 4.0/4.1 end an AvailableNow run that re-ran an uncommitted batch there,
+    # without asking the source for more: the next run reads on)
+    for _ in range(1 if ADMISSION_CONTROL else 2):
+        q = df.writeStream.foreachBatch(
+            lambda batch_df, _: got.extend(r.body.decode() for r in batch_df.collect())) \
+            .option("checkpointLocation", chk).trigger(availableNow=True).start()
+        q.awaitTermination(120)
+        assert q.exception() is None
     assert sorted(got) == sorted(f"orders-{i}" for i in range(10))  # the new ten only
 
 
