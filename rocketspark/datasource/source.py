@@ -218,12 +218,15 @@ class SourcePlan:
                                else store.max_offset(mq.topic, mq.queue_id))
                     continue
                 out[mq] = store.offset_for_timestamp(mq.topic, mq.queue_id, ts)
-                if side == "starting" and out[mq] == store.max_offset(mq.topic, mq.queue_id) \
-                        and self.options["startingOffsetsByTimestampStrategy"] == "error":
-                    raise ConfigError(
-                        f"queue {mq} has no message stored at or after timestamp {ts} (its "
-                        f"end is offset {out[mq]}); startingOffsetsByTimestampStrategy=error. "
-                        "Use latest to start such queues at their end")
+                if side == "starting" and out[mq] == store.max_offset(mq.topic, mq.queue_id):
+                    if self.options["startingOffsetsByTimestampStrategy"] == "error":
+                        raise ConfigError(
+                            f"queue {mq} has no message stored at or after timestamp {ts} "
+                            f"(its end is offset {out[mq]}); "
+                            "startingOffsetsByTimestampStrategy=error. Use latest to start "
+                            "such queues at their end")
+                    if symbolic_latest:  # no message at or after it yet: the queue's latest
+                        out[mq] = LATEST
             return out
         spec = self.options.get(key)
         spec = default if spec is None else spec

@@ -327,16 +327,18 @@ def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store,
                                  + [("shop-payments", f"shop-payments-{i}") for i in range(4)])
 
 
-@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+@pytest.mark.parametrize("fail_on_data_loss, start", [
+    ("true", {}), ("false", {}), ("true", {"startingTimestamp": "99999999999999"})])
 def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
-        spark, store_path, store, tmp_path, fail_on_data_loss):
+        spark, store_path, store, tmp_path, fail_on_data_loss, start):
     """Spark asks for the initial offset again when a restarted query re-runs a batch 0
     that never committed (its end comes from the offset log). A "latest" worked out
     anew was past that end: the query failed, or with failOnDataLoss=false read the
-    queues from their earliest offset, history and all."""
+    queues from their earliest offset, history and all. (So was a starting timestamp
+    after every message.)"""
     _fill(store, "orders", 100)
     chk = str(tmp_path / "chk")
-    df = _stream(spark, store_path, topic="orders", failOnDataLoss=fail_on_data_loss)
+    df = _stream(spark, store_path, topic="orders", failOnDataLoss=fail_on_data_loss, **start)
 
     def fail(batch_df, batch_id):
         raise RuntimeError("the sink is down")
