@@ -49,10 +49,10 @@ from rocketspark.store.index_file import (
     java_hash_many,
 )
 from rocketspark.store.message import (
-    FIRST_HALF_ERROR,
-    PROPERTY_FIRST_HALF,
     DLQ_GROUP_TOPIC_PREFIX,
+    FIRST_HALF_ERROR,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
