@@ -110,14 +110,18 @@ def _offsets_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, i
     v = value.strip()
     if v.lower() in ("earliest", "latest", "group"):
         return v.lower()
-    try:
-        parsed = json.loads(v)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f"option {key}: expected earliest, latest, group or a JSON object such as "
-            f'{{"orders": {{"broker-a": {{"0": 42}}}}}}, got {value!r} ({e.msg} at column '
-            f"{e.colno})") from None
+    parsed = _json(key, v, 'earliest, latest, group or a JSON object such as '
+                   '{"orders": {"broker-a": {"0": 42}}}')
     return _check_offsets_json(key, parsed)
+
+
+def _json(key: str, value: str, expected: str) -> Any:
+    """The JSON an option holds; a ConfigError naming the option and what it expects."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"option {key}: expected {expected}, got {value!r} ({e.msg} at "
+                          f"column {e.colno})") from None
 
 
 def _check_offsets_json(key: str, parsed: Any) -> dict[str, dict[str, dict[str, int]]]:
@@ -160,13 +164,8 @@ def _ending_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, in
 def _timestamps_spec(key: str, value: str) -> dict[str, dict[str, dict[str, int]]]:
     """A JSON object {"topic": {"broker": {"queueId": timestamp ms}}} (Kafka's
     startingOffsetsByTimestamp, with RocketMQ's broker level)."""
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f"option {key}: expected a JSON object such as "
-            f'{{"orders": {{"broker-a": {{"0": 1700000000000}}}}}}, got {value!r} ({e.msg} at '
-            f"column {e.colno})") from None
+    parsed = _json(key, value, 'a JSON object such as '
+                   '{"orders": {"broker-a": {"0": 1700000000000}}}')
     spec = _check_offsets_json(key, parsed)
     for topic, brokers in spec.items():
         for broker, queues in brokers.items():
@@ -180,11 +179,7 @@ def _timestamps_spec(key: str, value: str) -> dict[str, dict[str, dict[str, int]
 def _assign(key: str, value: str) -> dict[str, tuple[str | None, tuple[int, ...]]]:
     """Kafka's assign: {"topic": [queueId, ...]}, or {"topic": {"brokerName": [queueId, ...]}}."""
     example = '{"orders": [0, 1]} or {"orders": {"broker-a": [0, 1]}}'
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"option {key}: expected a JSON object such as {example}, got "
-                          f"{value!r} ({e.msg} at column {e.colno})") from None
+    parsed = _json(key, value, f"a JSON object such as {example}")
     if not isinstance(parsed, dict) or not parsed:
         raise ConfigError(f"option {key}: expected a non-empty JSON object such as {example}")
     out: dict[str, tuple[str | None, tuple[int, ...]]] = {}
