@@ -318,7 +318,6 @@ def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
     return write
 
 
-@contextlib.contextmanager
 def _table_lock(store_root: str, table: str) -> Any:
     """materialize() and replay() write one table in turn (a lock file in the store's
     config directory, which both have at hand: the tables may be on object storage).
@@ -328,7 +327,13 @@ def _table_lock(store_root: str, table: str) -> Any:
     while it ran. Other writers of the table are met with _retry_conflicts.
     """
     key = hashlib.sha1(location_key(table).encode()).hexdigest()[:16]
-    with open(os.path.join(store_root, "config", f"rocketspark-table-{key}.lock"), "a") as f:
+    return _config_lock(store_root, f"rocketspark-table-{key}")
+
+
+@contextlib.contextmanager
+def _config_lock(store_root: str, name: str) -> Any:
+    """An exclusive flock on ``config/<name>.lock`` of the store, held for the block."""
+    with open(os.path.join(store_root, "config", f"{name}.lock"), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -421,17 +426,10 @@ def _replay_group(dlq_table: str) -> str:
     return f"{REPLAY_GROUP}-{hashlib.sha1(location_key(dlq_table).encode()).hexdigest()[:16]}"
 
 
-@contextlib.contextmanager
 def _replay_lock(store: Any, group: str) -> Any:
     """Replays of one table take turns: an overlapping one would roll back the halves
     of the other (they are in no table yet) between its prepare and its commit."""
-    path = os.path.join(store.root, "config", f"{group}.lock")
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return _config_lock(store.root, group)
 
 
 def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
