@@ -56,8 +56,6 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
-import org.apache.rocketmq.remoting.protocol.route.BrokerData;
-import org.apache.rocketmq.remoting.protocol.route.QueueData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
@@ -94,7 +92,8 @@ public class RocketClient {
                 boolean ok = c.getBrokerAddrTable().containsKey(broker);
                 for (String t : topics) {
                     TopicRouteData r = a.examineTopicRouteInfo(t);
-                    ok &= r != null && r.getQueueDatas().stream().anyMatch(q -> q.getWriteQueueNums() > 0);
+                    ok &= r != null
+                        && r.getQueueDatas().stream().anyMatch(q -> q.getWriteQueueNums() > 0);
                 }
                 if (ok) { out(Map.of("ready", true)); a.shutdown(); return; }
                 last = "not yet listed";
