@@ -43,7 +43,7 @@ from rocketspark.store.index_file import (
     java_hash_rows,
 )
 from rocketspark.store.message import java_string_hash
-from tests.store.helpers.jvm import need_java
+from tests.store.helpers.jvm import QUIET, need_java
 
 SLOTS, ENTRIES = 64, 256
 T0 = 1_700_000_000_123
@@ -714,6 +714,7 @@ def rocketmq(tmp_path_factory):
         done = subprocess.run(
             [
                 "java",
+                *QUIET,
                 "-cp",
                 f"{classpath}{os.pathsep}{build}",
                 "IndexFileDriver",

@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from rocketspark.store import Message, MessageStore
-from tests.store.helpers.jvm import need_java
+from tests.store.helpers.jvm import QUIET, need_java
 
 JAVA = r"""
 import java.nio.ByteBuffer;
@@ -74,7 +74,8 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
     (build / "DecodeDriver.java").write_text(JAVA)
     subprocess.run(["javac", "-cp", classpath, "-d", str(build), str(build / "DecodeDriver.java")],
                    check=True, capture_output=True, timeout=180)
-    done = subprocess.run(["java", "-cp", f"{classpath}{os.pathsep}{build}", "DecodeDriver", path],
+    done = subprocess.run(["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}",
+                           "DecodeDriver", path],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.split("\t") for line in done.stdout.splitlines() if line]

@@ -22,7 +22,7 @@ import subprocess
 
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message import tags_code
-from tests.store.helpers.jvm import need_java
+from tests.store.helpers.jvm import QUIET, need_java
 
 CL_SIZE = 1024 * 1024
 CQ_SIZE = 20 * 1000  # 1000 ConsumeQueue entries per file
@@ -310,8 +310,8 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
                     str(build / "ReadOursDriver.java")], check=True, capture_output=True,
                    timeout=120)
     args = [f"{t}:{k.encode().hex()}" for t, k in queries]
-    done = subprocess.run(["java", "-cp", f"{classpath}{os.pathsep}{build}", "ReadOursDriver",
-                           path, str(CL_SIZE), str(CQ_SIZE), *args],
+    done = subprocess.run(["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}",
+                           "ReadOursDriver", path, str(CL_SIZE), str(CQ_SIZE), *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.split("\t") for line in done.stdout.splitlines() if line]

@@ -21,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.store.helpers import jvm
+
 # RocketMQ 5.3's HA acceptor (haListenPort) binds all interfaces, and no option makes it
 # bind loopback. A single master without slaves never needs it, so the broker gets an
 # HA service that skips the acceptor: the store loads its HA service through
@@ -230,14 +232,6 @@ public class RocketClient {
 }
 """
 
-# Client programs put on the broker's classpath would pick up the broker jar's logging
-# configuration, which prints status lines to stdout, where the tests read JSON.
-QUIET_LOGBACK = """<configuration>
-  <statusListener class="org.apache.rocketmq.logging.ch.qos.logback.core.status.NopStatusListener"/>
-  <root level="OFF"/>
-</configuration>
-"""
-
 JVM_FLAGS = [
     # what RocketMQ's own start scripts pass on JDK 9+
     "--add-opens=java.base/java.nio=ALL-UNNAMED",
@@ -354,8 +348,6 @@ class RocketMQ:
         services.mkdir(parents=True, exist_ok=True)
         (services / "org.apache.rocketmq.store.ha.HAService").write_text(
             "rocketspark.test.LoopbackOnlyHAService\n")
-        self.logback = run_dir / "quiet-logback.xml"
-        self.logback.write_text(QUIET_LOGBACK)
         port = free_port()
         self.namesrv = JavaServer("namesrv", run_dir / "namesrv", namesrv_classpath,
                                   "org.apache.rocketmq.namesrv.NamesrvStartup",
@@ -406,7 +398,7 @@ class RocketMQ:
 
     def client_process(self, *args: object) -> subprocess.Popen:
         """Start the Java client (``RocketClient`` modes), its stdout a pipe of JSON lines."""
-        cmd = ["java", "-Xmx256m", *JVM_FLAGS, f"-Drmq.logback.configurationFile={self.logback}",
+        cmd = ["java", "-Xmx256m", *JVM_FLAGS, *jvm.QUIET,
                f"-Duser.home={self.run_dir / 'client-home'}",
                "-Drocketmq.client.logRoot=" + str(self.run_dir / "client-home"),
                "-cp", f"{self.classes}{os.pathsep}{self.classpath}", "RocketClient", self.addr,
