@@ -52,6 +52,7 @@ import java.util.*;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.rocketmq.client.QueryResult;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.message.Message;
@@ -169,21 +170,23 @@ public class RocketClient {
         c.setNamesrvAddr(ns);
         c.setAutoCommit(false);
         c.setPollTimeoutMillis(1000);
+        // A new group starts at each queue's first offset: no seek() right after assign(),
+        // which can interrupt a request in flight (and so close the client's connection).
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.start();
         Collection<MessageQueue> mqs = c.fetchMessageQueues(topic);
         c.assign(mqs);
-        for (MessageQueue mq : mqs) {
-            // seek() straight after assign() can interrupt a request in flight: retry it
-            for (int attempt = 0; ; attempt++) {
-                try { c.seek(mq, 0); break; }
-                catch (Exception e) { if (attempt >= 20) throw e; Thread.sleep(250); }
-            }
-        }
+        Map<Integer, Long> next = new HashMap<>();
+        Set<String> seen = new HashSet<>();
         int count = 0;
-        long quietSince = System.currentTimeMillis();
+        long progress = System.currentTimeMillis();
         while (System.currentTimeMillis() < deadline) {
             List<MessageExt> got = c.poll();
             for (MessageExt x : got) {
+                if (!seen.add(x.getQueueId() + ":" + x.getQueueOffset())) continue;
+                next.merge(x.getQueueId(), x.getQueueOffset() + 1, Math::max);
+                count++;
+                progress = System.currentTimeMillis();
                 Map<String, Object> m = new HashMap<>();
                 m.put("topic", x.getTopic());
                 m.put("queue", x.getQueueId());
@@ -195,9 +198,17 @@ public class RocketClient {
                 m.put("msgId", x.getMsgId());
                 out(m);
             }
-            count += got.size();
-            if (!got.isEmpty()) quietSince = System.currentTimeMillis();
-            if (count >= expected && System.currentTimeMillis() - quietSince > 2000) break;
+            long idle = System.currentTimeMillis() - progress;
+            if (count >= expected && idle > 2000) break;
+            if (count < expected && idle > 10000) {
+                // A pull lost with its connection is not retried by the consumer: resume
+                // every queue where it stands (duplicates are skipped above).
+                for (MessageQueue mq : mqs) {
+                    try { c.seek(mq, next.getOrDefault(mq.getQueueId(), 0L)); }
+                    catch (Exception e) { /* tried again after the next idle period */ }
+                }
+                progress = System.currentTimeMillis();
+            }
         }
         c.shutdown();
     }
