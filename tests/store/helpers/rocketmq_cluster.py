@@ -364,16 +364,18 @@ class RocketMQ:
                                   "org.apache.rocketmq.namesrv.NamesrvStartup",
                                   {"listenPort": port, "bindAddress": "127.0.0.1"}, "256m")
         self.addr = f"127.0.0.1:{port}"
-        self.brokers = 0
+        self.brokers: list[JavaServer] = []
         self.namesrv.wait_boot()
 
     def close(self) -> None:
+        """Stop the NameServer, and crash any broker a failed test left running."""
+        for broker in self.brokers:
+            broker.kill()
         self.namesrv.terminate()
 
     def start_broker(self, store: str | os.PathLike[str], *, commitlog_size: int,
                      consumequeue_size: int, topics: list[str]) -> JavaServer:
         """Start a broker on ``store`` and return it once it serves ``topics``."""
-        self.brokers += 1
         port = free_port(also_below=2)
         store = os.fspath(store)
         conf = {
@@ -394,9 +396,10 @@ class RocketMQ:
             "waitTimeMillsInSendQueue": 3000,
             "autoCreateTopicEnable": "true",
         }
-        run = self.run_dir / f"broker-{self.brokers}"
+        run = self.run_dir / f"broker-{len(self.brokers) + 1}"
         broker = JavaServer("broker", run, f"{self.classes}{os.pathsep}{self.classpath}",
                             "org.apache.rocketmq.broker.BrokerStartup", conf, "512m")
+        self.brokers.append(broker)
         try:
             broker.wait_boot()
             (ready,) = self.client("ready", "broker-a", *topics)
