@@ -91,7 +91,8 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     afile = tmp_path / "a-file"
     afile.write_text("")
     r = _cli(str(afile), "topic", "create", "orders")
-    assert r.returncode == 1 and "FileExistsError" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "StorePathError" in r.stderr and "is a file" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_pipe(

@@ -35,7 +35,7 @@ import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rocketspark.errors import ConfigError, CorruptRecordError, SegmentSizeError, StorePathError
 from rocketspark.store.config import MessageStoreConfig, _read_properties
@@ -159,7 +159,8 @@ class StoreGeometry:
     sources: Mapping[str, str]
     recorded: bool  # read from rocketspark.geometry
 
-    def as_config(self) -> dict[str, int]:
+    def as_config(self) -> dict[str, Any]:
+        """The sizes as MessageStoreConfig fields (for ``dataclasses.replace``)."""
         return dict(self.values)
 
 
@@ -243,7 +244,7 @@ def _read_record(root: str) -> dict[str, int] | None:
     try:
         props = {key: raw for _, key, raw in _read_properties(path)}
         values = {field: int(props[key]) for key, field in GEOMETRY_KEYS.items()}
-        MessageStoreConfig(**values)  # in range
+        MessageStoreConfig(**dict[str, Any](values))  # in range
     except (ConfigError, KeyError, ValueError) as exc:
         raise CorruptRecordError(f"the store's geometry record is unreadable ({exc})",
                                  file=path) from None
@@ -266,7 +267,7 @@ def _segment_files(directory: str) -> list[tuple[int, int, str]]:
 
 
 def _spacing(files: list[tuple[int, int, str]]) -> int | None:
-    gaps = [b[0] - a[0] for a, b in zip(files, files[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(files, files[1:], strict=False)]
     return min(gaps) if gaps else None
 
 

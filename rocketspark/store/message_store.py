@@ -482,17 +482,29 @@ class MessageStore:
     # -- topics ----------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int | None = None, *, order: bool = False,
-                     perm: int = 6) -> TopicInfo:
+                     perm: int = 6, force: bool = False) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
 
-        Creating an existing topic with the same queue count is a no-op; a
-        different count changes it (queues are never removed from disk).
+        Creating an existing topic with the same queue count is a no-op; more
+        queues grow it. Fewer queues would hide the messages of the queues
+        dropped (they stay on disk, unread): refused with TopicShrinkError
+        where those queues hold messages, unless ``force``.
         """
         self._check_open()
         validate_topic(topic)
         n = self.config.default_topic_queue_nums if queues is None else queues
-        if not isinstance(n, int) or n <= 0 or n > 1024:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
+        existing = self.topics.get(topic)
+        if existing is not None and not force:
+            current = max(int(existing.get("readQueueNums", 0)),
+                          int(existing.get("writeQueueNums", 0)))
+            holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            if holding:
+                raise TopicShrinkError(
+                    f"topic {topic!r} has {current} queues; {n} would hide the messages of "
+                    f"queue(s) {', '.join(map(str, holding))}, which hold messages. Pass "
+                    "force=True (rocketspark topic create --force) to shrink it anyway")
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
         return self.topic(topic)
@@ -512,6 +524,12 @@ class MessageStore:
     def list_topics(self) -> list[TopicInfo]:
         """Return every topic, sorted by name."""
         return [self.topic(name) for name in sorted(self.topics.names())]
+
+    def _queue_holds_messages(self, topic: str, queue_id: int) -> bool:
+        if not os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            return False
+        q = self._cq(topic, queue_id)
+        return q.max_offset() > q.min_offset(self.commit_log.min_offset)
 
     def _ensure_system_topic(self, topic: str, queues: int) -> None:
         if self.topics.get(topic) is None:
