@@ -367,7 +367,7 @@ def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_pat
     _fill(store, "orders", 40, queues=4)
     df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="g4")
     _run_available_now(df, tmp_path, "a")
-    store.create_topic("orders", queues=2)  # fewer queues now
+    store.create_topic("orders", queues=2, force=True)  # fewer queues now
     _fill(store, "orders", 10)
     out, _ = _run_available_now(df, tmp_path, "a")
     assert len(spark.read.parquet(out).collect()) == 50
