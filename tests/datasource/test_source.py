@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -512,3 +513,41 @@ def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
 
     assert delay("500") == 500
     assert delay("30s") == 30_000 and delay("15m") == 900_000
+
+
+@pytest.mark.parametrize("role", ["read", "write"])
+def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
+    """rocketmq.storePathRootDir beside store was dropped silently; it is refused as the
+    store API refuses a path given twice, before any store is opened."""
+    from rocketspark.datasource.options import parse_options
+    from rocketspark.datasource.stores import StoreRef
+    from rocketspark.errors import ConfigError
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for key in ("rocketmq.storePathRootDir", "rocketmq.storepathrootdir"):
+        with pytest.raises(ConfigError, match=f"options store and {re.escape(key)} both"):
+            parse_options({"store": a, key: b, "topic": "t"}, role)
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_options({"rocketmq.flushDiskType": "SYNC_FLUSH",
+                       "rocketmq.flushdisktype": "ASYNC_FLUSH", "topic": "t"}, role)
+    assert parse_options({"rocketmq.storePathRootDir": b, "topic": "t"},
+                         role).store_overrides == {"storePathRootDir": b}
+    with pytest.raises(ConfigError, match="given twice"):
+        StoreRef.resolve(a, {"storePathRootDir": b})
+    assert not tmp_path.joinpath("a").exists() and not tmp_path.joinpath("b").exists()
+
+
+def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
+    from rocketspark.datasource.stores import StoreRef
+    from rocketspark.errors import StorePathError
+
+    other = tmp_path / "project"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for path in (other, tmp_path / "empty"):
+        path.mkdir(exist_ok=True)
+        with pytest.raises(StorePathError, match="not a store|no store"):
+            StoreRef.resolve(str(path), {}).require()
+        with pytest.raises(StorePathError, match="not a store|no store"):
+            StoreRef.resolve(str(path), {}).open()
+    assert os.listdir(other) == ["notes.txt"] and os.listdir(tmp_path / "empty") == []
