@@ -405,6 +405,18 @@ def wrong_size_files(root: str, geometry: StoreGeometry) -> list[SegmentSizeErro
     return out
 
 
+def check_file_sizes(root: str, geometry: StoreGeometry) -> None:
+    """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds."""
+    wrong = wrong_size_files(root, geometry)
+    if not wrong:
+        return
+    first = wrong[0]
+    if len(wrong) > 1:
+        first.args = (f"{first}; and {len(wrong) - 1} more file(s) of the wrong size "
+                      "(`rocketspark store check` lists them)",)
+    raise first
+
+
 def _size_error(path: str, what: str, key: str, expected: int, actual: int) -> SegmentSizeError:
     if actual == expected:
         how = f"not at a multiple of {expected} (its name is not a segment start)"
@@ -435,6 +447,7 @@ __all__ = [
     "GEOMETRY_FILE",
     "GEOMETRY_KEYS",
     "StoreGeometry",
+    "check_file_sizes",
     "check_writable",
     "describe_foreign",
     "directory_kind",

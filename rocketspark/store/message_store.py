@@ -291,6 +291,7 @@ class MessageStore:
         the store's is refused. None: every geometry value that differs from
         the built-in default counts as set on purpose.
         """
+        self.config = config
         self.root = os.path.abspath(config.store_path_root_dir)
         self.clock = clock
         self._closed = True
@@ -325,15 +326,9 @@ class MessageStore:
                 geometry = layout.read_geometry(self.root, config, explicit)
             config = dataclasses.replace(config, **geometry.as_config())
             self.config = config
-            if first:
+            if first:  # nobody else has the store open: nothing is being made or grown
                 layout.remove_temporary_files(self.root)
-                wrong = layout.wrong_size_files(self.root, geometry)
-                if wrong:
-                    if len(wrong) > 1:
-                        wrong[0].args = (f"{wrong[0]}; and {len(wrong) - 1} more file(s) of "
-                                         "the wrong size (`rocketspark store check` lists "
-                                         "them)",)
-                    raise wrong[0]
+                layout.check_file_sizes(self.root, geometry)
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
@@ -418,6 +413,8 @@ class MessageStore:
         geometry override that differs from it is refused with a ConfigError.
         """
         if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise ConfigError(f"the store path must be a str or os.PathLike, got {path!r}")
             for key in overrides:
                 if canonical_key(key) == "storePathRootDir":
                     raise ConfigError(f"the store path is given twice, as path and as {key}")

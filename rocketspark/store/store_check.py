@@ -181,9 +181,12 @@ def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
                 if not qid.isdigit():
                     continue
                 qdir = os.path.join(base, topic, qid)
-                if not _has_segments(qdir) or os.path.abspath(qdir) in bad_dirs:
-                    continue  # a file of the wrong size is reported already
                 key = (topic, int(qid))
+                if os.path.abspath(qdir) in bad_dirs:
+                    seen.add(key)  # a file of the wrong size is reported already
+                    continue
+                if not _has_segments(qdir):
+                    continue
                 seen.add(key)
                 report.queues += 1
                 q = MappedFileQueue(qdir, size, writable=False)
