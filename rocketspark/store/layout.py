@@ -2,9 +2,9 @@
 
 A directory is a store when it holds ``commitlog/``, ``consumequeue/``,
 ``rocketspark.state`` or ``rocketspark.geometry`` (RocketMQ's broker makes the
-first two when it starts), or when everything in it is a name a store holds
-(``lock``, ``checkpoint``, ``config/`` ...: a store whose first open was cut
-short). A new store is made only in a directory that does not exist or is
+first two when it starts), or when it holds the ``lock`` file and nothing but
+names a store holds (``checkpoint``, ``config/`` ...: a store whose first open
+was cut short). A new store is made only in a directory that does not exist or is
 empty, so opening never writes store files among other content.
 
 A store's *geometry* is fixed when it is made: the size of a CommitLog
@@ -103,7 +103,11 @@ def directory_kind(root: str) -> Kind:
                              path=root) from None
     if not names:
         return "empty"
-    if any(m in names for m in _MARKERS) or all(n in _STORE_ENTRIES for n in names):
+    if any(m in names for m in _MARKERS):
+        return "store"
+    # Opening makes the lock file first: with it, only store names mean a store whose
+    # first open was cut short (a lone config/ is as likely an application's).
+    if "lock" in names and all(n in _STORE_ENTRIES for n in names):
         return "store"
     return "foreign"
 

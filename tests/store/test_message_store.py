@@ -708,6 +708,10 @@ def test_only_an_absent_or_empty_directory_becomes_a_new_store(tmp_path):
     (cut_short / "config").mkdir()
     with MessageStore.open(cut_short, create=False):
         pass
+    app = tmp_path / "app"  # store names alone, without the lock file, are not a store
+    (app / "config").mkdir(parents=True)
+    with pytest.raises(StorePathError, match="not a store"):
+        MessageStore.open(app)
 
 
 @pytest.mark.parametrize("case", ["file", "under a file", "nul"])
