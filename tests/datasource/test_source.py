@@ -551,3 +551,23 @@ def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
         with pytest.raises(StorePathError, match="not a store|no store"):
             StoreRef.resolve(str(path), {}).open()
     assert os.listdir(other) == ["notes.txt"] and os.listdir(tmp_path / "empty") == []
+
+
+def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_changes(tmp_path):
+    """.option("rocketmq.mappedFileSizeConsumeQueue", ...) grew every ConsumeQueue file of
+    the store it read, which then could not be read with its own settings."""
+    from rocketspark.datasource.stores import StoreRef, close_all
+    from rocketspark.errors import ConfigError
+
+    root = str(tmp_path / "store")
+    with MessageStore.open(root) as s:
+        s.create_topic("orders", queues=2)
+        s.put_batch([Message("orders", b"x") for _ in range(4)])
+    stamps = {os.path.join(d, n): os.stat(os.path.join(d, n)).st_mtime_ns
+              for d, _, names in os.walk(root) for n in names}
+    sizes = {p: os.path.getsize(p) for p in stamps}
+    with pytest.raises(ConfigError, match="mappedFileSizeConsumeQueue=12000000"):
+        StoreRef.resolve(root, {"mappedFileSizeConsumeQueue": "12000000"}).require().open()
+    assert {p: os.stat(p).st_mtime_ns for p in stamps} == stamps
+    assert {p: os.path.getsize(p) for p in stamps} == sizes
+    close_all()

@@ -592,6 +592,18 @@ def test_a_store_opened_with_default_settings_keeps_the_geometry_it_was_made_wit
         assert "mappedFileSizeCommitLog=4096" in f.read()
 
 
+def test_a_config_built_directly_counts_its_non_default_geometry_as_asked_for(tmp_path):
+    from rocketspark.store import MessageStoreConfig
+
+    root = str(tmp_path / "s")
+    _filled_store(root, **SMALL)
+    with pytest.raises(ConfigError, match="mappedFileSizeCommitLog=8192"):
+        MessageStore(MessageStoreConfig(store_path_root_dir=root,
+                                        mapped_file_size_commit_log=8192))
+    with MessageStore(MessageStoreConfig(store_path_root_dir=root)) as s:
+        assert s.config.mapped_file_size_commit_log == 4096
+
+
 def test_a_broker_conf_geometry_is_for_new_stores_only(tmp_path):
     """broker.conf sizes make new stores; an existing store keeps its own (as a store
     written by a broker with other settings opens with the defaults)."""
