@@ -195,7 +195,7 @@ def read_geometry(root: str, config: MessageStoreConfig | None = None,
         given = getattr(config, field)
         if field not in values:
             values[field] = given
-            sources[field] = "the settings (a new store)"
+            sources[field] = "the settings (the store has no such files yet)"
         elif values[field] != given:
             if key in explicit:
                 raise ConfigError(
