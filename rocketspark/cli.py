@@ -2,7 +2,9 @@
 
     rocketspark [--store DIR] [--config broker.conf] COMMAND ...
 
-    topic create NAME [--queues N] [--order]
+    topic create NAME [--queues N] [--order] [--force]
+                            (an existing topic: more queues, or fewer only where the
+                             queues dropped hold no messages, unless --force)
     topic list
     send TOPIC BODY [--tags T] [--keys K ...] [--property k=v ...] [--queue Q]
                     [--sharding-key S] [--delay-level L]
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from rocketspark.errors import ConfigError, RocketSparkError
+from rocketspark.errors import RocketSparkError, StorePathError
 
 
 class Progress:
@@ -74,19 +76,21 @@ def _store_dir(args: argparse.Namespace) -> str | None:
 def _open(args: argparse.Namespace, *, create: bool = False):
     """Open the store; only ``topic create`` makes a new one (a typo'd path is an error)."""
     from rocketspark.store import MessageStore, MessageStoreConfig
+    from rocketspark.store.layout import directory_kind
 
     path = _store_dir(args)
     if not create:
-        root = path or MessageStoreConfig.load(args.config).store_path_root_dir
-        if not os.path.isdir(root):
-            raise ConfigError(f"no store at {root} (give --store DIR; `rocketspark --store "
-                              "DIR topic create NAME` makes a new store)")
-    return MessageStore.open(path, config_file=args.config)
+        root = os.path.abspath(path or MessageStoreConfig.load(args.config).store_path_root_dir)
+        if directory_kind(root) != "store":
+            raise StorePathError(f"no store at {root} (give --store DIR; `rocketspark --store "
+                                 "DIR topic create NAME` makes a new store)", path=root)
+    # topic create makes a store only where nothing is, or an empty directory.
+    return MessageStore.open(path, config_file=args.config, create=None if create else False)
 
 
 def cmd_topic_create(args, out) -> int:
     with _open(args, create=True) as store:
-        info = store.create_topic(args.name, args.queues, order=args.order)
+        info = store.create_topic(args.name, args.queues, order=args.order, force=args.force)
     print(f"topic {info.name}: {info.write_queue_nums} queues", file=out)
     return 0
 
@@ -296,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--queues", type=int)
     c.add_argument("--order", action="store_true")
+    c.add_argument("--force", action="store_true",
+                   help="allow fewer queues than the topic has even where they hold messages "
+                        "(those messages are no longer read)")
     c.set_defaults(func=cmd_topic_create)
     tsub.add_parser("list").set_defaults(func=cmd_topic_list)
 

@@ -21,6 +21,9 @@ __all__ = [
     "CorruptRecordError",
     "FlushTimeoutError",
     "TransactionError",
+    "StorePathError",
+    "SegmentSizeError",
+    "TopicShrinkError",
 ]
 
 
@@ -89,3 +92,29 @@ class FlushTimeoutError(RocketSparkError):
 
 class TransactionError(RocketSparkError):
     """A transactional half message cannot be committed or rolled back as asked."""
+
+
+class StorePathError(ConfigError):
+    """The store path cannot be opened as a store: a file, under a file, holding a NUL,
+    not writable, or a directory with other content that is not a store."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+class SegmentSizeError(CorruptRecordError):
+    """A CommitLog, ConsumeQueue or index file is not the size of the store's geometry.
+
+    ``expected`` is None when the store records no geometry and the file
+    cannot be a whole segment of any.
+    """
+
+    def __init__(self, message: str, *, file: str, expected: int | None, actual: int):
+        super().__init__(message, file=file)
+        self.expected = expected
+        self.actual = actual
+
+
+class TopicShrinkError(ConfigError):
+    """Fewer queues were asked for a topic whose dropped queues hold messages."""

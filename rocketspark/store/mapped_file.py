@@ -1,19 +1,23 @@
 """Memory-mapped, preallocated segment files and the queue of them.
 
 A segment is named by the 20-digit offset of its first byte and preallocated
-to its full size with ``ftruncate`` (sparse: nothing is written). Several
-processes map the same files; a reader learns of a segment another process
-created with :meth:`MappedFileQueue.refresh`.
+to its full size with ``ftruncate`` (sparse: nothing is written) under a
+hidden temporary name, then linked into place: a segment appears whole or not
+at all, so one of another size is damage (or another geometry), never padded
+or cut to fit. Several processes map the same files; a reader learns of a
+segment another process created with :meth:`MappedFileQueue.refresh`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
 import threading
 from collections.abc import Iterator
 
-from rocketspark.errors import CorruptRecordError, StoreClosedError
+from rocketspark.errors import CorruptRecordError, SegmentSizeError, StoreClosedError
 
 FILE_NAME_DIGITS = 20
 PAGE_SIZE = mmap.PAGESIZE
@@ -23,6 +27,54 @@ _ZEROS = memoryview(bytes(1 << 20))
 def segment_name(start_offset: int) -> str:
     """Return the file name of the segment starting at ``start_offset``."""
     return f"{start_offset:0{FILE_NAME_DIGITS}d}"
+
+
+def is_temporary_name(name: str) -> bool:
+    """Is ``name`` a file being made (:func:`create_segment`, IndexFile.create)?"""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def fsync_directory(directory: str) -> None:
+    """Make a new name in ``directory`` survive a crash of the machine."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_segment(path: str, size: int) -> None:
+    """Make the file ``path`` of ``size`` bytes; it appears complete or not at all.
+
+    It is sized under a hidden temporary name (``.NAME.PID.THREAD.tmp``, which
+    no listing of segments matches) and linked into place, so a process killed
+    midway leaves no short segment. A file another process made at ``path``
+    meanwhile is kept.
+    """
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # atomic, and never replaces a file
+        except FileExistsError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                raise
+            # No hard links on this file system: writers of a queue are serialised
+            # by the store's write lock, so nobody else makes this name meanwhile.
+            if os.path.exists(path):
+                return
+            os.rename(tmp, path)
+        fsync_directory(directory)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 class MappedFile:
@@ -35,21 +87,18 @@ class MappedFile:
         self.start_offset = start_offset
         self.size = size
         self.writable = writable
-        flags = os.O_RDWR if writable else os.O_RDONLY
-        if create:
-            flags |= os.O_CREAT
-        fd = os.open(path, flags, 0o644)
+        if create and not os.path.exists(path):
+            create_segment(path, size)
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         try:
+            # Nothing but an append changes a segment: one of another size is
+            # reported, never grown or cut to fit.
             actual = os.fstat(fd).st_size
-            if actual < size:
-                if not writable:
-                    raise CorruptRecordError(
-                        f"segment is {actual} bytes, expected {size}", file=path)
-                os.ftruncate(fd, size)
-            elif actual > size:
-                raise CorruptRecordError(
-                    f"segment is {actual} bytes, larger than the configured size {size}; "
-                    "is mappedFileSize set as the store was written?", file=path)
+            if actual != size:
+                raise SegmentSizeError(
+                    f"segment {path} is {actual} bytes, expected {size} (the store's "
+                    f"segment size): it is {'truncated' if actual < size else 'too long'}",
+                    file=path, expected=size, actual=actual)
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             self.mm = mmap.mmap(fd, size, access=access)
         except BaseException:

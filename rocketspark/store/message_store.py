@@ -28,8 +28,11 @@ from rocketspark.errors import (
     OffsetOutOfRangeError,
     StoreClosedError,
     StoreLockedError,
+    StorePathError,
+    TopicShrinkError,
     UnknownTopicError,
 )
+from rocketspark.store import layout
 from rocketspark.store.byte_gather import Pieces
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
@@ -40,7 +43,12 @@ from rocketspark.store.commit_log import (
     Placement,
     PreparedRecord,
 )
-from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
+from rocketspark.store.config import (
+    MessageStoreConfig,
+    canonical_key,
+    validate_group,
+    validate_topic,
+)
 from rocketspark.store.consume_queue import ConsumeQueue
 from rocketspark.store.index_file import (
     IndexService,
@@ -274,15 +282,53 @@ class SubscriptionExpression:
 class MessageStore:
     """A RocketMQ message store in one directory, shared by any number of processes."""
 
-    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock):
+    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock,
+                 create: bool | None = None, explicit: Mapping[str, str] | None = None):
+        """Open the store ``config`` names; see :meth:`open` for ``create``.
+
+        ``explicit`` maps the broker.conf keys the caller set on purpose to
+        where (for messages); a geometry value among them that differs from
+        the store's is refused. None: every geometry value that differs from
+        the built-in default counts as set on purpose.
+        """
         self.config = config
         self.root = os.path.abspath(config.store_path_root_dir)
         self.clock = clock
         self._closed = True
-        os.makedirs(self.root, exist_ok=True)
-        self._lock = StoreLock(self.root)
-        first = self._lock.acquire()
+        if explicit is None:
+            defaults = MessageStoreConfig()
+            explicit = {key: "the given config" for key, field in layout.GEOMETRY_KEYS.items()
+                        if getattr(config, field) != getattr(defaults, field)}
+        # Everything that can refuse the open runs before the first file is written.
+        kind = layout.directory_kind(self.root)
+        if kind == "foreign" and create is not True:
+            raise StorePathError(layout.describe_foreign(self.root), path=self.root)
+        if kind in ("absent", "empty") and create is False:
+            raise StorePathError(f"there is no store at {self.root}", path=self.root)
+        if kind != "absent":
+            layout.check_writable(self.root)
+            layout.read_geometry(self.root, config, explicit)
         try:
+            os.makedirs(self.root, exist_ok=True)
+        except PermissionError as exc:
+            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror}",
+                                 path=self.root) from exc
+        self._lock = StoreLock(self.root)
+        try:
+            first = self._lock.acquire()
+        except PermissionError as exc:
+            raise StorePathError(f"cannot open the store's lock file {exc.filename}: "
+                                 f"{exc.strerror}", path=self.root) from exc
+        try:
+            # Under the lock: another process may have made the store meanwhile.
+            geometry = layout.read_geometry(self.root, config, explicit)
+            if not geometry.recorded and not layout.record_geometry(self.root, geometry):
+                geometry = layout.read_geometry(self.root, config, explicit)
+            config = dataclasses.replace(config, **geometry.as_config())
+            self.config = config
+            if first:  # nobody else has the store open: nothing is being made or grown
+                layout.remove_temporary_files(self.root)
+                layout.check_file_sizes(self.root, geometry)
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
@@ -350,18 +396,32 @@ class MessageStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *, config_file: str | None = None,
-             clock: Clock = system_clock, **overrides: object) -> MessageStore:
+             clock: Clock = system_clock, create: bool | None = None,
+             **overrides: object) -> MessageStore:
         """Open (creating if needed) the store at ``path``.
 
         ``overrides`` are broker.conf properties, in RocketMQ's camelCase or in
         snake_case (``flushDiskType="SYNC_FLUSH"``, ``mapped_file_size_commit_log=...``).
         Without ``path`` the storePathRootDir of ``config_file`` (default
         conf/broker.conf, if present) is used.
+
+        A new store is made only where no directory is or an empty one
+        (``create=False``: never; ``create=True``: also in a directory with
+        other content); any other directory that is not a store is refused
+        (StorePathError) before a file is written. An existing store keeps
+        its geometry (segment and index sizes) whatever broker.conf says; a
+        geometry override that differs from it is refused with a ConfigError.
         """
         if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise ConfigError(f"the store path must be a str or os.PathLike, got {path!r}")
+            for key in overrides:
+                if canonical_key(key) == "storePathRootDir":
+                    raise ConfigError(f"the store path is given twice, as path and as {key}")
             overrides["store_path_root_dir"] = os.fspath(path)
         config = MessageStoreConfig.load(config_file, **overrides)
-        return cls(config, clock=clock)
+        explicit = {canonical_key(key) or key: f"keyword argument {key}" for key in overrides}
+        return cls(config, clock=clock, create=create, explicit=explicit)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -419,17 +479,29 @@ class MessageStore:
     # -- topics ----------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int | None = None, *, order: bool = False,
-                     perm: int = 6) -> TopicInfo:
+                     perm: int = 6, force: bool = False) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
 
-        Creating an existing topic with the same queue count is a no-op; a
-        different count changes it (queues are never removed from disk).
+        Creating an existing topic with the same queue count is a no-op; more
+        queues grow it. Fewer queues would hide the messages of the queues
+        dropped (they stay on disk, unread): refused with TopicShrinkError
+        where those queues hold messages, unless ``force``.
         """
         self._check_open()
         validate_topic(topic)
         n = self.config.default_topic_queue_nums if queues is None else queues
-        if not isinstance(n, int) or n <= 0 or n > 1024:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
+        existing = self.topics.get(topic)
+        if existing is not None and not force:
+            current = max(int(existing.get("readQueueNums", 0)),
+                          int(existing.get("writeQueueNums", 0)))
+            holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            if holding:
+                raise TopicShrinkError(
+                    f"topic {topic!r} has {current} queues; {n} would hide the messages of "
+                    f"queue(s) {', '.join(map(str, holding))}, which hold messages. Pass "
+                    "force=True (rocketspark topic create --force) to shrink it anyway")
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
         return self.topic(topic)
@@ -449,6 +521,12 @@ class MessageStore:
     def list_topics(self) -> list[TopicInfo]:
         """Return every topic, sorted by name."""
         return [self.topic(name) for name in sorted(self.topics.names())]
+
+    def _queue_holds_messages(self, topic: str, queue_id: int) -> bool:
+        if not os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            return False
+        q = self._cq(topic, queue_id)
+        return q.max_offset() > q.min_offset(self.commit_log.min_offset)
 
     def _ensure_system_topic(self, topic: str, queues: int) -> None:
         if self.topics.get(topic) is None:

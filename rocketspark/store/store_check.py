@@ -4,7 +4,8 @@ Walks every CommitLog record (magic, sizes, PHYSICALOFFSET, body CRC), then
 every ConsumeQueue entry (does it point at a record of its own topic, queue
 and offset, with the same size and tags code?). Nothing is locked or written,
 so it can run beside writers, and on a directory a RocketMQ broker wrote.
-Segment sizes are read off the files themselves.
+Segment sizes are the store's geometry (``layout``): recorded, else read off
+the files themselves; a file of another size is a problem.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketspark.errors import CorruptRecordError
+from rocketspark.errors import CorruptRecordError, RocketSparkError
+from rocketspark.store import layout
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue
 from rocketspark.store.message import SCHEDULE_TOPIC, tags_code, transaction_type
@@ -63,28 +65,52 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _segment_size(directory: str) -> int | None:
+def _has_segments(directory: str) -> bool:
     try:
-        names = sorted(n for n in os.listdir(directory)
-                       if len(n) == FILE_NAME_DIGITS and n.isdigit())
-    except FileNotFoundError:
-        return None
-    if not names:
-        return None
-    return os.path.getsize(os.path.join(directory, names[0]))
+        return any(len(n) == FILE_NAME_DIGITS and n.isdigit() for n in os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> CheckReport:
-    """Verify the store at ``path`` without changing it."""
+    """Verify the store at ``path`` without changing it.
+
+    A directory that is not a store, and files that are not the size of the
+    store's geometry (recorded, or read off its files), are problems.
+    """
     report = CheckReport(os.path.abspath(path))
-    if not os.path.isdir(path):
-        report.problem(f"{path} is not a directory")
+    root = report.path
+    try:
+        kind = layout.directory_kind(root)
+    except RocketSparkError as exc:
+        report.problem(str(exc))
         return report
+    if kind == "foreign":
+        report.problem(layout.describe_foreign(root))
+        return report
+    if kind != "store":
+        report.problem(f"{root} is not a store: it is "
+                       f"{'an empty directory' if kind == 'empty' else 'not there'}")
+        return report
+    try:
+        geometry = layout.read_geometry(root)
+    except RocketSparkError as exc:
+        report.problem(f"the store's geometry cannot be read: {exc}")
+        return report
+    wrong = layout.wrong_size_files(root, geometry)
+    for err in wrong:
+        report.problem(str(err))
+    bad_dirs = {os.path.dirname(err.file or "") for err in wrong}
     cl_dir = os.path.join(path, "commitlog")
-    seg_size = _segment_size(cl_dir)
+    if os.path.abspath(cl_dir) in bad_dirs:
+        report.notes.append("CommitLog and ConsumeQueues not scanned: a CommitLog segment "
+                            "has the wrong size")
+        return report
+    seg_size = geometry.values["mapped_file_size_commit_log"]
+    cq_size = geometry.values["mapped_file_size_consume_queue"]
     # (topic, queue) -> highest queue offset + 1 of dispatchable records
     expected: dict[tuple[str, int], int] = defaultdict(int)
-    if seg_size is None:
+    if not _has_segments(cl_dir):
         report.notes.append("no CommitLog segments")
         commit_end = 0
         files = None
@@ -102,7 +128,7 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
             bar.close()
         report.bytes_used = commit_end - files.min_offset
     try:
-        _check_queues(path, files, commit_end, report, expected)
+        _check_queues(path, files, commit_end, report, expected, cq_size, bad_dirs)
     finally:
         if files is not None:
             files.close()
@@ -143,7 +169,8 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
 
 
 def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
-                  report: CheckReport, expected: dict[tuple[str, int], int]) -> None:
+                  report: CheckReport, expected: dict[tuple[str, int], int], size: int,
+                  bad_dirs: set[str]) -> None:
     import numpy as np
 
     base = os.path.join(path, "consumequeue")
@@ -154,14 +181,12 @@ def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
                 if not qid.isdigit():
                     continue
                 qdir = os.path.join(base, topic, qid)
-                size = _segment_size(qdir)
-                if size is None:
-                    continue
-                if size % CQ_STORE_UNIT_SIZE:
-                    report.problem(f"ConsumeQueue {topic}/{qid}: file size {size} is not a "
-                                   f"multiple of {CQ_STORE_UNIT_SIZE}")
-                    continue
                 key = (topic, int(qid))
+                if os.path.abspath(qdir) in bad_dirs:
+                    seen.add(key)  # a file of the wrong size is reported already
+                    continue
+                if not _has_segments(qdir):
+                    continue
                 seen.add(key)
                 report.queues += 1
                 q = MappedFileQueue(qdir, size, writable=False)
