@@ -21,6 +21,7 @@ __all__ = [
     "CorruptRecordError",
     "FlushTimeoutError",
     "TransactionError",
+    "StoreDamagedError",
 ]
 
 
@@ -89,3 +90,20 @@ class FlushTimeoutError(RocketSparkError):
 
 class TransactionError(RocketSparkError):
     """A transactional half message cannot be committed or rolled back as asked."""
+
+
+class StoreDamagedError(CorruptRecordError):
+    """The CommitLog is damaged where valid records follow: the store refuses writes.
+
+    Carries the damaged ``file`` and ``offset``, the first valid record after
+    the damage (``resume``) and how many valid records follow (``following``).
+    Reads still work; ``rocketspark store recover --truncate-at OFFSET`` (or
+    ``MessageStore.open(path, truncate_at=OFFSET)``) discards everything from
+    the damage on, after which writes resume.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None,
+                 resume: int | None = None, following: int = 0):
+        super().__init__(message, file=file, offset=offset)
+        self.resume = resume
+        self.following = following
