@@ -277,7 +277,8 @@ class MessageStore:
     """A RocketMQ message store in one directory, shared by any number of processes."""
 
     def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock,
-                 truncate_at: int | None = None, exit_without_close: bool = False):
+                 truncate_at: int | None = None, exit_without_close: bool = False,
+                 full_recovery: bool = False):
         """Open the store of ``config`` (see :meth:`open` for the keywords)."""
         self.config = config
         self.root = os.path.abspath(config.store_path_root_dir)
@@ -340,7 +341,7 @@ class MessageStore:
             # (topic, queue id) -> first missing entry (see _rebuild_queues).
             self._gaps: dict[tuple[str, int], int] = {}
             if first:
-                self.recovery_report = self._recover(truncate_at)
+                self.recovery_report = self._recover(truncate_at, full=full_recovery)
                 self._adopt_unlisted_topics()
                 self._lock.downgrade()
             elif truncate_at is not None:
@@ -367,7 +368,8 @@ class MessageStore:
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *, config_file: str | None = None,
              clock: Clock = system_clock, truncate_at: int | None = None,
-             exit_without_close: bool = False, **overrides: object) -> MessageStore:
+             exit_without_close: bool = False, full_recovery: bool = False,
+             **overrides: object) -> MessageStore:
         """Open (creating if needed) the store at ``path``.
 
         ``overrides`` are broker.conf properties, in RocketMQ's camelCase or in
@@ -382,13 +384,15 @@ class MessageStore:
         :meth:`close` (Spark's Python workers do); its exit then counts as clean
         unless it left an append, a dispatch or a schedule step unfinished.
         Otherwise a process that ends without close() has crashed, and the next
-        opener reports an abnormal exit.
+        opener reports an abnormal exit. ``full_recovery`` (``store recover``)
+        verifies the whole CommitLog and every ConsumeQueue file, not only what
+        the last run may have left unfinished.
         """
         if path is not None:
             overrides["store_path_root_dir"] = os.fspath(path)
         config = MessageStoreConfig.load(config_file, **overrides)
         return cls(config, clock=clock, truncate_at=truncate_at,
-                   exit_without_close=exit_without_close)
+                   exit_without_close=exit_without_close, full_recovery=full_recovery)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -1404,8 +1408,15 @@ class MessageStore:
     def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True,
                         reindex_from: int | None = None) -> None:
         tran = transaction_type(check.sys_flag)
+        key = (check.topic, check.queue_id)
+        if cq and key not in self._queues and not self._may_have_queue(*key):
+            # QUEUEID is outside every check (BODYCRC covers the body only): a flipped
+            # bit there must not make a queue the topic does not have.
+            log.error("store %s: the record at CommitLog %d names queue %d of %r, which "
+                      "the topic does not have; not dispatched", self.root, pos,
+                      check.queue_id, check.topic)
+            cq = False
         if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
-            key = (check.topic, check.queue_id)
             q = self._cq(*key)
             have = q.max_offset()
             if key in self._gaps:
@@ -1886,7 +1897,8 @@ class MessageStore:
 
     # -- recovery --------------------------------------------------------------------
 
-    def _recover(self, truncate_at: int | None = None) -> RecoveryReport:
+    def _recover(self, truncate_at: int | None = None, *, full: bool = False
+                 ) -> RecoveryReport:
         """Bring the store to a consistent state (first opener only, lock held exclusively).
 
         The CommitLog is the truth, whoever wrote it (rocketspark or a RocketMQ
@@ -1922,7 +1934,7 @@ class MessageStore:
 
         ConsumeQueues are then checked for holes (an empty entry with written
         ones after it) and rebuilt from the CommitLog where they disagree
-        (_rebuild_queues).
+        (_rebuild_queues). With ``full``, the scan starts at the first segment.
         """
         state = self.state
         abort_path = os.path.join(self.root, ABORT_FILE)
@@ -1948,7 +1960,9 @@ class MessageStore:
             start = min(state.flushed_pos, state.dispatched_pos, commit)
             if start < log_files.min_offset:  # segments expired (a broker deleted them)
                 start = log_files.min_offset
-            if not self._is_boundary(start):
+            # (Damage found last time starts where the last valid record ended.)
+            if not (state.damage_following and start == state.damage_pos
+                    ) and not self._is_boundary(start):
                 log.warning("store %s: position %d of %s is not a record boundary of the "
                             "CommitLog; scanning from a segment start", self.root, start,
                             state.path)
@@ -1957,13 +1971,22 @@ class MessageStore:
         else:
             commit = pending = -1
             start = self._safe_scan_start(abort)
+        if full:
+            start = log_files.min_offset
         flushed_before = state.flushed_pos if trusted else start
         report.scanned_from = start
         self.index.repair_tail()  # a writer killed inside an index update
         self._gaps.clear()
         end, reason = self._redispatch(start, None)
-        report.reason = reason
         after = self.commit_log.next_valid(end)
+        seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
+        if after is not None and start != seg_start and not self._is_record(start):
+            # Zeros at a position the state gave could be zeros inside a record:
+            # damage is only ever judged by a scan from a known record boundary.
+            start = report.scanned_from = max(seg_start, log_files.min_offset)
+            end, reason = self._redispatch(start, None)
+            after = self.commit_log.next_valid(end)
+        report.reason = reason
         damage: tuple[int, int, int] | None = None  # (resume, following, end of valid data)
         cut = end
         if trusted and commit < pending and commit <= end <= pending and (
@@ -2029,7 +2052,7 @@ class MessageStore:
         if not trusted:
             state.stamp()  # every checked field is written: the file is trusted again
         state.holders = 0
-        clean = trusted and not report.abnormal_exit and start == commit == end
+        clean = trusted and not full and not report.abnormal_exit and start == commit == end
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
         report.repaired_queues = self._repair_queues(end, full=not clean)
@@ -2041,6 +2064,11 @@ class MessageStore:
     def _segment_end(self, pos: int) -> int:
         seg = self.config.mapped_file_size_commit_log
         return pos - pos % seg + seg
+
+    def _is_record(self, pos: int) -> bool:
+        """Does a record that verifies start at ``pos``?"""
+        f = self.commit_log.files.find(pos)
+        return f is not None and check_record(f.mm, pos - f.start_offset, pos).size > 0
 
     def _is_boundary(self, pos: int) -> bool:
         """Can a scan start at ``pos``: a segment start, a record, a blank or the zeros
@@ -2178,6 +2206,17 @@ class MessageStore:
                         "%d; it has %d entries", self.root, topic, qid, first, n)
             done.append((topic, qid, first, n))
         return done
+
+    def _may_have_queue(self, topic: str, queue_id: int) -> bool:
+        """Is (topic, queue_id) a queue: on disk already, or within the topic's queue count
+        (a topic not listed in topics.json may have any queue, as a broker's store does)."""
+        if queue_id < 0:
+            return False
+        if os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            return True
+        cfg = self.topics.get(topic)
+        return cfg is None or queue_id < max(int(cfg["readQueueNums"]),
+                                             int(cfg["writeQueueNums"]))
 
     def _queue_code(self, check: RecordCheck) -> int:
         """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
