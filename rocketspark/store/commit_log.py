@@ -520,10 +520,10 @@ class CommitLog:
                 return
             pos += check.size
 
-    def next_valid(self, pos: int) -> int | None:
-        """Return the offset of the first record at or after ``pos`` that verifies (see
-        :func:`find_valid_record`), or None when none does."""
-        return find_valid_record(self.files, pos)
+    def next_valid(self, pos: int, limit: int | None = None) -> int | None:
+        """Return the offset of the first record at or after ``pos`` (and before
+        ``limit``) that verifies (see :func:`find_valid_record`), or None."""
+        return find_valid_record(self.files, pos, limit)
 
     def survey(self, pos: int) -> tuple[int, int, int]:
         """Count the records that verify from ``pos`` to the end of the log.
@@ -586,7 +586,7 @@ def is_message_magic(magic: int) -> bool:
 
 
 # The first three bytes of both message magic codes (big-endian 0xDAA320A7 / AB).
-_MAGIC_PREFIX = INT.pack(MESSAGE_MAGIC_CODE)[:3]
+MAGIC_PREFIX = INT.pack(MESSAGE_MAGIC_CODE)[:3]
 _MAGIC_LAST = (INT.pack(MESSAGE_MAGIC_CODE)[3], INT.pack(MESSAGE_MAGIC_CODE_V2)[3])
 
 
@@ -613,7 +613,8 @@ def _data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
         pos = hi
 
 
-def find_valid_record(files: MappedFileQueue, pos: int) -> int | None:
+def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None
+                      ) -> int | None:
     """Return the offset of the first record at or after ``pos`` that verifies.
 
     A record verifies when its magic code is a message's, its fields add up
@@ -622,12 +623,18 @@ def find_valid_record(files: MappedFileQueue, pos: int) -> int | None:
     happen to hold it cost a check each; holes are skipped unread.
     """
     for f in files.segments_from(pos):
+        if limit is not None and f.start_offset >= limit:
+            return None
         rel_start = max(pos, f.start_offset) - f.start_offset
         mm = f.mm
         for lo, hi in _data_ranges(f, rel_start):
+            if limit is not None:
+                hi = min(hi, limit - f.start_offset)
+                if hi <= lo:
+                    return None
             at = max(lo, rel_start) + 4  # the magic code follows TOTALSIZE
             while True:
-                hit = mm.find(_MAGIC_PREFIX, at, hi)
+                hit = mm.find(MAGIC_PREFIX, at, hi)
                 if hit < 0:
                     break
                 at = hit + 1

@@ -34,7 +34,9 @@ from rocketspark.errors import (
 from rocketspark.store.byte_gather import Pieces
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
+    MAGIC_PREFIX,
     SMALL_BATCH,
+    _data_ranges,
     Appended,
     ColumnBatch,
     CommitLog,
@@ -1975,10 +1977,22 @@ class MessageStore:
             start = log_files.min_offset
         flushed_before = state.flushed_pos if trusted else start
         report.scanned_from = start
-        self.index.repair_tail()  # a writer killed inside an index update
+        # An orderly end: every position equal, no holder died. Nothing past the
+        # end was dispatched, no index update was cut short.
+        quick = (trusted and not full and not report.abnormal_exit
+                 and start == commit == pending == state.dispatched_pos)
+        if not quick:
+            self.index.repair_tail()  # a writer killed inside an index update
         self._gaps.clear()
         end, reason = self._redispatch(start, None)
-        after = self.commit_log.next_valid(end)
+        if quick and end == commit and self._ends_a_record(end):
+            # An orderly end, and a record ends there (zeros inside a record look the
+            # same): what follows was never written. Searching it would cost the
+            # pages of WARM_AHEAD on every open.
+            after = None
+        else:
+            quick = quick and end != commit
+            after = self.commit_log.next_valid(end)
         seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
         if after is not None and start != seg_start and not self._is_record(start):
             # Zeros at a position the state gave could be zeros inside a record:
@@ -2002,6 +2016,8 @@ class MessageStore:
             cut = commit
             garbage_end = max(pending, self.commit_log.first_nonzero_tail(
                 end, self.config.max_message_size + 65536))
+        elif after is None and quick and end == commit:
+            garbage_end = end
         elif after is None:
             garbage_end = self.commit_log.first_nonzero_tail(
                 end, self.config.max_message_size + 65536)
@@ -2040,11 +2056,12 @@ class MessageStore:
             if garbage_end > cut:
                 report.discarded_bytes = garbage_end - cut
                 self.commit_log.wipe(cut, garbage_end)
-            self.commit_log.files.delete_from(self._segment_end(cut))
-            report.truncated_queue_entries = self._truncate_queues(cut)
-            rebuild = self.index.truncate(cut)
-            if rebuild is not None and rebuild < cut:
-                self._redispatch(cut, None, index_from=rebuild)
+            if not (quick and cut == commit):  # else nothing lies past the end
+                self.commit_log.files.delete_from(self._segment_end(cut))
+                report.truncated_queue_entries = self._truncate_queues(cut)
+                rebuild = self.index.truncate(cut)
+                if rebuild is not None and rebuild < cut:
+                    self._redispatch(cut, None, index_from=rebuild)
             state.commit_pos = state.dispatched_pos = state.pending_end = cut
             state.flushed_pos = min(flushed_before, cut)
             state.synced_pos = min(state.synced_pos if trusted else cut, cut)
@@ -2052,7 +2069,7 @@ class MessageStore:
         if not trusted:
             state.stamp()  # every checked field is written: the file is trusted again
         state.holders = 0
-        clean = trusted and not full and not report.abnormal_exit and start == commit == end
+        clean = quick and end == commit
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
         report.repaired_queues = self._repair_queues(end, full=not clean)
@@ -2064,6 +2081,32 @@ class MessageStore:
     def _segment_end(self, pos: int) -> int:
         seg = self.config.mapped_file_size_commit_log
         return pos - pos % seg + seg
+
+    def _ends_a_record(self, pos: int) -> bool:
+        """Does a record that verifies end exactly at ``pos`` (or a segment start there)?
+
+        Looks back for the last record before ``pos`` by its magic code (a few
+        hundred bytes, usually), checking PHYSICALOFFSET and CRC.
+        """
+        f = self.commit_log.files.find(pos)
+        if f is None:
+            f = self.commit_log.files.find(pos - 1)
+            if f is None or f.end_offset != pos:
+                return pos == self.commit_log.files.min_offset
+        rel = pos - f.start_offset
+        if rel == 0:
+            return True
+        low = max(0, rel - self.config.max_message_size - 65536)
+        mm = f.mm
+        hi = rel
+        while True:
+            hit = mm.rfind(MAGIC_PREFIX, low, hi)
+            if hit < 4:
+                return False
+            hi = hit + 2  # the next search ends before this hit
+            check = check_record(mm, hit - 4, f.start_offset + hit - 4)
+            if check.size > 0:
+                return hit - 4 + check.size == rel
 
     def _is_record(self, pos: int) -> bool:
         """Does a record that verifies start at ``pos``?"""
@@ -2288,13 +2331,18 @@ def _find_hole(q: ConsumeQueue, full: bool) -> int | None:
     files = q.files.files if full else q.files.files[-1:]
     pending = None
     for f in files:
-        sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=q.entries_per_file)["size"]
+        # Only as far as the file holds data: the never-written rest is a hole of
+        # the sparse file (reading it would fault in every page for nothing).
+        stop = max((hi for _lo, hi in _data_ranges(f, 0)), default=0)
+        count = min(q.entries_per_file, -(-stop // CQ_ENTRY_DTYPE.itemsize))
+        sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         written = np.flatnonzero(sizes)
         base = f.start_offset // CQ_ENTRY_DTYPE.itemsize
         if pending is not None and len(written):
             return pending
-        if len(written) < len(sizes):
-            z = int(np.flatnonzero(sizes == 0)[0])
+        if len(written) < q.entries_per_file:
+            zeros = np.flatnonzero(sizes == 0)
+            z = int(zeros[0]) if len(zeros) else count
             if len(written) and int(written[-1]) > z:
                 return base + z
             if pending is None:

@@ -82,6 +82,7 @@ CHECKED_FIELDS = {
     "DAMAGE_FOLLOWING": DAMAGE_FOLLOWING_OFFSET,
 }
 VALUE_MASK = (1 << 48) - 1
+_crc32 = zlib.crc32
 
 
 def checked(value: int) -> bytes:
@@ -146,8 +147,10 @@ class StoreState:
 
     def _set(self, off: int, value: int) -> None:
         # One 8-byte slice copy: an aligned store no kill can tear (pack_into writes
-        # byte by byte), so a value and its check always land together.
-        self._mm[off:off + 8] = checked(value)
+        # byte by byte), so a value and its check always land together. (checked(),
+        # inlined: every put sets three of these.)
+        raw = value.to_bytes(6, "big")
+        self._mm[off:off + 8] = (_crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
 
     def _get_plain(self, off: int) -> int:
         return _I64.unpack_from(self._mm, off)[0]
