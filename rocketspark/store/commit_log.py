@@ -545,8 +545,10 @@ class CommitLog:
         segments after it (``store recover --truncate-at``); holes are skipped."""
         f = self.files.find(offset)
         if f is not None:
-            for lo, hi in _data_ranges(f, offset - f.start_offset):
-                f.mm[lo:hi] = bytes(hi - lo)
+            zeros = bytes(1 << 20)
+            for lo, hi in data_ranges(f, offset - f.start_offset):
+                for at in range(lo, hi, len(zeros)):
+                    f.mm[at:min(hi, at + len(zeros))] = zeros[:min(hi, at + len(zeros)) - at]
             f.flush(offset - f.start_offset, f.size)
         seg = self.segment_size
         self.files.delete_from(offset - offset % seg + seg)
@@ -590,7 +592,7 @@ MAGIC_PREFIX = INT.pack(MESSAGE_MAGIC_CODE)[:3]
 _MAGIC_LAST = (INT.pack(MESSAGE_MAGIC_CODE)[3], INT.pack(MESSAGE_MAGIC_CODE_V2)[3])
 
 
-def _data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
+def data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
     """Yield the [lo, hi) byte ranges of segment ``f`` from ``start`` that hold data.
 
     Holes of a sparse file (never written, so all zeros) are skipped with
@@ -627,7 +629,7 @@ def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None
             return None
         rel_start = max(pos, f.start_offset) - f.start_offset
         mm = f.mm
-        for lo, hi in _data_ranges(f, rel_start):
+        for lo, hi in data_ranges(f, rel_start):
             if limit is not None:
                 hi = min(hi, limit - f.start_offset)
                 if hi <= lo:

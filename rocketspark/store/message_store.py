@@ -36,12 +36,12 @@ from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
     MAGIC_PREFIX,
     SMALL_BATCH,
-    _data_ranges,
     Appended,
     ColumnBatch,
     CommitLog,
     Placement,
     PreparedRecord,
+    data_ranges,
 )
 from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
@@ -2333,7 +2333,7 @@ def _find_hole(q: ConsumeQueue, full: bool) -> int | None:
     for f in files:
         # Only as far as the file holds data: the never-written rest is a hole of
         # the sparse file (reading it would fault in every page for nothing).
-        stop = max((hi for _lo, hi in _data_ranges(f, 0)), default=0)
+        stop = max((hi for _lo, hi in data_ranges(f, 0)), default=0)
         count = min(q.entries_per_file, -(-stop // CQ_ENTRY_DTYPE.itemsize))
         sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         written = np.flatnonzero(sizes)

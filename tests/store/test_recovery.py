@@ -378,9 +378,9 @@ def test_store_recover_rebuilds_entries_a_consumequeue_lost(tmp_path):
     cq = os.path.join(root, "consumequeue", "t", "0", f"{0:020d}")
     _patch(cq, 30 * 20, bytes(10 * 20))  # the last 10 entries lost
     assert any("has 30 entries" in p for p in check_store(root).problems)
-    from rocketspark.cli import main
-
     import io
+
+    from rocketspark.cli import main
 
     conf = str(tmp_path / "broker.conf")
     with open(conf, "w") as f:
