@@ -2308,8 +2308,14 @@ class DamageReport:
 class RecoveryReport:
     """What opening the store found and repaired.
 
-    ``scanned_from``: where the CommitLog scan started; ``commit_end``: where
-    the data ends now (the damage offset when ``damage`` is set).
+    ``abnormal_exit``: the last run did not end cleanly: the abort file was
+    left by a holder that had to close() and did not, by a writer killed
+    inside an append, a dispatch or a schedule step, or the state file could
+    not be trusted (a process opened with ``exit_without_close`` that ended
+    with nothing unfinished is not one). ``scanned_from``: where the CommitLog
+    scan started (None: only the recorded end was verified); ``commit_end``:
+    where the data ends now (the damage offset when ``damage`` is set);
+    ``state_damaged``: the state fields whose checks failed.
     """
 
     abnormal_exit: bool
