@@ -235,8 +235,8 @@ def cmd_store_recover(args, out) -> int:
               file=out)
         return 0
     if rep.state_damaged:
-        print(f"rocketspark.state was not trusted ({', '.join(rep.state_damaged)} failed "
-              "their checks); rebuilt from the CommitLog", file=out)
+        print(f"rocketspark.state was not trusted (checks failed: "
+              f"{', '.join(rep.state_damaged)}); rebuilt from the CommitLog", file=out)
     if rep.scanned_from is None:
         print(f"clean: the last shutdown was orderly; CommitLog ends at {rep.commit_end}",
               file=out)

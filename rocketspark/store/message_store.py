@@ -2072,7 +2072,14 @@ class MessageStore:
         clean = quick and end == commit
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
-        report.repaired_queues = self._repair_queues(end, full=not clean)
+        if damage is None:
+            report.repaired_queues = self._repair_queues(end, full=not clean)
+        elif self._gaps:
+            # A rebuild would drop the entries of records past the damage: queues
+            # are repaired once the damage is resolved.
+            log.warning("store %s: ConsumeQueues %s lack entries; rebuilt once the damage "
+                        "is resolved", self.root, sorted(self._gaps))
+            self._gaps.clear()
         with open(abort_path, "wb"):
             pass
         self._known_commit_pos = -1

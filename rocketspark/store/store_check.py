@@ -194,8 +194,9 @@ def _check_state(path: str, commit_end: int, report: CheckReport) -> None:
         return
     bad = [name for name, off in CHECKED_FIELDS.items() if not check_ok(raw[off:off + 8])]
     if bad:
-        report.problem(f"{STATE_FILE}: {', '.join(bad)} fail their checks (the next open "
-                       "does not trust the file and rebuilds it from the CommitLog)")
+        report.problem(f"{STATE_FILE}: {', '.join(bad)} "
+                       f"{'fails its check' if len(bad) == 1 else 'fail their checks'} (the "
+                       "next open does not trust the file and rebuilds it from the CommitLog)")
         return
     commit = int.from_bytes(raw[COMMIT_POS_OFFSET:COMMIT_POS_OFFSET + 8], "big") & VALUE_MASK
     if commit < commit_end:
@@ -262,8 +263,8 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
             if hole is not None and not holes_reported:
                 report.problem(f"ConsumeQueue {topic}/{qid}: entry {hole} is empty but entry "
                                f"{n} after it is written: a hole, which hides every later "
-                               "entry from readers (opening the store rebuilds the queue "
-                               "from the CommitLog)")
+                               "entry from readers (`rocketspark store recover` rebuilds "
+                               "the queue from the CommitLog)")
                 holes_reported = True
             hole = None
             report.queue_entries += 1

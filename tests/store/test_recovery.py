@@ -475,3 +475,22 @@ def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
         assert s.put(Message("t", b"n")).commitlog_offset == end
     assert check_store(root).ok
     shutil.rmtree(root)
+
+
+def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
+    """A hole behind damage is not rebuilt yet: a rebuild would drop the entries of
+    the records after the damage."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        results = list(s.put_batch([Message("t", b"m%03d" % i) for i in range(50)]))
+        with s._write_lock:
+            s._sync_with_writers()
+            s._reserve_queue_offsets("t", 0, 1)
+        s.put(Message("t", b"after-hole"))
+    _flip(_segment(root), results[20].commitlog_offset + 89, 0x04)
+    os.unlink(os.path.join(root, "rocketspark.state"))
+    with MessageStore.open(root, **SMALL) as s:
+        assert s.recovery_report.damage.offset == results[20].commitlog_offset
+        assert s._cq("t", 0).entry(51) is not None
+        assert s.get_message(s._cq("t", 0).entry(51)[0]).body == b"after-hole"
