@@ -1423,10 +1423,13 @@ class MessageStore:
             have = q.max_offset()
             if key in self._gaps:
                 pass  # rebuilt from its first missing entry (_rebuild_queues)
-            elif check.queue_offset > have and check.topic != TRANS_HALF_TOPIC:
+            elif (check.queue_offset > have and check.topic != TRANS_HALF_TOPIC
+                  and have > 0 and q.entry(have - 1) is not None):
                 # Entries missing before this record: a hole (a put refused after it
                 # took its queue offset), or entries lost. Never written at its own
-                # offset: an empty entry would hide it and every later one.
+                # offset: an empty entry would hide it and every later one. (A queue
+                # with no entry yet starts at the record's offset, as RocketMQ's does:
+                # the records before it may have expired.)
                 log.warning("ConsumeQueue %s/%d: entries %d to %d missing before the record "
                             "at CommitLog %d; rebuilding the queue", check.topic,
                             check.queue_id, have, check.queue_offset - 1, pos)
@@ -2340,8 +2343,10 @@ class RecoveryReport:
 
 def _find_hole(q: ConsumeQueue, full: bool) -> int | None:
     """The first empty entry of ``q`` with a written entry after it (its last file only
-    unless ``full``), or None."""
-    files = q.files.files if full else q.files.files[-1:]
+    unless ``full``), or None. Zeros before the queue's first entry are no hole (a
+    queue may start at any offset, see _dispatch_check)."""
+    all_files = q.files.files
+    files = all_files if full else all_files[-1:]
     pending = None
     for f in files:
         # Only as far as the file holds data: the never-written rest is a hole of
@@ -2353,13 +2358,18 @@ def _find_hole(q: ConsumeQueue, full: bool) -> int | None:
         base = f.start_offset // CQ_ENTRY_DTYPE.itemsize
         if pending is not None and len(written):
             return pending
-        if len(written) < q.entries_per_file:
-            zeros = np.flatnonzero(sizes == 0)
-            z = int(zeros[0]) if len(zeros) else count
-            if len(written) and int(written[-1]) > z:
-                return base + z
-            if pending is None:
-                pending = base + z
+        lead = int(written[0]) if f is all_files[0] and len(written) else 0
+        zeros = np.flatnonzero(sizes[lead:] == 0)
+        if len(zeros):
+            z = lead + int(zeros[0])
+        elif count < q.entries_per_file:
+            z = count
+        else:
+            continue  # a full file
+        if len(written) and int(written[-1]) > z:
+            return base + z
+        if pending is None:
+            pending = base + z
     return None
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rocketspark.errors import RocketSparkError
@@ -221,6 +221,8 @@ def test_a_broker_killed_with_a_preallocated_empty_segment_loses_nothing(tmp_pat
 
 @SETTINGS
 @given(victim=st.integers(5, 50), byte=st.integers(0, 200), crashed=st.booleans())
+@example(victim=5, byte=93, crashed=False)  # the topic's byte: verifies, names another topic
+@example(victim=5, byte=13, crashed=False)  # QUEUEID: verifies, names a queue t lacks
 def test_damage_followed_by_valid_records_is_reported_never_cut(tmp_path_factory, victim,
                                                                 byte, crashed):
     """Any byte of a record in the middle flipped, the state lost (scan from the
