@@ -2076,7 +2076,7 @@ class MessageStore:
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
         if damage is None:
-            report.repaired_queues = self._repair_queues(end, full=not clean)
+            report.repaired_queues = self._repair_queues(cut, full=not clean)
         elif self._gaps:
             # A rebuild would drop the entries of records past the damage: queues
             # are repaired once the damage is resolved.
