@@ -24,6 +24,7 @@ __all__ = [
     "StorePathError",
     "SegmentSizeError",
     "TopicShrinkError",
+    "StoreDamagedError",
 ]
 
 
@@ -118,3 +119,20 @@ class SegmentSizeError(CorruptRecordError):
 
 class TopicShrinkError(ConfigError):
     """Fewer queues were asked for a topic whose dropped queues hold messages."""
+
+
+class StoreDamagedError(CorruptRecordError):
+    """The CommitLog is damaged where valid records follow: the store refuses writes.
+
+    Carries the damaged ``file`` and ``offset``, the first valid record after
+    the damage (``resume``) and how many valid records follow (``following``).
+    Reads still work; ``rocketspark store recover --truncate-at OFFSET`` (or
+    ``MessageStore.open(path, truncate_at=OFFSET)``) discards everything from
+    the damage on, after which writes resume.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None,
+                 resume: int | None = None, following: int = 0):
+        super().__init__(message, file=file, offset=offset)
+        self.resume = resume
+        self.following = following

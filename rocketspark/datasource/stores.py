@@ -84,7 +84,10 @@ class StoreRef:
                 store = None
             if store is None or store._closed:
                 self.require()
-                store = MessageStore.open(self.root, create=False, **dict(self.overrides))
+                # Spark's Python workers end without close() (os._exit, or killed by
+                # the daemon): their exit is clean unless they left a write unfinished.
+                store = MessageStore.open(self.root, create=False, exit_without_close=True,
+                                          **dict(self.overrides))
                 _open[self] = store
             return store
 
