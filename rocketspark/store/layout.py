@@ -378,7 +378,9 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
         return
     if len(head) < _STATE_COMMIT_POS.size:
         return
-    magic, _, _, commit_pos = _STATE_COMMIT_POS.unpack(head)
+    magic, version, _, commit_pos = _STATE_COMMIT_POS.unpack(head)
+    if version >= 2:  # a checked field: a 16-bit check over a 48-bit value
+        commit_pos &= (1 << 48) - 1
     if magic == _STATE_MAGIC and commit_pos > end:
         raise SegmentSizeError(
             f"CommitLog segment {path} is {size} bytes, but the store's data reaches offset "
