@@ -21,6 +21,7 @@ __all__ = [
     "CorruptRecordError",
     "FlushTimeoutError",
     "TransactionError",
+    "InvalidMessageError",
 ]
 
 
@@ -89,3 +90,8 @@ class FlushTimeoutError(RocketSparkError):
 
 class TransactionError(RocketSparkError):
     """A transactional half message cannot be committed or rolled back as asked."""
+
+
+class InvalidMessageError(ConfigError):
+    """A message field is missing, mistyped or out of range; names the field and,
+    in a batch, the row. Raised before any queue offset is taken or byte written."""
