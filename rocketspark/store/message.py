@@ -291,8 +291,15 @@ class Message:
             _check_property_text("tags", self.tags)
         if self.properties is None:
             object.__setattr__(self, "properties", _EMPTY)
-        elif self.properties:
-            props = dict(self.properties)
+        elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
+            try:
+                if isinstance(self.properties, (str, bytes)):
+                    raise TypeError
+                props = dict(self.properties)
+            except (TypeError, ValueError):
+                raise InvalidMessageError(
+                    "properties must be a mapping or (name, value) pairs, got "
+                    f"{self.properties!r}") from None
             for name, value in props.items():
                 if not isinstance(name, str) or not isinstance(value, str):
                     raise InvalidMessageError(

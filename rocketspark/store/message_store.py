@@ -576,8 +576,8 @@ class MessageStore:
             if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
                 writes.append((pos, [BLANK.pack(seg_end - pos, BLANK_MAGIC_CODE)]))
                 pos = seg_end
-            queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
             try:
+                queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
                 writes.append((pos, [HEADER_V4.pack(
                     total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
                     msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip,
@@ -628,7 +628,8 @@ class MessageStore:
                 return self._put_columns(_Columns.of_messages(messages), now)
         else:
             for i, m in enumerate(messages):
-                self._check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
+                if m.delay_level:
+                    self._check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
         ids = self._ids.next_ids(len(messages), now)
         prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
         return self._append(prepared, now)
@@ -812,7 +813,8 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                named = props if isinstance(props, Mapping) else dict(props)
+                named = props if isinstance(props, Mapping) else _property_pairs(
+                    props, f"row {i} of topic {topic!r}: ")
                 parts = []
                 for k, v in named.items():
                     if k.__class__ is not str or v.__class__ is not str or not k:
@@ -829,6 +831,8 @@ class MessageStore:
                                 k, f"row {i} of topic {topic!r}: property"))
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
+            elif props is not None and not isinstance(props, (Mapping, list, tuple)):
+                _property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 if tag.__class__ is not str:
@@ -837,6 +841,9 @@ class MessageStore:
                 text += f"TAGS\x01{tag}\x02"
                 codes[i] = code_of(tag)
                 pairs += 1
+            elif tag is not None and tag.__class__ is not str:
+                raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
+                                          f"string, got {tag!r}")
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
@@ -845,6 +852,8 @@ class MessageStore:
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
+            elif key is not None and not isinstance(key, (str, list, tuple)):
+                _joined_keys(key, f"row {i} of topic {topic!r}: ")
             if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
                 raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
@@ -2150,6 +2159,17 @@ def _utf8(text: str) -> bool:
     return True
 
 
+def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
+    """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
+    try:
+        if isinstance(props, (str, bytes)):
+            raise TypeError
+        return dict(props)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(f"{where}properties must be a mapping or (name, value) "
+                                  f"pairs, got {props!r}") from None
+
+
 def _bad_property(where: str, name: Any, value: Any) -> None:
     if not isinstance(name, str) or not isinstance(value, str):
         raise InvalidMessageError(f"{where}message property {name!r}: names and values must "
@@ -2174,11 +2194,11 @@ def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | 
     """Raise InvalidMessageError naming the field that does not encode as UTF-8."""
     for name, value in props.items():
         check_utf8("message property name", name, where)
-        check_utf8(f"message property {name!r} value", value, where)
+        check_utf8("message property value", value, f"{where}property {name!r}: ")
     if tag:
-        check_utf8("tags", tag, where)
+        check_utf8("message property tags", tag, where)
     if key:
-        check_utf8("keys", key, where)
+        check_utf8("message property key", key, where)
 
 
 class _Columns:
