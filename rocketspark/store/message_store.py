@@ -1874,7 +1874,12 @@ class MessageStore:
                       properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store several half messages under one lock."""
         validate_group(producer_group)
-        return self._transactions.prepare(list(messages), producer_group=producer_group,
+        messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(
+                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}")
+        return self._transactions.prepare(messages, producer_group=producer_group,
                                           extra_properties=properties)
 
     def commit_transaction(self, half: PutResult | int | Iterable[PutResult | int]
