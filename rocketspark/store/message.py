@@ -291,7 +291,8 @@ class Message:
             _check_property_text("tags", self.tags)
         if self.properties is None:
             object.__setattr__(self, "properties", _EMPTY)
-        elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
+        elif self.properties or (self.properties.__class__ is not dict and not isinstance(
+                self.properties, (Mapping, list, tuple))):
             try:
                 if isinstance(self.properties, (str, bytes)):
                     raise TypeError

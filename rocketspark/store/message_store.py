@@ -54,6 +54,7 @@ from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
     INT32_MAX,
+    INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -514,7 +515,7 @@ class MessageStore:
 
     def put(self, message: Message) -> PutResult:
         """Store one message; returns once it is in the page cache (or on disk, SYNC_FLUSH)."""
-        if self._columnar and not message.delay_level and isinstance(message, Message):
+        if self._columnar and isinstance(message, Message) and not message.delay_level:
             return self._put_one(message)
         return self.put_batch((message,))[0]
 
@@ -786,7 +787,7 @@ class MessageStore:
             q = col_qids[i] if col_qids is not None else None
             if q is not None:
                 if q.__class__ is not int:
-                    q = check_int("queue_id", q, -INT32_MAX, INT32_MAX,
+                    q = check_int("queue_id", q, -INT64_MAX, INT64_MAX,
                                   f"row {i} of topic {topic!r}: ")
                 if not 0 <= q < write_queues:
                     raise OffsetOutOfRangeError(
@@ -1802,7 +1803,7 @@ class MessageStore:
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
                      else max_reconsume_times)
-        for i, level in enumerate(delay_levels or ()):
+        for i, level in enumerate(() if delay_levels is None else delay_levels):
             # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
             # at the last level as RocketMQ's broker does; a given level must exist
             check_int("delay_level", level, -INT32_MAX, INT32_MAX, f"message {i}: ")
