@@ -268,7 +268,7 @@ class Message:
         # (per record or columnar) refuses the same messages before taking a queue
         # offset; what depends on the store (topic, queue count, sizes, the
         # configured delay levels) is checked by the store before it writes.
-        if self.topic.__class__ is not str:
+        if self.topic.__class__ is not str and not isinstance(self.topic, str):
             raise InvalidMessageError(f"topic must be a string, got {self.topic!r}")
         body = self.body
         if body.__class__ is not bytes or not body:
@@ -335,7 +335,7 @@ class Message:
             # the range depends on the topic: the store checks it (OffsetOutOfRangeError)
             object.__setattr__(self, "queue_id",
                                check_int("queue_id", self.queue_id, -INT64_MAX, INT64_MAX))
-        if self.sharding_key is not None and self.sharding_key.__class__ is not str:
+        if self.sharding_key is not None and not isinstance(self.sharding_key, str):
             raise InvalidMessageError(
                 f"sharding_key must be a string, got {self.sharding_key!r}")
 

@@ -770,7 +770,7 @@ class MessageStore:
                 if topic is None:
                     raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
                                               "or a default topic)")
-                if topic.__class__ is not str:
+                if topic.__class__ is not str and not isinstance(topic, str):
                     raise InvalidMessageError(f"row {i}: topic must be a string, got {topic!r}")
                 info = cache.get(topic)
                 if info is None:
@@ -796,7 +796,7 @@ class MessageStore:
             else:
                 shard = col_shard[i] if col_shard is not None else None
                 if shard is not None:
-                    if shard.__class__ is not str:
+                    if shard.__class__ is not str and not isinstance(shard, str):
                         raise InvalidMessageError(f"row {i} of topic {topic!r}: sharding_key "
                                                   f"must be a string, got {shard!r}")
                     h = java_hash(shard)
@@ -836,13 +836,13 @@ class MessageStore:
                 _property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
-                if tag.__class__ is not str:
+                if tag.__class__ is not str and not isinstance(tag, str):
                     raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
                                               f"string, got {tag!r}")
                 text += f"TAGS\x01{tag}\x02"
                 codes[i] = code_of(tag)
                 pairs += 1
-            elif tag is not None and tag.__class__ is not str:
+            elif tag is not None and not isinstance(tag, str):
                 raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
                                           f"string, got {tag!r}")
             key = col_keys[i] if col_keys is not None else None
@@ -2177,20 +2177,31 @@ def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
 
 
 def _bad_property(where: str, name: Any, value: Any) -> None:
+    """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
     if not isinstance(name, str) or not isinstance(value, str):
         raise InvalidMessageError(f"{where}message property {name!r}: names and values must "
                                   "be strings")
-    raise InvalidMessageError(f"{where}message property names must not be empty")
+    if not name:
+        raise InvalidMessageError(f"{where}message property names must not be empty")
 
 
 def _joined_keys(keys: Any, where: str) -> str:
     """Keys given as a sequence, joined as RocketMQ stores them (checked as Message does)."""
+    if keys.__class__ is list or keys.__class__ is tuple:  # the common case, C-level tests
+        try:
+            joined = " ".join(keys)
+        except TypeError:  # not strings: reported below
+            pass
+        else:
+            # no key is empty or holds a space: one space between keys, no more
+            if joined.count(" ") == len(keys) - 1 and "" not in keys:
+                return joined
     if isinstance(keys, (bytes, Mapping)) or not isinstance(keys, Iterable):
         raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
                                   f"got {keys!r}")
     keys = list(keys)
     for k in keys:
-        if k.__class__ is not str or not k or " " in k:
+        if not isinstance(k, str) or not k or " " in k:
             raise InvalidMessageError(
                 f"{where}message key {k!r} must be a non-empty string without spaces")
     return " ".join(keys)
