@@ -121,7 +121,9 @@ def cmd_send(args, out) -> int:
                   file=sys.stderr)
             return 2
         props[name] = value
-    msg = Message(args.topic, args.body.encode("utf-8"), tags=args.tags,
+    # the bytes typed, even when they are not UTF-8 (Python decoded argv with
+    # surrogateescape); Message refuses an empty body, the store a delay level it lacks
+    msg = Message(args.topic, os.fsencode(args.body), tags=args.tags,
                   keys=tuple(args.keys or ()), properties=props, queue_id=args.queue,
                   sharding_key=args.sharding_key, delay_level=args.delay_level)
     with _open(args) as store:

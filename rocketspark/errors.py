@@ -25,6 +25,7 @@ __all__ = [
     "SegmentSizeError",
     "TopicShrinkError",
     "StoreDamagedError",
+    "InvalidMessageError",
 ]
 
 
@@ -136,3 +137,8 @@ class StoreDamagedError(CorruptRecordError):
         super().__init__(message, file=file, offset=offset)
         self.resume = resume
         self.following = following
+
+
+class InvalidMessageError(ConfigError):
+    """A message field is missing, mistyped or out of range; names the field and,
+    in a batch, the row. Raised before any queue offset is taken or byte written."""

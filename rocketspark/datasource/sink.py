@@ -286,9 +286,18 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
     null values and the names of message fields (a TAGS property would be read
     as the tag without its queue entry's tag code, a KEYS one indexed instead
     of the keys column); in keys arrays, null, empty or space-holding keys
-    (RocketMQ separates keys with spaces). Dropped from properties (in
-    ``cols``): SINK_REPLACED_PROPERTIES.
+    (RocketMQ separates keys with spaces); null and empty bodies (RocketMQ's
+    producer refuses them). Dropped from properties (in ``cols``):
+    SINK_REPLACED_PROPERTIES.
     """
+    bodies = cols.get("body")
+    # C-level scans of the block; the store's per-chunk checks would come too late
+    # for the chunks before (the exactly-once sink writes nothing of a bad block)
+    if bodies is not None and (None in bodies or b"" in bodies or "" in bodies):
+        i = next(i for i, b in enumerate(bodies) if b is None or not len(b))
+        raise ConfigError(f"column body: row {i} of the batch has a "
+                          f"{'null' if bodies[i] is None else 'empty'} body; RocketMQ's "
+                          "producer refuses both (the message body is null / length is zero)")
     topics = cols.get("topic")
     if topics is not None:
         for t in set(topics):

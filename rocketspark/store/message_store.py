@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
     FlushTimeoutError,
+    InvalidMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     StoreClosedError,
@@ -62,6 +64,8 @@ from rocketspark.store.index_file import (
 from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
+    INT32_MAX,
+    INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -79,8 +83,11 @@ from rocketspark.store.message import (
     MessageExt,
     SysFlag,
     check_extra_properties,
+    check_int,
+    check_utf8,
     dlq_topic,
     java_string_hash,
+    message_body,
     reserved_property_error,
     retry_topic,
     tags_code,
@@ -622,7 +629,7 @@ class MessageStore:
 
     def put(self, message: Message) -> PutResult:
         """Store one message; returns once it is in the page cache (or on disk, SYNC_FLUSH)."""
-        if self._columnar and not message.delay_level and isinstance(message, Message):
+        if self._columnar and isinstance(message, Message) and not message.delay_level:
             return self._put_one(message)
         return self.put_batch((message,))[0]
 
@@ -684,15 +691,19 @@ class MessageStore:
             if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
                 writes.append((pos, [BLANK.pack(seg_end - pos, BLANK_MAGIC_CODE)]))
                 pos = seg_end
-            queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
-            writes.append((pos, [HEADER_V4.pack(
-                total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
-                msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip, store.port,
-                msg.reconsume_times, 0, len(body)), body, rest]))
-            end = pos + total
-            state.pending_end = end
-            self.commit_log.warm(writes[0][0], end)
-            self.commit_log._write(writes)
+            try:
+                queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
+                writes.append((pos, [HEADER_V4.pack(
+                    total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
+                    msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip,
+                    store.port, msg.reconsume_times, 0, len(body)), body, rest]))
+                end = pos + total
+                state.pending_end = end
+                self.commit_log.warm(writes[0][0], end)
+                self.commit_log._write(writes)
+            except BaseException:
+                self._give_back_queue_offsets()
+                raise
             state.commit_pos = end
             self._cq(topic, queue_id).put(queue_offset, (pos,), (total,),
                                           (tags_code(tags) if tags else 0,))
@@ -721,9 +732,19 @@ class MessageStore:
             messages = list(messages)
         if not messages:
             return []
+        if not all(map(isinstance, messages, itertools.repeat(Message))):
+            # a Message checked its fields when it was made; anything else did not
+            i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
+            raise InvalidMessageError(
+                f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}")
         now = self.clock()
-        if self._columnar and not any(m.delay_level for m in messages):
-            return self._put_columns(_Columns.of_messages(messages), now)
+        if not any(m.delay_level for m in messages):
+            if self._columnar:
+                return self._put_columns(_Columns.of_messages(messages), now)
+        else:
+            for i, m in enumerate(messages):
+                if m.delay_level:
+                    self._check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
         ids = self._ids.next_ids(len(messages), now)
         prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
         return self._append(prepared, now)
@@ -859,10 +880,12 @@ class MessageStore:
             half_head_text = half_info[1].decode("latin-1")
         for i in range(n):
             topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
-            if topic is not last_topic and topic != last_topic:
+            if topic is None or (topic is not last_topic and topic != last_topic):
                 if topic is None:
-                    raise ConfigError(f"row {i}: no topic (give a topic for every row, or a "
-                                      "default topic)")
+                    raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
+                                              "or a default topic)")
+                if topic.__class__ is not str and not isinstance(topic, str):
+                    raise InvalidMessageError(f"row {i}: topic must be a string, got {topic!r}")
                 info = cache.get(topic)
                 if info is None:
                     known = topic_info.get(topic)
@@ -877,6 +900,9 @@ class MessageStore:
             topics[i] = topic
             q = col_qids[i] if col_qids is not None else None
             if q is not None:
+                if q.__class__ is not int:
+                    q = check_int("queue_id", q, -INT64_MAX, INT64_MAX,
+                                  f"row {i} of topic {topic!r}: ")
                 if not 0 <= q < write_queues:
                     raise OffsetOutOfRangeError(
                         f"queue_id {q} is out of range for topic {topic!r} "
@@ -884,6 +910,9 @@ class MessageStore:
             else:
                 shard = col_shard[i] if col_shard is not None else None
                 if shard is not None:
+                    if shard.__class__ is not str and not isinstance(shard, str):
+                        raise InvalidMessageError(f"row {i} of topic {topic!r}: sharding_key "
+                                                  f"must be a string, got {shard!r}")
                     h = java_hash(shard)
                     q = h % write_queues if h >= 0 else -(-h % write_queues)
                     q = -q if q < 0 else q
@@ -899,8 +928,13 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                named = props if isinstance(props, Mapping) else dict(props)
-                parts = [f"{k}\x01{v}\x02" for k, v in named.items()]
+                named = props if isinstance(props, Mapping) else _property_pairs(
+                    props, f"row {i} of topic {topic!r}: ")
+                parts = []
+                for k, v in named.items():
+                    if k.__class__ is not str or v.__class__ is not str or not k:
+                        _bad_property(f"row {i} of topic {topic!r}: ", k, v)
+                    parts.append(f"{k}\x01{v}\x02")
                 text = "".join(parts)
                 pairs = len(parts)
                 if "UNIQ_KEY\x01" in text:
@@ -908,25 +942,35 @@ class MessageStore:
                 if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
                     for k in named:
                         if k in RESERVED_PROPERTIES:
-                            raise ConfigError(reserved_property_error(
+                            raise InvalidMessageError(reserved_property_error(
                                 k, f"row {i} of topic {topic!r}: property"))
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
+            elif props is not None and not isinstance(props, (Mapping, list, tuple)):
+                _property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
+                if tag.__class__ is not str and not isinstance(tag, str):
+                    raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
+                                              f"string, got {tag!r}")
                 text += f"TAGS\x01{tag}\x02"
                 codes[i] = code_of(tag)
                 pairs += 1
+            elif tag is not None and not isinstance(tag, str):
+                raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
+                                          f"string, got {tag!r}")
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
-                    key = " ".join(key)
+                    key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
                 text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
+            elif key is not None and not isinstance(key, (str, list, tuple)):
+                _joined_keys(key, f"row {i} of topic {topic!r}: ")
             if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
-                raise ConfigError(
+                raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
                     "contains a \\x01 or \\x02 separator character")
             if own_uniq is None:
@@ -940,10 +984,8 @@ class MessageStore:
                 text += (f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
                          f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02")
             body = col_bodies[i]
-            if body.__class__ is not bytes:
-                if body is None:
-                    raise ConfigError(f"row {i} of topic {topic!r} has no body")
-                body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+            if body.__class__ is not bytes or not body:
+                body = message_body(body, f"row {i} of topic {topic!r}: ")
             bodies[i] = body
             head = topic_head if half is None else half_head_text
             if text.isascii():
@@ -953,7 +995,11 @@ class MessageStore:
                 # one encode: TOPICLENGTH+TOPIC, PROPERTIESLENGTH (2 bytes) and the text
                 rests[i] = f"{head}{chr(size >> 8)}{chr(size & 0xFF)}{text}".encode("latin-1")
             else:
-                pb = text.encode("utf-8")
+                try:
+                    pb = text.encode("utf-8")
+                except UnicodeEncodeError:
+                    _not_utf8(f"row {i} of topic {topic!r}: ", named if props else {}, tag, key)
+                    raise  # the extra properties of a half were checked before
                 size = len(pb)
                 if size > 32767 or len(body) > max_body:
                     check_sizes(topic, len(body), size, max_body, size_note)
@@ -1018,7 +1064,7 @@ class MessageStore:
                 tag_values = list(dict.fromkeys(cols.tags))
                 if len(tag_values) > UNIFORM_MAX_TAGS or not all(
                         t is None or (isinstance(t, str) and "\x01" not in t
-                                      and "\x02" not in t) for t in tag_values):
+                                      and "\x02" not in t and _utf8(t)) for t in tag_values):
                     return None
                 number = {t: i for i, t in enumerate(tag_values)}
                 tag_of = np.fromiter(map(number.__getitem__, cols.tags), dtype=np.int64,
@@ -1034,24 +1080,46 @@ class MessageStore:
         if cols.keys is not None and any(cols.keys):
             if not isinstance(cols.keys, list):
                 return None
-            for i, k in enumerate(cols.keys):
-                if k:
-                    keyed.append(i)
-                    key_strings.append(k if isinstance(k, str) else " ".join(k))
-            joined = "".join(key_strings)
-            if "\x01" in joined or "\x02" in joined:
+            listed = []  # keys given as sequences, and the spaces joining them
+            spaces = 0
+            try:
+                for i, k in enumerate(cols.keys):
+                    if k:
+                        keyed.append(i)
+                        if isinstance(k, str):
+                            key_strings.append(k)
+                        elif k.__class__ is not list and k.__class__ is not tuple:
+                            return None
+                        else:
+                            k = " ".join(k)
+                            key_strings.append(k)
+                            listed.append(k)
+                            spaces += len(cols.keys[i]) - 1
+            except TypeError:  # not a sequence of strings
+                return None
+            joined = "\x01".join(key_strings)
+            if "\x02" in joined or joined.count("\x01") != len(key_strings) - 1 or (
+                    not joined.isascii() and not _utf8(joined)):
                 return None  # the row loop reports the bad key
+            if listed:
+                # a key of a sequence is non-empty and without spaces (as Message's):
+                # its joined text then has exactly one space between keys, none at the ends
+                seq = "\x01" + "\x01".join(listed) + "\x01"
+                if (seq.count(" ") != spaces or "  " in seq or "\x01 " in seq
+                        or " \x01" in seq or "\x01\x01" in seq):
+                    return None
             key_texts = [b""] * n
             for i, k in zip(keyed, key_strings):
                 key_texts[i] = f"KEYS\x01{k}\x02".encode()
-        if topic is None or (tag is not None and not isinstance(tag, str)):
+        if topic.__class__ is not str or (tag is not None and not isinstance(tag, str)):
             return None
-        if tag and ("\x01" in tag or "\x02" in tag):
+        if tag and ("\x01" in tag or "\x02" in tag or not _utf8(tag)):
             return None
         if not all(b.__class__ is bytes for b in bodies):
             return None
         lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-        if n and int(lengths.max()) > self.config.max_message_size:
+        if n and (int(lengths.max()) > self.config.max_message_size
+                  or not lengths.all()):  # an empty body: the row loop reports it
             return None
         known = self._topic_cache.get(topic)
         if known is None:
@@ -1175,13 +1243,17 @@ class MessageStore:
         def set_pending(end: int) -> None:
             state.pending_end = end
 
-        placed = self.commit_log.append_columns(start, batch, store_ts,
-                                                self._reserve_queue_offsets, set_pending)
-        end = placed.end
-        placed_then: list[Appended] = []
-        if then:
-            placed_then, end = self.commit_log.append(end, then, store_ts,
-                                                      self._reserve_queue_offsets, set_pending)
+        try:
+            placed = self.commit_log.append_columns(start, batch, store_ts,
+                                                    self._reserve_queue_offsets, set_pending)
+            end = placed.end
+            placed_then: list[Appended] = []
+            if then:
+                placed_then, end = self.commit_log.append(
+                    end, then, store_ts, self._reserve_queue_offsets, set_pending)
+        except BaseException:
+            self._give_back_queue_offsets()
+            raise
         state.commit_pos = end
         for topic, qid, idx in placed.groups:
             first = int(placed.queue_offsets[idx[0]])
@@ -1285,7 +1357,7 @@ class MessageStore:
         props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
         delay_ms = 0
         if msg.delay_level > 0 and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
-            level = min(msg.delay_level, len(self._delay_ms))
+            level = self._check_delay_level(msg.delay_level, f"topic {topic!r}: ")
             props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
@@ -1349,8 +1421,12 @@ class MessageStore:
         def set_pending(end: int) -> None:
             state.pending_end = end
 
-        placed, end = self.commit_log.append(start, prepared, store_ts,
-                                             self._reserve_queue_offsets, set_pending)
+        try:
+            placed, end = self.commit_log.append(start, prepared, store_ts,
+                                                 self._reserve_queue_offsets, set_pending)
+        except BaseException:
+            self._give_back_queue_offsets()
+            raise
         state.commit_pos = end
         self._dispatch(prepared, placed, store_ts)
         state.dispatched_pos = end
@@ -1391,6 +1467,24 @@ class MessageStore:
         n = self._next_queue_offset(topic, queue_id)
         self._qo[(topic, queue_id)] = n + count
         return n
+
+    def _give_back_queue_offsets(self) -> None:
+        """Forget reserved queue offsets after an append failed before COMMIT_POS moved.
+
+        A kept reservation would make the next append skip offsets: a
+        ConsumeQueue hole, behind which readers never see a record. The next
+        append reads each queue's end from its ConsumeQueue again.
+        """
+        self._qo.clear()
+
+    def _check_delay_level(self, level: int, where: str = "") -> int:
+        """Return ``level`` if it is one of the configured delay levels (1..n)."""
+        n = len(self._delay_ms)
+        if not 1 <= level <= n:
+            raise InvalidMessageError(
+                f"{where}delay_level {level} is not one of the store's delay levels 1..{n} "
+                "(messageDelayLevel)")
+        return level
 
     def _sync_with_writers(self) -> None:
         """Catch up with what other processes wrote (call holding the write lock)."""
@@ -1848,6 +1942,12 @@ class MessageStore:
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
                      else max_reconsume_times)
+        for i, level in enumerate(() if delay_levels is None else delay_levels):
+            # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
+            # at the last level as RocketMQ's broker does; a given level must exist
+            check_int("delay_level", level, -INT32_MAX, INT32_MAX, f"message {i}: ")
+            if level > 0:
+                self._check_delay_level(level, f"message {i}: ")
         now = self.clock()
         recs = []
         for i, message in enumerate(messages):
@@ -1914,7 +2014,12 @@ class MessageStore:
                       properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store several half messages under one lock."""
         validate_group(producer_group)
-        return self._transactions.prepare(list(messages), producer_group=producer_group,
+        messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(
+                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}")
+        return self._transactions.prepare(messages, producer_group=producer_group,
                                           extra_properties=properties)
 
     def commit_transaction(self, half: PutResult | int | Iterable[PutResult | int]
@@ -2531,6 +2636,70 @@ def _check_queue(info: TopicInfo, queue_id: int) -> None:
         raise OffsetOutOfRangeError(
             f"queue {queue_id} of topic {info.name!r} does not exist "
             f"(the topic has {info.read_queue_nums} queues)")
+
+
+def _utf8(text: str) -> bool:
+    """Does ``text`` encode as UTF-8 (holds no lone surrogate)?"""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
+    """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
+    try:
+        if isinstance(props, (str, bytes)):
+            raise TypeError
+        return dict(props)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(f"{where}properties must be a mapping or (name, value) "
+                                  f"pairs, got {props!r}") from None
+
+
+def _bad_property(where: str, name: Any, value: Any) -> None:
+    """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise InvalidMessageError(f"{where}message property {name!r}: names and values must "
+                                  "be strings")
+    if not name:
+        raise InvalidMessageError(f"{where}message property names must not be empty")
+
+
+def _joined_keys(keys: Any, where: str) -> str:
+    """Keys given as a sequence, joined as RocketMQ stores them (checked as Message does)."""
+    if keys.__class__ is list or keys.__class__ is tuple:  # the common case, C-level tests
+        try:
+            joined = " ".join(keys)
+        except TypeError:  # not strings: reported below
+            pass
+        else:
+            # no key is empty or holds a space: one space between keys, no more
+            if joined.count(" ") == len(keys) - 1 and "" not in keys:
+                return joined
+    if isinstance(keys, (bytes, Mapping)) or not isinstance(keys, Iterable):
+        raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
+                                  f"got {keys!r}")
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, str) or not k or " " in k:
+            raise InvalidMessageError(
+                f"{where}message key {k!r} must be a non-empty string without spaces")
+    return " ".join(keys)
+
+
+def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | None) -> None:
+    """Raise InvalidMessageError naming the field that does not encode as UTF-8."""
+    for name, value in props.items():
+        check_utf8("message property name", name, where)
+        check_utf8("message property value", value, f"{where}property {name!r}: ")
+    if tag:
+        check_utf8("message property tags", tag, where)
+    if key:
+        check_utf8("message property key", key, where)
 
 
 class _Columns:

@@ -7,6 +7,7 @@ killed inside a commit is a child process that SIGKILLs itself there.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -199,3 +200,22 @@ def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, mo
     # A URI is not a path under the planning process's working directory.
     assert _location_key("s3://bucket/chk/") == "s3://bucket/chk"
     assert _location_key("dbfs:/chk") == "dbfs:/chk"
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+@pytest.mark.parametrize("bad", ["", None])
+def test_a_block_with_an_empty_or_null_body_writes_nothing(out_store, exactly_once, bad):
+    """RocketMQ's producer refuses empty bodies (its consumers stop at one): the sink
+    refuses the block, even when the bad row comes chunks after good ones."""
+    from rocketspark.datasource.sink import WRITE_CHUNK
+    from rocketspark.errors import ConfigError
+
+    plan = dataclasses.replace(_plan(out_store), exactly_once=exactly_once)
+    bodies = ["ok"] * (WRITE_CHUNK + 5) + [bad]
+    for kind in (pa.string(), pa.binary()):
+        block = pa.record_batch({"body": pa.array(bodies, kind)})
+        with pytest.raises(ConfigError, match=f"row {WRITE_CHUNK + 5} of the batch has a"):
+            write_task(plan, iter([block]))
+    with pytest.raises(ConfigError, match="row 1 of the batch has a"):
+        write_task(plan, iter([("x",), (bad,)]))  # rows, as a Python writer gets them
+    assert _bodies(out_store) == [] and _open_halves(out_store) == 0

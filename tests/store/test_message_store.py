@@ -229,7 +229,7 @@ def test_a_filtered_long_poll_waits_for_a_message_it_matches(tmp_path):
 
 
 def test_read_batches_matches_pull(store):
-    msgs = [Message("orders", os.urandom(i % 40), tags=["x", "y"][i % 2], keys=[f"k{i}"],
+    msgs = [Message("orders", os.urandom(i % 40 + 1), tags=["x", "y"][i % 2], keys=[f"k{i}"],
                     properties={"n": str(i)}, queue_id=0) for i in range(300)]
     store.put_batch(msgs)
     batches, nxt = store.read_batches("orders", 0, 10, 250)
