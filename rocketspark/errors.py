@@ -89,3 +89,11 @@ class FlushTimeoutError(RocketSparkError):
 
 class TransactionError(RocketSparkError):
     """A transactional half message cannot be committed or rolled back as asked."""
+
+
+class SinkJobEndedError(TransactionError):
+    """A task of an exactly-once batch write was about to write after its job had ended.
+
+    Its job was committed or aborted (a task Spark was still cancelling, a
+    speculative attempt): the task writes nothing more and fails.
+    """
