@@ -364,3 +364,4 @@ def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, sto
         time.sleep(0.1)
     assert store.open_transactions() == []
     assert _all(store, "out") == []
+    assert os.listdir(os.path.join(store_path, "config", "rocketsparkSinkJobs")) == []
