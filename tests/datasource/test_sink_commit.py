@@ -7,6 +7,7 @@ killed inside a commit is a child process that SIGKILLs itself there.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -296,10 +297,7 @@ def _write_then_die(path: str, job: str, sink_id: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # while holding the job file's lock
 
     MessageStore.prepare_columns = prepare_then_die
-    plan = _plan(path, sink_id)
-    plan = SinkPlan(plan.store, plan.columns, plan.default_topic, True, sink_id,
-                    plan.producer_group, None, job)
-    write_task(plan, iter([_batch("killed")]))
+    write_task(dataclasses.replace(_plan(path, sink_id), job=job), iter([_batch("killed")]))
 
 
 def test_a_task_killed_in_the_middle_of_a_chunk_does_not_hold_up_the_abort(out_store):
