@@ -142,3 +142,11 @@ class StoreDamagedError(CorruptRecordError):
 class InvalidMessageError(ConfigError):
     """A message field is missing, mistyped or out of range; names the field and,
     in a batch, the row. Raised before any queue offset is taken or byte written."""
+
+
+class SinkJobEndedError(TransactionError):
+    """A task of an exactly-once batch write was about to write after its job had ended.
+
+    Its job was committed or aborted (a task Spark was still cancelling, a
+    speculative attempt): the task writes nothing more and fails.
+    """
