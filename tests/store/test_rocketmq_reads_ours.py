@@ -223,13 +223,13 @@ TAGS = ["created", "paid", "shipped", None, "étiquette"]
 def _order(i: int, rng: random.Random) -> Message:
     kind = i % 4
     if i == 0:
-        body = b""
+        body = b"\x00"  # the smallest body (RocketMQ's producer refuses empty ones)
     elif kind == 0:
         body = (f"{TEXTS[i % len(TEXTS)]} #{i} ").encode() * (1 + i % 50)
     elif kind == 1:
         body = rng.randbytes(rng.randrange(1, 16_000))
     elif kind == 2:
-        body = bytes(range(256)) * (i % 17)
+        body = bytes(range(256)) * (1 + i % 17)
     else:
         body = f"order {i}".encode()
     keys = [f"order-{i}", f"cust-{i % 9}"] + ([f"ключ-{i}"] if i % 6 == 0 else [])
