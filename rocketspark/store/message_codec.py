@@ -401,9 +401,7 @@ def decode_record(
             raise
         raise CorruptRecordError(f"truncated record: {exc}", file=file, offset=where) from None
     if verify_crc and body_crc(body) != crc:
-        raise CorruptRecordError(
-            f"body CRC mismatch, expected {crc}, computed {body_crc(body)}",
-            file=file, offset=where)
+        raise body_crc_error(crc, body_crc(body), file=file, offset=where)
     if inflate:
         body = decompress_body(body, sys_flag, offset=where)
     store_host = HostAddress(store_ip, store_port)
@@ -415,6 +413,38 @@ def decode_record(
         reconsume_times=reconsume, sys_flag=sys_flag, flag=flag, body_crc=crc,
         store_size=total, prepared_transaction_offset=prepared,
     )
+
+
+def body_crc_error(stored: int, computed: int, *, file: str | None,
+                   offset: int) -> CorruptRecordError:
+    """The error of a record whose body does not match its BODYCRC field."""
+    return CorruptRecordError(
+        f"body CRC mismatch: BODYCRC field {stored}, CRC of the body {computed}",
+        file=file, offset=offset)
+
+
+def header_mismatch(msg: MessageExt, offset: int, *, size: int | None = None,
+                    topic: str | None = None, queue_id: int | None = None,
+                    queue_offset: int | None = None) -> str | None:
+    """Say which header field shows that the record read at CommitLog ``offset`` is not
+    the one that led there, or return None: its PHYSICALOFFSET must be ``offset``, and
+    its TOTALSIZE, topic, QUEUEID and QUEUEOFFSET those given (a ConsumeQueue entry's).
+
+    These fields have no checksum; comparing them with what pointed at the record
+    keeps a damaged header from passing for another message.
+    """
+    if msg.commitlog_offset != offset:
+        return f"PHYSICALOFFSET {msg.commitlog_offset} is not the offset it was read at"
+    if size is not None and msg.store_size != size:
+        return f"TOTALSIZE {msg.store_size} is not the ConsumeQueue entry's size {size}"
+    if topic is not None and msg.topic != topic:
+        return f"topic {msg.topic!r} is not {topic!r}, whose ConsumeQueue points at it"
+    if queue_id is not None and msg.queue_id != queue_id:
+        return f"QUEUEID {msg.queue_id} is not {queue_id}, whose ConsumeQueue points at it"
+    if queue_offset is not None and msg.queue_offset != queue_offset:
+        return (f"QUEUEOFFSET {msg.queue_offset} is not {queue_offset}, the ConsumeQueue "
+                "offset that points at it")
+    return None
 
 
 # Results of check_record (besides a positive size).

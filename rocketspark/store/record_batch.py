@@ -20,7 +20,9 @@ widest column after the body).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +46,7 @@ from rocketspark.store.message_codec import (
     MESSAGE_MAGIC_CODE_V2,
     V1_MAX_TOPIC_LENGTH,
     HostAddress,
+    body_crc_error,
 )
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -82,28 +85,45 @@ def empty_batch() -> pa.RecordBatch:
 
 
 def records_to_batches(commit_log: CommitLog, topic: str, broker_name: str,
-                       phy_offsets: np.ndarray, sizes: np.ndarray) -> list[pa.RecordBatch]:
+                       phy_offsets: np.ndarray, sizes: np.ndarray, *, queue_id: int,
+                       queue_offsets: np.ndarray, check_crc: bool = True
+                       ) -> list[pa.RecordBatch]:
     """Return the records at ``phy_offsets`` (ascending, all of ``topic``) as batches.
 
-    One batch per CommitLog segment touched. ``sizes`` are the ConsumeQueue
-    sizes; a record whose TOTALSIZE disagrees raises CorruptRecordError.
+    One batch per CommitLog segment touched. ``sizes`` and ``queue_offsets`` are
+    those of the ConsumeQueue entries that point at the records, in queue
+    ``queue_id``. Raises CorruptRecordError naming the file, offset and field
+    when a record's header disagrees with its entry and, with ``check_crc``,
+    when a body does not match its BODYCRC.
     """
     phy = np.asarray(phy_offsets, dtype=np.int64)
     size = np.asarray(sizes, dtype=np.int64)
+    qoff = np.asarray(queue_offsets, dtype=np.int64)
     if len(phy) == 0:
         return []
     seg = commit_log.segment_size
     seg_idx = phy // seg
     cuts = np.flatnonzero(np.diff(seg_idx)) + 1
     bounds = [0, *cuts.tolist(), len(phy)]
+    reached = _Reached(topic, queue_id, check_crc)
     out = []
     for a, b in zip(bounds, bounds[1:]):
-        out.append(_segment_batch(commit_log, topic, broker_name, phy[a:b], size[a:b]))
+        out.append(_segment_batch(commit_log, reached, broker_name, phy[a:b], size[a:b],
+                                  qoff[a:b]))
     return out
 
 
-def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.ndarray,
-                   size: np.ndarray) -> pa.RecordBatch:
+class _Reached(NamedTuple):
+    """What a block's records must match: their queue, and whether bodies are checked."""
+
+    topic: str
+    queue_id: int
+    check_crc: bool
+
+
+def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
+                   phy: np.ndarray, size: np.ndarray, qoff: np.ndarray) -> pa.RecordBatch:
+    topic = reached.topic
     f = commit_log.segment(int(phy[0]))
     n = len(phy)
     rel = phy - f.start_offset
@@ -116,23 +136,24 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
         bad = np.flatnonzero(((magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2))
-                             | (total != size) | (hdr["phy"] != phy))
+                             | (total != size) | (hdr["phy"] != phy)
+                             | (hdr["queue_id"] != reached.queue_id)
+                             | (hdr["queue_offset"] != qoff))
         if len(bad):
             i = int(bad[0])
-            raise CorruptRecordError(
-                f"record does not match its ConsumeQueue entry of topic {topic!r} "
-                f"(magic {int(magic[i]) & 0xFFFFFFFF:#x}, size {int(total[i])} vs "
-                f"{int(size[i])}, PHYSICALOFFSET {int(hdr['phy'][i])})",
-                file=f.path, offset=int(phy[i]))
+            what = _header_mismatch(hdr[i], int(phy[i]), int(size[i]), reached, int(qoff[i]))
+            raise CorruptRecordError(f"record header damaged: {what}", file=f.path,
+                                     offset=int(phy[i]))
         sys_flag = hdr["sys_flag"].astype(np.int32)
         if np.any(sys_flag & _SLOW_FLAGS):
-            return messages_to_batch(
-                [commit_log.read(int(p)) for p in phy.tolist()], broker_name)
+            return _read_each(commit_log, reached, broker_name, phy, size, qoff)
         body_len = hdr["body_len"].astype(np.int64)
         body_start = rel + HEADER_V4.size
         body_end = body_start + body_len
-        topic_len = len(topic.encode("utf-8"))
-        topic_field = np.where(magic == MESSAGE_MAGIC_CODE_V2, 2, 1)
+        topic_bytes = topic.encode("utf-8")
+        topic_len = len(topic_bytes)
+        v2 = magic == MESSAGE_MAGIC_CODE_V2
+        topic_field = np.where(v2, 2, 1)
         plen_at = body_end + topic_field + topic_len
         props_len = (buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1]
         props_start = plen_at + 2
@@ -144,6 +165,9 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
                 f"record fields add up to {int(computed[i])} bytes, TOTALSIZE says "
                 f"{int(total[i])} (is every record of this queue of topic {topic!r}?)",
                 file=f.path, offset=int(phy[i]))
+        _check_topics(buf, body_end, v2, topic_bytes, f.path, phy)
+        if reached.check_crc:
+            _check_body_crcs(f.mm, body_start, body_end, hdr["crc"], f.path, phy)
         segment = pa.py_buffer(f.mm)
         body = _cut(segment, body_start, body_end).cast(pa.binary())
         props = _cut(segment, props_start, props_start + props_len)
@@ -151,8 +175,7 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
         try:
             parsed = _parse_properties(props)
         except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
-            return messages_to_batch(
-                [commit_log.read(int(p)) for p in phy.tolist()], broker_name)
+            return _read_each(commit_log, reached, broker_name, phy, size, qoff)
         msg_id = _msg_ids(hdr, phy)
         qoffsets = hdr["queue_offset"].astype(np.int64)
         born = _hosts(hdr["born_ip"], hdr["born_port"])
@@ -165,6 +188,68 @@ def _segment_batch(commit_log: CommitLog, topic: str, broker_name: str, phy: np.
     finally:
         del buf
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _read_each(commit_log: CommitLog, reached: _Reached, broker_name: str, phy: np.ndarray,
+               size: np.ndarray, qoff: np.ndarray) -> pa.RecordBatch:
+    """The records as one batch, decoded one by one (the per-record path)."""
+    read = commit_log.read_reached
+    return messages_to_batch(
+        [read(p, verify_crc=reached.check_crc, size=s, topic=reached.topic,
+              queue_id=reached.queue_id, queue_offset=q)
+         for p, s, q in zip(phy.tolist(), size.tolist(), qoff.tolist())], broker_name)
+
+
+def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff: int) -> str:
+    """Which field of one record's header disagrees with its ConsumeQueue entry."""
+    magic = int(hdr["magic"])
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return f"MAGICCODE {magic & 0xFFFFFFFF:#x} is not a message's"
+    if int(hdr["phy"]) != phy:
+        return f"PHYSICALOFFSET {int(hdr['phy'])} is not the offset it was read at"
+    if int(hdr["total"]) != size:
+        return f"TOTALSIZE {int(hdr['total'])} is not the ConsumeQueue entry's size {size}"
+    if int(hdr["queue_id"]) != reached.queue_id:
+        return (f"QUEUEID {int(hdr['queue_id'])} is not {reached.queue_id}, whose "
+                "ConsumeQueue points at it")
+    return (f"QUEUEOFFSET {int(hdr['queue_offset'])} is not {qoff}, the ConsumeQueue offset "
+            "that points at it")
+
+
+def _check_topics(buf: np.ndarray, topic_at: np.ndarray, v2: np.ndarray, topic: bytes,
+                  path: str, phy: np.ndarray) -> None:
+    """Raise CorruptRecordError unless every record's TOPICLENGTH and topic (at
+    ``topic_at``: 1 length byte, or 2 with the v2 magic) are ``topic``'s."""
+    width = len(topic)
+    hi = np.where(v2, buf[topic_at], 0)
+    lo = buf[topic_at + v2]
+    start = topic_at + 1 + v2
+    bad = (hi.astype(np.int64) << 8 | lo) != width
+    if width:
+        raw = buf[start[:, None] + np.arange(width)]  # (n, width)
+        bad |= (raw != np.frombuffer(topic, dtype=np.uint8)).any(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        length = int(hi[i]) << 8 | int(lo[i])
+        got = bytes(buf[start[i]:start[i] + min(length, width + 8)]).decode("utf-8", "replace")
+        raise CorruptRecordError(
+            f"record header damaged: topic {got!r} (TOPICLENGTH {length}) is not "
+            f"{topic.decode('utf-8')!r}, whose ConsumeQueue points at it",
+            file=path, offset=int(phy[i]))
+
+
+def _check_body_crcs(mm: Any, starts: np.ndarray, ends: np.ndarray, stored: np.ndarray,
+                     path: str, phy: np.ndarray) -> None:
+    """Raise CorruptRecordError unless each body [starts[i], ends[i]) of the mapped
+    segment ``mm`` matches its BODYCRC field ``stored[i]``."""
+    with memoryview(mm) as view:  # released at once: a mapping with views cannot close
+        pieces = map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))
+        crcs = np.fromiter(map(zlib.crc32, pieces), dtype=np.int64, count=len(starts))
+    bad = np.flatnonzero((crcs & 0x7FFFFFFF) != stored)
+    if len(bad):
+        i = int(bad[0])
+        raise body_crc_error(int(stored[i]), int(crcs[i]) & 0x7FFFFFFF, file=path,
+                             offset=int(phy[i]))
 
 
 def _cut(segment: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
