@@ -362,7 +362,7 @@ def decode_record(
         total, magic = BLANK.unpack_from(buf, pos)
         if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
             raise CorruptRecordError(
-                f"bad magic code, expected {MESSAGE_MAGIC_CODE:#x} or {MESSAGE_MAGIC_CODE_V2:#x}, "
+                f"bad MAGICCODE, expected {MESSAGE_MAGIC_CODE:#x} or {MESSAGE_MAGIC_CODE_V2:#x}, "
                 f"got {magic & 0xFFFFFFFF:#x}", file=file, offset=where)
         sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]
         born_v6 = bool(sys_flag & SysFlag.BORNHOST_V6)
@@ -370,14 +370,14 @@ def decode_record(
         header = HEADERS[(born_v6, store_v6)]
         if total < header.size or pos + total > len(buf):
             raise CorruptRecordError(
-                f"record size {total} does not fit (header {header.size}, "
+                f"TOTALSIZE {total} does not fit (header {header.size}, "
                 f"{len(buf) - pos} bytes left)", file=file, offset=where)
         (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_ip,
          born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = (
             header.unpack_from(buf, pos))
         p = pos + header.size
         if body_len < 0 or p + body_len > pos + total:
-            raise CorruptRecordError(f"body length {body_len} overruns record of {total} bytes",
+            raise CorruptRecordError(f"BODYLENGTH {body_len} overruns TOTALSIZE {total}",
                                      file=file, offset=where)
         body = bytes(buf[p:p + body_len])
         p += body_len
@@ -393,8 +393,8 @@ def decode_record(
         p += 2
         if props_len < 0 or p + props_len - pos != total:
             raise CorruptRecordError(
-                f"record size {total} disagrees with its fields "
-                f"(computed {p + max(props_len, 0) - pos})", file=file, offset=where)
+                f"TOTALSIZE {total} disagrees with the lengths of its fields "
+                f"(they add up to {p + max(props_len, 0) - pos})", file=file, offset=where)
         properties = decode_properties(buf[p:p + props_len])
     except (struct.error, IndexError, ValueError) as exc:
         if isinstance(exc, CorruptRecordError):

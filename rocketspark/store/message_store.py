@@ -1652,22 +1652,27 @@ class MessageStore:
         """Raise CorruptRecordError unless the ConsumeQueue entry that the record's topic,
         QUEUEID and QUEUEOFFSET name points back at it (those fields have no checksum).
 
-        Not judged: records no queue holds (half messages), topics the store does
-        not list, and records not dispatched yet (a put in another process).
+        Not judged: records no queue holds (half messages) and records not
+        dispatched yet (a put in another process).
         """
         if transaction_type(msg.sys_flag) not in (0, SysFlag.TRANSACTION_COMMIT):
             return
         phy = msg.commitlog_offset
-        if self.topics.get(msg.topic) is None or phy >= self.state.dispatched_pos:
+        if phy >= self.state.dispatched_pos:
             return
-        key = (msg.topic, msg.queue_id)
-        entry = None
-        if key in self._queues or os.path.isdir(
-                os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))):
-            entry = self._cq(*key).entry(msg.queue_offset)
-            if entry is not None and entry[:2] == (phy, msg.store_size):
-                return
-        where = f"ConsumeQueue {msg.topic}/{msg.queue_id} offset {msg.queue_offset}"
+        where = f"ConsumeQueue {msg.topic!r} queue {msg.queue_id} offset {msg.queue_offset}"
+        try:
+            validate_topic(msg.topic, on_disk=True)
+        except ConfigError:
+            entry: tuple[int, int, int] | None = None  # (and no path is made of the name)
+        else:
+            key = (msg.topic, msg.queue_id)
+            entry = None
+            if key in self._queues or os.path.isdir(
+                    os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))):
+                entry = self._cq(*key).entry(msg.queue_offset)
+                if entry is not None and entry[:2] == (phy, msg.store_size):
+                    return
         raise CorruptRecordError(
             f"record header damaged: its topic, QUEUEID and QUEUEOFFSET name {where}, which "
             + (f"points at offset {entry[0]} (size {entry[1]})" if entry is not None

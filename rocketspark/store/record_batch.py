@@ -127,9 +127,10 @@ def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
     f = commit_log.segment(int(phy[0]))
     n = len(phy)
     rel = phy - f.start_offset
-    if int(rel[-1] + size[-1]) > f.size or int(rel[0]) < 0:
+    past = np.flatnonzero(rel + size > f.size)
+    if len(past) or int(rel[0]) < 0:
         raise CorruptRecordError("ConsumeQueue entry points past its CommitLog segment",
-                                 file=f.path, offset=int(phy[-1]))
+                                 file=f.path, offset=int(phy[past[0]] if len(past) else phy[0]))
     buf = np.frombuffer(f.mm, dtype=np.uint8)
     try:
         hdr = gather_items(buf, rel, HEADER_DTYPE)  # every header in one gather
@@ -148,12 +149,20 @@ def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
         if np.any(sys_flag & _SLOW_FLAGS):
             return _read_each(commit_log, reached, broker_name, phy, size, qoff)
         body_len = hdr["body_len"].astype(np.int64)
-        body_start = rel + HEADER_V4.size
-        body_end = body_start + body_len
         topic_bytes = topic.encode("utf-8")
         topic_len = len(topic_bytes)
         v2 = magic == MESSAGE_MAGIC_CODE_V2
         topic_field = np.where(v2, 2, 1)
+        # Before anything is read past the header: the body ends inside the record.
+        bad = np.flatnonzero((body_len < 0)
+                             | (body_len > total - HEADER_V4.size - topic_field - topic_len - 2))
+        if len(bad):
+            i = int(bad[0])
+            raise CorruptRecordError(
+                f"record header damaged: BODYLENGTH {int(body_len[i])} overruns TOTALSIZE "
+                f"{int(total[i])}", file=f.path, offset=int(phy[i]))
+        body_start = rel + HEADER_V4.size
+        body_end = body_start + body_len
         plen_at = body_end + topic_field + topic_len
         props_len = (buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1]
         props_start = plen_at + 2
