@@ -203,10 +203,10 @@ def _read_each(commit_log: CommitLog, reached: _Reached, broker_name: str, phy: 
                size: np.ndarray, qoff: np.ndarray) -> pa.RecordBatch:
     """The records as one batch, decoded one by one (the per-record path)."""
     read = commit_log.read_reached
+    rows = zip(phy.tolist(), size.tolist(), qoff.tolist(), strict=True)
     return messages_to_batch(
         [read(p, verify_crc=reached.check_crc, size=s, topic=reached.topic,
-              queue_id=reached.queue_id, queue_offset=q)
-         for p, s, q in zip(phy.tolist(), size.tolist(), qoff.tolist())], broker_name)
+              queue_id=reached.queue_id, queue_offset=q) for p, s, q in rows], broker_name)
 
 
 def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff: int) -> str:

@@ -162,7 +162,8 @@ def test_a_flipped_body_byte_fails_every_read_unless_checks_are_off(written, sto
     with _flipped(written.root, r.phy + HEADER_V4.size + j, mask):
         for name, read in _reads(r).items():
             # CRC-32 catches every error in one byte: the checked store always raises.
-            assert _raises_or_same(lambda: read(checked), None, r, written.root, name), name
+            assert _raises_or_same(lambda read=read: read(checked), None, r, written.root,
+                                   name), name
             got = read(unchecked)
             assert got == _with_body_flipped(before[(k, name, False)], r, j, mask), name
 
@@ -202,11 +203,11 @@ def test_a_flipped_header_byte_never_passes_for_another_message(written, stores,
     checked, unchecked = stores
     with _flipped(written.root, r.phy + at, mask):
         for name, read in _reads(r).items():
-            _raises_or_same(lambda: read(checked), before[(k, name, True)], r, written.root,
-                            f"{name}, {field}")
+            _raises_or_same(lambda read=read: read(checked), before[(k, name, True)], r,
+                            written.root, f"{name}, {field}")
             if field != "BODYCRC":  # (unchecked, a read gives the damaged field as stored)
-                _raises_or_same(lambda: read(unchecked), before[(k, name, False)], r,
-                                written.root, f"{name} unchecked, {field}")
+                _raises_or_same(lambda read=read: read(unchecked), before[(k, name, False)],
+                                r, written.root, f"{name} unchecked, {field}")
 
 
 @pytest.mark.parametrize("field, says", [
