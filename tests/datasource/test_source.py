@@ -512,3 +512,19 @@ def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
 
     assert delay("500") == 500
     assert delay("30s") == 30_000 and delay("15m") == 900_000
+
+
+def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_path, store):
+    _fill(store, "orders", 4, queues=1)
+    m = store.pull("orders", 0, 1, 1).messages[0]
+    seg = store.commit_log.segment(m.commitlog_offset)
+    with open(seg.path, "r+b") as f:  # the first byte of the body, as damage on disk would
+        f.seek(m.commitlog_offset - seg.start_offset + 88)
+        first = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([first ^ 0x20]))
+    reader = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+    with pytest.raises(Exception, match=f"body CRC mismatch.*offset {m.commitlog_offset}"):
+        reader.load().collect()
+    rows = reader.option("checkCRCs", "false").load().collect()
+    assert sorted(r.body for r in rows) == [b"Orders-1", b"orders-0", b"orders-2", b"orders-3"]
