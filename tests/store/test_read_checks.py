@@ -268,3 +268,45 @@ def test_the_source_option_check_crcs_is_parsed_and_suggested():
         parse_options({"topic": "t", "checkCRCs": "maybe"}, "read")
     with pytest.raises(ConfigError, match="did you mean 'checkCRCs'"):
         parse_options({"topic": "t", "check.crcs": "false"}, "read")
+
+
+@settings(max_examples=300, deadline=None)
+@given(width=st.integers(1, 40), n=st.integers(1, 70), seed=st.integers(0, 2**32 - 1),
+       damage=st.sampled_from(["none", "body", "crc"]))
+def test_the_batched_crc_check_agrees_with_one_crc_a_body(width, n, seed, damage):
+    import random
+    import zlib
+
+    import numpy as np
+
+    from rocketspark.store.record_batch import _uniform_crcs_match
+
+    rnd = random.Random(seed)
+    raw = bytearray(rnd.randbytes(3 + n * width))  # bodies from offset 3, end to end
+    stored = np.array([zlib.crc32(raw[3 + i * width:3 + (i + 1) * width]) & 0x7FFFFFFF
+                       for i in range(n)], dtype=">i4")
+    if damage == "body":
+        raw[3 + rnd.randrange(n * width)] ^= rnd.randrange(1, 256)
+    elif damage == "crc":
+        stored[rnd.randrange(n)] ^= 1 << rnd.randrange(31)
+    assert _uniform_crcs_match(pa.py_buffer(bytes(raw)), 3, n, width, stored) == (
+        damage == "none")
+
+
+@pytest.mark.parametrize("width", [5, 100, 2000])
+def test_bodies_of_one_length_checked_at_once_still_name_the_damaged_one(tmp_path, width):
+    with MessageStore.open(tmp_path / "s") as store:
+        store.create_topic("t", queues=1)
+        results = store.put_batch([Message("t", bytes([i]) * width) for i in range(100)])
+        assert len(_rows(store.read_batches("t", 0, 0)[0])) == 100
+        r = results[37]
+        path = store.commit_log.segment(r.commitlog_offset).path
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, b"\xff", r.commitlog_offset + HEADER_V4.size + width // 2)
+        finally:
+            os.close(fd)
+        with pytest.raises(CorruptRecordError, match="body CRC mismatch") as info:
+            store.read_batches("t", 0, 0)
+        assert (info.value.file, info.value.offset) == (path, r.commitlog_offset)
+        assert len(_rows(store.read_batches("t", 0, 0, check_crc=False)[0])) == 100
