@@ -289,6 +289,7 @@ def _check_body_crcs(body: pa.Array, body_len: np.ndarray, stored: np.ndarray, p
 
 
 _BATCH_MAX_WIDTH = 1024  # wider bodies: one zlib call a body runs near its bulk speed
+_SHIFT_LEVELS = 17  # _uniform_crcs_match folds up to 2^17 - 1 bodies
 
 
 def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.ndarray) -> bool:
@@ -305,6 +306,8 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
     several bodies could cancel out with odds of 2^-32. False sends the caller
     to the per-body check, which names the record.
     """
+    if n >> _SHIFT_LEVELS:
+        return False  # more bodies than the tables fold (read_batches blocks hold 2^16)
     mask, top0 = _top_bit_mask(width)
     words = width // 8
     rows = np.ndarray(shape=(n, words), dtype="<u8", buffer=data, offset=first,
@@ -377,7 +380,7 @@ def _shift_tables(width: int) -> list[list[np.ndarray]]:
                      for c in basis], dtype=np.uint32)
     bits = (np.arange(256)[:, None] >> np.arange(8)) & 1  # (256, 8)
     out = []
-    for _ in range(17):  # 2^16 bodies at most in one read_batches block
+    for _ in range(_SHIFT_LEVELS):
         tables = [np.bitwise_xor.reduce(np.where(bits == 1, cols[8 * p:8 * p + 8], 0), axis=1
                                         ).astype(np.uint32) for p in range(4)]
         out.append(tables)
