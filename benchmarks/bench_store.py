@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from machine import reference  # noqa: E402  (benchmarks/ is on sys.path when run)
 from rocketspark.store import Message, MessageStore
@@ -97,33 +98,45 @@ def bench_sync_flush(producers: int, n_each: int, batch: int = 1) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_pull_arrow(n: int, block: int | None, keyed: bool = False) -> float:
+def bench_pull_arrow(n: int, block: int | None, keyed: bool = False, varied: bool = False,
+                     check_crc: bool = True) -> float:
     """Read a queue range into Arrow: in blocks the caller drops as it goes (as the Spark
     reader does, READ_CHUNK records a call), or with ``block`` None in one call whose
     million rows stay in memory (then fresh memory's page faults are most of the time).
     With ``keyed``, each message has a key of 1-6 characters: properties of varying
-    length (six layouts, parsed by one template each)."""
+    length (six layouts, parsed by one template each). With ``varied``, bodies of
+    50-150 bytes. ``check_crc`` False reads without verifying body CRCs."""
+    return bench_pull_arrow_pair(n, block, keyed, varied, (check_crc,))[0]
+
+
+def bench_pull_arrow_pair(n: int, block: int | None, keyed: bool = False, varied: bool = False,
+                          checks: tuple[bool, ...] = (True, False)) -> list[float]:
+    """bench_pull_arrow for each body CRC setting of ``checks``, runs interleaved on one
+    store (so that both see the same machine)."""
     path = tempfile.mkdtemp(prefix="rs-bench-")
     try:
         with MessageStore.open(path) as store:
             store.create_topic("bench", queues=1)
-            msgs = [Message("bench", BODY, tags="t", keys=[str(10 ** (i % 6) + i)[:1 + i % 6]]
-                            if keyed else ()) for i in range(1000)]
+            msgs = [Message("bench", BODY[:50] + bytes(i % 101) if varied else BODY, tags="t",
+                            keys=[str(10 ** (i % 6) + i)[:1 + i % 6]] if keyed else ())
+                    for i in range(1000)]
             for _ in range(n // 1000):
                 store.put_batch(msgs)
-            runs = []
+            runs: dict[bool, list[float]] = {c: [] for c in checks}
             for _ in range(3):
-                t0 = time.perf_counter()
-                rows = 0
-                pos = 0
-                while pos < n:
-                    batches, pos = store.read_batches("bench", 0, pos,
-                                                      None if block is None else pos + block)
-                    rows += sum(b.num_rows for b in batches)
-                    del batches
-                runs.append(rows / (time.perf_counter() - t0))
-                assert rows == n and pos == n, (rows, pos)
-            return statistics.median(runs)
+                for check in checks:
+                    t0 = time.perf_counter()
+                    rows = 0
+                    pos = 0
+                    while pos < n:
+                        batches, pos = store.read_batches(
+                            "bench", 0, pos, None if block is None else pos + block,
+                            check_crc=check)
+                        rows += sum(b.num_rows for b in batches)
+                        del batches
+                    runs[check].append(rows / (time.perf_counter() - t0))
+                    assert rows == n and pos == n, (rows, pos)
+            return [statistics.median(runs[c]) for c in checks]
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -180,10 +193,36 @@ def bench_sync_floor(samples: int = 1000) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def crc_cost(n: int, runs: int, varied: bool) -> None:
+    """Print what checking body CRCs (checkCRCOnRead) costs read_batches a row."""
+    on, off = [], []
+    for _ in range(runs):
+        a, b = bench_pull_arrow_pair(n, READ_CHUNK, varied=varied)
+        on.append(1e9 / a)
+        off.append(1e9 / b)
+    on_ns, off_ns = statistics.median(on), statistics.median(off)
+    what = "bodies of 50-150 bytes" if varied else "100-byte bodies"
+    print(f"  {'read_batches, ' + what + ': CRC check':<44} {on_ns:>8.0f} ns/row on, "
+          f"{off_ns:.0f} off: +{on_ns - off_ns:.0f} ns/row, x{on_ns / off_ns:.2f}", flush=True)
+
+
+def read_figures(report: Callable[[str, str, list[float]], None], scale: int,
+                 runs: int) -> None:
+    report("read_batches: a queue range into Arrow", ">= 2,000,000",
+           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK) for _ in range(runs)])
+    report("read_batches: 1M rows in one call, all kept", "(same target)",
+           [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)])
+    report("read_batches: keys of 1-6 characters", "(same target)",
+           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)])
+    crc_cost(1_000_000 // scale, runs, varied=False)
+    crc_cost(1_000_000 // scale, runs, varied=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--reads", action="store_true", help="the read_batches figures only")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     runs = 1 if args.quick else args.runs
@@ -198,6 +237,9 @@ def main() -> None:
         print(f"  {name:<44} {med:>14,.0f} {unit:<6} (target {target}; runs "
               f"{', '.join(f'{v:,.0f}' for v in values)})", flush=True)
 
+    if args.reads:
+        read_figures(report, scale, runs)
+        return
     report("put_batch, ASYNC_FLUSH, batches of 1000", ">= 1,000,000",
            [bench_put_batch(1_000_000 // scale, 1000) for _ in range(runs)])
     report("put_batch of 1000, bodies of 50-150 bytes", "(same target)",
@@ -208,12 +250,7 @@ def main() -> None:
            [bench_sync_flush(4, 5_000 // scale) for _ in range(runs)])
     report("put_batch of 100, SYNC_FLUSH, 4 processes", "(same target)",
            [bench_sync_flush(4, 100_000 // scale, 100) for _ in range(runs)])
-    report("read_batches: a queue range into Arrow", ">= 2,000,000",
-           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK) for _ in range(runs)])
-    report("read_batches: 1M rows in one call, all kept", "(same target)",
-           [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)])
-    report("read_batches: keys of 1-6 characters", "(same target)",
-           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)])
+    read_figures(report, scale, runs)
     floor = bench_sync_floor(1000 // scale)
     print(f"  {'this disk: msync of one page, p50':<44} {floor * 1e6:>11,.0f} µs     "
           f"(so 4 producers of single puts reach at most {4 / floor:,.0f}/s)")

@@ -251,6 +251,10 @@ OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
            "split queue ranges larger than this into several partitions", _R),
     Option("failOnDataLoss", _bool, True,
            "fail when requested offsets are gone (segments deleted); false skips ahead", _R),
+    Option("checkCRCs", _bool, None,
+           "verify each body against its CRC as it is read, failing on a damaged one "
+           "(default: the store's checkCRCOnRead, true); false reads bodies as stored, "
+           "as Kafka's check.crcs=false", _R),
     Option("deliveryGuarantee", _choice("exactly_once", "at_least_once"), "exactly_once",
            "exactly_once (transactional half messages) or at_least_once", _W),
     Option("producerGroup", _text, None, "producer group of the sink's transactions", _W),

@@ -90,6 +90,7 @@ class QueueRange(InputPartition):
     end: int
     expression: str
     fail_on_data_loss: bool
+    check_crc: bool | None = None  # None: the store's checkCRCOnRead
 
 
 @dataclass
@@ -308,6 +309,7 @@ class SourcePlan:
         out = []
         expr = self.options["subExpression"]
         fail = self.options["failOnDataLoss"]
+        check_crc = self.options.get("checkCRCs")
         for mq in sorted(sizes):
             s, e = ranges[mq]
             size = e - s
@@ -320,7 +322,7 @@ class SourcePlan:
                 pieces = max(pieces, math.ceil(size / max(1, cap)))
             for k in range(pieces):  # nearly equal pieces, none over the cap
                 a, b = s + size * k // pieces, s + size * (k + 1) // pieces
-                out.append(QueueRange(self.store, mq, a, b, expr, fail))
+                out.append(QueueRange(self.store, mq, a, b, expr, fail, check_crc))
         return out
 
 
@@ -340,7 +342,8 @@ def read_range(part: QueueRange) -> Iterator[Any]:
     pos = start
     while pos < end:
         batches, nxt = store.read_batches(mq.topic, mq.queue_id, pos, min(end, pos + READ_CHUNK),
-                                          part.expression, broker_name=mq.broker)
+                                          part.expression, broker_name=mq.broker,
+                                          check_crc=part.check_crc)
         for b in batches:
             if b.num_rows:
                 yield b

@@ -46,6 +46,7 @@ from rocketspark.store.message_codec import (
     RecordCheck,
     check_record,
     decode_record,
+    header_mismatch,
 )
 
 
@@ -490,6 +491,25 @@ class CommitLog:
         f = self.segment(offset)
         return decode_record(f.mm, offset - f.start_offset, file=f.path,
                              base_offset=f.start_offset, verify_crc=verify_crc)
+
+    def read_reached(self, offset: int, *, verify_crc: bool, size: int | None = None,
+                     topic: str | None = None, queue_id: int | None = None,
+                     queue_offset: int | None = None) -> MessageExt:
+        """Decode the record at ``offset`` that a ConsumeQueue entry (or the index) led to.
+
+        Raises CorruptRecordError naming the file, offset and field when its header
+        disagrees with what led there (see ``header_mismatch``), or, with
+        ``verify_crc``, when its body does not match BODYCRC.
+        """
+        f = self.segment(offset)
+        msg = decode_record(f.mm, offset - f.start_offset, file=f.path,
+                            base_offset=f.start_offset, verify_crc=verify_crc)
+        what = header_mismatch(msg, offset, size=size, topic=topic, queue_id=queue_id,
+                               queue_offset=queue_offset)
+        if what is not None:
+            raise CorruptRecordError(f"record header damaged: {what}", file=f.path,
+                                     offset=offset)
+        return msg
 
     def store_timestamp(self, offset: int) -> int:
         """Return STORETIMESTAMP of the record at ``offset`` without decoding it."""

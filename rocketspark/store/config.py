@@ -280,6 +280,16 @@ class MessageStoreConfig:
         True,
         "hold a pull that finds nothing until a message arrives or it times out",
     )
+    # Not in RocketMQ, whose broker checks body CRCs only on recovery
+    # (checkCRCOnRecover) and whose pulling client does not: here readers take the
+    # bytes straight off the mapped files, so a body damaged on disk since it was
+    # written would reach them unnoticed. On by default, as Kafka's check.crcs.
+    check_crc_on_read: bool = _option(
+        "checkCRCOnRead",
+        True,
+        "verify each body's CRC on pull, get_message, query_by_key and read_batches, "
+        "raising CorruptRecordError on a mismatch; false returns bodies as stored",
+    )
     file_reserved_time: int = _option(
         "fileReservedTime",
         72,

@@ -362,7 +362,7 @@ def decode_record(
         total, magic = BLANK.unpack_from(buf, pos)
         if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
             raise CorruptRecordError(
-                f"bad magic code, expected {MESSAGE_MAGIC_CODE:#x} or {MESSAGE_MAGIC_CODE_V2:#x}, "
+                f"bad MAGICCODE, expected {MESSAGE_MAGIC_CODE:#x} or {MESSAGE_MAGIC_CODE_V2:#x}, "
                 f"got {magic & 0xFFFFFFFF:#x}", file=file, offset=where)
         sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]
         born_v6 = bool(sys_flag & SysFlag.BORNHOST_V6)
@@ -370,14 +370,14 @@ def decode_record(
         header = HEADERS[(born_v6, store_v6)]
         if total < header.size or pos + total > len(buf):
             raise CorruptRecordError(
-                f"record size {total} does not fit (header {header.size}, "
+                f"TOTALSIZE {total} does not fit (header {header.size}, "
                 f"{len(buf) - pos} bytes left)", file=file, offset=where)
         (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_ip,
          born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = (
             header.unpack_from(buf, pos))
         p = pos + header.size
         if body_len < 0 or p + body_len > pos + total:
-            raise CorruptRecordError(f"body length {body_len} overruns record of {total} bytes",
+            raise CorruptRecordError(f"BODYLENGTH {body_len} overruns TOTALSIZE {total}",
                                      file=file, offset=where)
         body = bytes(buf[p:p + body_len])
         p += body_len
@@ -393,17 +393,15 @@ def decode_record(
         p += 2
         if props_len < 0 or p + props_len - pos != total:
             raise CorruptRecordError(
-                f"record size {total} disagrees with its fields "
-                f"(computed {p + max(props_len, 0) - pos})", file=file, offset=where)
+                f"TOTALSIZE {total} disagrees with the lengths of its fields "
+                f"(they add up to {p + max(props_len, 0) - pos})", file=file, offset=where)
         properties = decode_properties(buf[p:p + props_len])
     except (struct.error, IndexError, ValueError) as exc:
         if isinstance(exc, CorruptRecordError):
             raise
         raise CorruptRecordError(f"truncated record: {exc}", file=file, offset=where) from None
     if verify_crc and body_crc(body) != crc:
-        raise CorruptRecordError(
-            f"body CRC mismatch, expected {crc}, computed {body_crc(body)}",
-            file=file, offset=where)
+        raise body_crc_error(crc, body_crc(body), file=file, offset=where)
     if inflate:
         body = decompress_body(body, sys_flag, offset=where)
     store_host = HostAddress(store_ip, store_port)
@@ -415,6 +413,38 @@ def decode_record(
         reconsume_times=reconsume, sys_flag=sys_flag, flag=flag, body_crc=crc,
         store_size=total, prepared_transaction_offset=prepared,
     )
+
+
+def body_crc_error(stored: int, computed: int, *, file: str | None,
+                   offset: int) -> CorruptRecordError:
+    """The error of a record whose body does not match its BODYCRC field."""
+    return CorruptRecordError(
+        f"body CRC mismatch: BODYCRC field {stored}, CRC of the body {computed}",
+        file=file, offset=offset)
+
+
+def header_mismatch(msg: MessageExt, offset: int, *, size: int | None = None,
+                    topic: str | None = None, queue_id: int | None = None,
+                    queue_offset: int | None = None) -> str | None:
+    """Say which header field shows that the record read at CommitLog ``offset`` is not
+    the one that led there, or return None: its PHYSICALOFFSET must be ``offset``, and
+    its TOTALSIZE, topic, QUEUEID and QUEUEOFFSET those given (a ConsumeQueue entry's).
+
+    These fields have no checksum; comparing them with what pointed at the record
+    keeps a damaged header from passing for another message.
+    """
+    if msg.commitlog_offset != offset:
+        return f"PHYSICALOFFSET {msg.commitlog_offset} is not the offset it was read at"
+    if size is not None and msg.store_size != size:
+        return f"TOTALSIZE {msg.store_size} is not the ConsumeQueue entry's size {size}"
+    if topic is not None and msg.topic != topic:
+        return f"topic {msg.topic!r} is not {topic!r}, whose ConsumeQueue points at it"
+    if queue_id is not None and msg.queue_id != queue_id:
+        return f"QUEUEID {msg.queue_id} is not {queue_id}, whose ConsumeQueue points at it"
+    if queue_offset is not None and msg.queue_offset != queue_offset:
+        return (f"QUEUEOFFSET {msg.queue_offset} is not {queue_offset}, the ConsumeQueue "
+                "offset that points at it")
+    return None
 
 
 # Results of check_record (besides a positive size).

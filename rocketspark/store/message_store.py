@@ -1783,14 +1783,17 @@ class MessageStore:
         scan = max_msgs if sub.matches_all else max(max_msgs, MAX_FILTER_SCAN)
         entries = cq.read(offset, scan)
         messages: list[MessageExt] = []
-        read = self.commit_log.read
+        read = self.commit_log.read_reached
+        verify = self.config.check_crc_on_read
+        topic, queue_id = cq.topic, cq.queue_id
         n = 0
-        for phy, _size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
-                                    entries["tags"].tolist()):
+        for phy, size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
+                                   entries["tags"].tolist()):
             n += 1
             if not sub.matches_code(code):
                 continue
-            msg = read(phy)
+            msg = read(phy, verify_crc=verify, size=size, topic=topic, queue_id=queue_id,
+                       queue_offset=offset + n - 1)
             if not sub.matches_tags(msg.tags):
                 continue
             messages.append(msg)
@@ -1800,13 +1803,15 @@ class MessageStore:
         return PullResult(status, messages, offset + n, lo, hi)
 
     def read_batches(self, topic: str, queue_id: int, start: int, end: int | None = None,
-                     expression: str | None = "*", *,
-                     broker_name: str | None = None) -> tuple[list[Any], int]:
+                     expression: str | None = "*", *, broker_name: str | None = None,
+                     check_crc: bool | None = None) -> tuple[list[Any], int]:
         """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
 
         Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
         to read next. ``end`` None or past the max offset reads to the max.
-        Raises OffsetOutOfRangeError when ``start`` is below the min offset.
+        Raises OffsetOutOfRangeError when ``start`` is below the min offset, and
+        CorruptRecordError for a damaged record (a body CRC mismatch only when
+        ``check_crc``, by default the store's checkCRCOnRead).
         """
         from rocketspark.store import record_batch
 
@@ -1823,8 +1828,12 @@ class MessageStore:
             return [], start
         entries = cq.read(start, stop - start)
         next_offset = start + len(entries)
+        qoffsets = np.arange(start, next_offset, dtype=np.int64)
         if not sub.matches_all:
-            entries = entries[np.isin(entries["tags"], np.fromiter(sub.codes, dtype=np.int64))]
+            kept = np.isin(entries["tags"], np.fromiter(sub.codes, dtype=np.int64))
+            entries, qoffsets = entries[kept], qoffsets[kept]
+        if check_crc is None:
+            check_crc = self.config.check_crc_on_read
         # Blocks of ARROW_BLOCK records: a million-row block is ~3x slower per row
         # here (its arrays no longer fit in the caches) and holds more memory at once.
         broker = broker_name or self.config.broker_name
@@ -1832,7 +1841,9 @@ class MessageStore:
         for at in range(0, len(entries), ARROW_BLOCK):
             block = entries[at:at + ARROW_BLOCK]
             batches += record_batch.records_to_batches(
-                self.commit_log, topic, broker, block["offset"], block["size"])
+                self.commit_log, topic, broker, block["offset"], block["size"],
+                queue_id=queue_id, queue_offsets=qoffsets[at:at + ARROW_BLOCK],
+                check_crc=check_crc)
         if not sub.matches_all:
             batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
         return batches, next_offset
@@ -1843,25 +1854,63 @@ class MessageStore:
         if not 0 <= commitlog_offset < self.state.commit_pos:
             raise OffsetOutOfRangeError(
                 f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})")
-        msg = self._read_live(commitlog_offset, verify_crc=True)
+        msg = self._read_live(commitlog_offset)
         if msg is None:
             raise OffsetOutOfRangeError(
                 f"commit log offset {commitlog_offset} was deleted (expired): the CommitLog "
                 f"now starts at {self.commit_log.files.min_offset}")
         return msg
 
-    def _read_live(self, offset: int, verify_crc: bool = False) -> MessageExt | None:
+    def _read_live(self, offset: int) -> MessageExt | None:
         """The record at ``offset``, or None when its segment was deleted (delete_expired,
-        here or in another process)."""
+        here or in another process).
+
+        Nothing led there but the offset: the record's header is checked against
+        that (PHYSICALOFFSET) and against its ConsumeQueue entry, when it has one.
+        """
         files = self.commit_log.files
         if offset >= files.min_offset:
             try:
-                return self.commit_log.read(offset, verify_crc=verify_crc)
+                msg = self.commit_log.read_reached(
+                    offset, verify_crc=self.config.check_crc_on_read)
+                self._check_queue_entry(msg)
+                return msg
             except CorruptRecordError:
                 files.refresh()  # another process may have deleted it meanwhile
                 if offset >= files.min_offset:
                     raise
         return None
+
+    def _check_queue_entry(self, msg: MessageExt) -> None:
+        """Raise CorruptRecordError unless the ConsumeQueue entry that the record's topic,
+        QUEUEID and QUEUEOFFSET name points back at it (those fields have no checksum).
+
+        Not judged: records no queue holds (half messages) and records not
+        dispatched yet (a put in another process).
+        """
+        if transaction_type(msg.sys_flag) not in (0, SysFlag.TRANSACTION_COMMIT):
+            return
+        phy = msg.commitlog_offset
+        if phy >= self.state.dispatched_pos:
+            return
+        where = f"ConsumeQueue {msg.topic!r} queue {msg.queue_id} offset {msg.queue_offset}"
+        try:
+            validate_topic(msg.topic, on_disk=True)
+        except ConfigError:
+            entry: tuple[int, int, int] | None = None  # (and no path is made of the name)
+        else:
+            key = (msg.topic, msg.queue_id)
+            entry = None
+            if key in self._queues or os.path.isdir(
+                    os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))):
+                entry = self._cq(*key).entry(msg.queue_offset)
+                if entry is not None and entry[:2] == (phy, msg.store_size):
+                    return
+        raise CorruptRecordError(
+            f"record header damaged: its topic, QUEUEID and QUEUEOFFSET name {where}, which "
+            + (f"points at offset {entry[0]} (size {entry[1]})" if entry is not None
+               else "does not exist"),
+            file=self.commit_log.segment(phy).path, offset=phy)
 
     # -- consumer groups -------------------------------------------------------------
 

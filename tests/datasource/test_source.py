@@ -571,3 +571,19 @@ def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_change
     assert {p: os.stat(p).st_mtime_ns for p in stamps} == stamps
     assert {p: os.path.getsize(p) for p in stamps} == sizes
     close_all()
+
+
+def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_path, store):
+    _fill(store, "orders", 4, queues=1)
+    m = store.pull("orders", 0, 1, 1).messages[0]
+    seg = store.commit_log.segment(m.commitlog_offset)
+    with open(seg.path, "r+b") as f:  # the first byte of the body, as damage on disk would
+        f.seek(m.commitlog_offset - seg.start_offset + 88)
+        first = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([first ^ 0x20]))
+    reader = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+    with pytest.raises(Exception, match=f"body CRC mismatch.*offset {m.commitlog_offset}"):
+        reader.load().collect()
+    rows = reader.option("checkCRCs", "false").load().collect()
+    assert sorted(r.body for r in rows) == [b"Orders-1", b"orders-0", b"orders-2", b"orders-3"]
