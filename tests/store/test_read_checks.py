@@ -58,7 +58,7 @@ def written(tmp_path_factory) -> Written:
         for t in TOPICS:
             store.create_topic(t, queues=2)
         for i in range(48):
-            body = bytes((i * 7 + j) % 256 for j in range(i * 5 % 61))
+            body = bytes((i * 7 + j) % 256 for j in range(1 + i * 5 % 61))
             key = f"key{i}"
             r = store.put(Message(TOPICS[i % 2], body, tags=f"tag{i % 3}", keys=[key],
                                   properties={"n": str(i)}))
