@@ -79,15 +79,18 @@ def directory_kind(root: str) -> Kind:
     """Say what ``root`` is: absent, an empty directory, a store, or other content.
 
     Reads only. Raises StorePathError for a path that can hold no store: a
-    NUL in it, a file at it or above it, a directory that cannot be listed,
-    or (for "absent") a nearest existing directory that is not writable.
+    NUL in it, a file at it or above it, a dangling symbolic link, a
+    directory that cannot be listed. Whether an absent store could be made is
+    :func:`check_creatable`'s question (a reader's "no store" is the answer).
     """
     if "\x00" in root:
         raise StorePathError(f"store path {root!r} contains a NUL character", path=root)
     try:
         st = os.stat(root)
     except FileNotFoundError:
-        _check_creatable(root)
+        if os.path.islink(root):
+            raise StorePathError(f"store path {root} is a symbolic link to "
+                                 f"{os.readlink(root)}, which does not exist", path=root) from None
         return "absent"
     except NotADirectoryError:
         raise StorePathError(f"store path {root} lies under {_file_above(root)}, which is a "
@@ -103,13 +106,22 @@ def directory_kind(root: str) -> Kind:
                              path=root) from None
     if not names:
         return "empty"
-    if any(m in names for m in _MARKERS):
+    if any(m in names and _is_marker(os.path.join(root, m)) for m in _MARKERS):
         return "store"
-    # Opening makes the lock file first: with it, only store names mean a store whose
-    # first open was cut short (a lone config/ is as likely an application's).
-    if "lock" in names and all(n in _STORE_ENTRIES for n in names):
+    # Opening makes the lock file first: with it, only store names (and the hidden
+    # temporary files a killed opener leaves) mean a store whose first open was cut
+    # short (a lone config/ is as likely an application's).
+    if "lock" in names and all(n in _STORE_ENTRIES or is_temporary_name(n) for n in names):
         return "store"
     return "foreign"
+
+
+def _is_marker(path: str) -> bool:
+    # commitlog/ and consumequeue/ are directories, our files regular files: a file
+    # named commitlog among an application's files makes no store.
+    if os.path.basename(path) in ("commitlog", "consumequeue"):
+        return os.path.isdir(path)
+    return os.path.isfile(path)
 
 
 def check_writable(root: str) -> None:
@@ -125,13 +137,15 @@ def check_writable(root: str) -> None:
 
 def describe_foreign(root: str) -> str:
     """A few of the entries that make ``root`` not a store, for an error message."""
-    names = sorted(n for n in os.listdir(root) if n not in _STORE_ENTRIES)
+    names = sorted(os.listdir(root))
+    names = [n for n in names if n not in _STORE_ENTRIES] or names
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (f"{root} is not a store (it has no commitlog/, consumequeue/ or rocketspark.state) "
             f"and is not empty: it holds {shown}")
 
 
-def _check_creatable(root: str) -> None:
+def check_creatable(root: str) -> None:
+    """Raise StorePathError unless a store directory can be made at the absent ``root``."""
     parent = os.path.dirname(root)
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
         parent = os.path.dirname(parent)
@@ -451,6 +465,7 @@ __all__ = [
     "GEOMETRY_FILE",
     "GEOMETRY_KEYS",
     "StoreGeometry",
+    "check_creatable",
     "check_file_sizes",
     "check_writable",
     "describe_foreign",

@@ -308,11 +308,13 @@ class MessageStore:
         if kind != "absent":
             layout.check_writable(self.root)
             layout.read_geometry(self.root, config, explicit)
+        else:
+            layout.check_creatable(self.root)
         try:
             os.makedirs(self.root, exist_ok=True)
-        except PermissionError as exc:
-            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror}",
-                                 path=self.root) from exc
+        except OSError as exc:  # e.g. a dangling symbolic link among its parents
+            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror} "
+                                 f"({exc.filename})", path=self.root) from exc
         self._lock = StoreLock(self.root)
         try:
             first = self._lock.acquire()

@@ -809,3 +809,80 @@ def test_a_topic_shrinks_only_where_the_dropped_queues_hold_nothing(old, new, ho
             assert s.topic("orders").write_queue_nums == old
         else:
             assert s.create_topic("orders", queues=new, force=force).write_queue_nums == new
+
+
+def test_a_first_open_killed_while_recording_the_geometry_leaves_a_store(tmp_path):
+    """SIGKILL between the lock file and the geometry record leaves the lock file and
+    the record's hidden temporary file: still a store whose first open was cut short."""
+    import signal
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "s")
+    code = ("import os, sys, time\nfrom rocketspark.store import MessageStore\n"
+            "def stuck(*a):\n    print('recording', flush=True)\n    time.sleep(120)\n"
+            "os.link = stuck\nMessageStore.open(sys.argv[1])\n")
+    p = subprocess.Popen([sys.executable, "-c", code, root], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    try:
+        assert p.stdout.readline().strip() == "recording"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    left = sorted(os.listdir(root))
+    assert "lock" in left and any(n.endswith(".tmp") for n in left), left
+    with MessageStore.open(root, create=False) as s:
+        s.create_topic("t", queues=1)
+    assert not any(n.endswith(".tmp") for n in os.listdir(root))
+
+
+def test_a_store_name_of_the_wrong_type_makes_no_store(tmp_path):
+    """A file called commitlog among an application's files is not a store: nothing
+    is written there (a directory called rocketspark.state neither)."""
+    from rocketspark.errors import StorePathError
+    from rocketspark.store.store_check import check_store
+
+    for name, make in (("commitlog", lambda p: p.write_text("notes")),
+                       ("rocketspark.state", lambda p: p.mkdir())):
+        app = tmp_path / name
+        app.mkdir()
+        make(app / name)
+        (app / "main.py").write_text("print(1)")
+        with pytest.raises(StorePathError, match="not a store.*main.py"):
+            MessageStore.open(app)
+        assert sorted(os.listdir(app)) == sorted([name, "main.py"])
+        assert not check_store(str(app)).ok
+
+
+def test_a_dangling_symbolic_link_is_a_store_path_error(tmp_path):
+    from rocketspark.errors import StorePathError
+
+    link = tmp_path / "s"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorePathError, match="symbolic link") as info:
+        MessageStore.open(link)
+    assert info.value.path == str(link)
+    under = tmp_path / "d"
+    under.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorePathError, match="cannot create store directory") as info:
+        MessageStore.open(under / "s")
+    assert info.value.path == str(under / "s")
+    assert not os.path.lexists(tmp_path / "gone")
+
+
+def test_an_absent_store_read_under_an_unwritable_directory_is_no_store(tmp_path):
+    """Only making a store needs a writable parent: a reader of a mistyped path is told
+    there is no store there, not that a directory cannot be made."""
+    from rocketspark.errors import StorePathError
+    from rocketspark.store.store_check import check_store
+
+    parent = "/proc/sys"  # not writable, even by root
+    if not os.path.isdir(parent) or os.access(parent, os.W_OK):
+        pytest.skip("needs a directory this process cannot write")
+    path = os.path.join(parent, "rocketspark-absent", "store")
+    with pytest.raises(StorePathError, match="no store at"):
+        MessageStore.open(path, create=False)
+    problems = check_store(path).problems
+    assert problems and "cannot create" not in problems[0] and "not a store" in problems[0]
+    with pytest.raises(StorePathError, match="cannot create store directory.*not writable"):
+        MessageStore.open(path)
