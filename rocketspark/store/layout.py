@@ -269,17 +269,27 @@ def _read_record(root: str) -> dict[str, int] | None:
     return values
 
 
-def _segment_files(directory: str) -> list[tuple[int, int, str]]:
-    """(start offset, size, path) of each segment in ``directory``, by start offset."""
+def _segment_files(directory: str, *, digits: int = FILE_NAME_DIGITS,
+                   remove_temporaries: bool = False) -> list[tuple[int, int, str]]:
+    """(start offset, size, path) of each segment in ``directory``, by start offset.
+
+    ``remove_temporaries`` also deletes, in the same listing, the hidden files a
+    killed process left half made (first opener only: nobody makes a file then).
+    """
+    out = []
     try:
-        names = os.listdir(directory)
+        with os.scandir(directory) as entries:
+            for e in entries:
+                name = e.name
+                if len(name) == digits and name.isdigit():
+                    with contextlib.suppress(FileNotFoundError):  # expired meanwhile
+                        out.append((int(name), e.stat().st_size, e.path))
+                elif (remove_temporaries and is_temporary_name(name)
+                      and not e.is_dir(follow_symlinks=False)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    out = []
-    for name in names:
-        if len(name) == FILE_NAME_DIGITS and name.isdigit():
-            path = os.path.join(directory, name)
-            out.append((int(name), os.path.getsize(path), path))
     out.sort()
     return out
 
@@ -294,20 +304,14 @@ def _queue_dirs(root: str) -> Iterator[str]:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit():
-                    yield os.path.join(tdir, qid)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for qid in sorted(os.listdir(tdir)):
+                    if qid.isdigit():
+                        yield os.path.join(tdir, qid)
 
 
-def _index_files(root: str) -> list[str]:
-    directory = os.path.join(root, "index")
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [os.path.join(directory, n) for n in sorted(names) if len(n) == 17 and n.isdigit()]
+def _index_files(root: str) -> list[tuple[int, int, str]]:
+    return _segment_files(os.path.join(root, "index"), digits=17)
 
 
 def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
@@ -343,7 +347,7 @@ def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
             size, f"read from its ConsumeQueue files ({os.path.join(root, 'consumequeue')})")
     index = _index_files(root)
     if index:
-        size = max(os.path.getsize(p) for p in index)
+        size = max(f[1] for f in index)
         dims = _index_dimensions(size, config)
         if dims is None:
             raise ConfigError(
@@ -402,30 +406,38 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
 # --- the files against the geometry ----------------------------------------------------
 
 
-def wrong_size_files(root: str, geometry: StoreGeometry) -> list[SegmentSizeError]:
-    """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's."""
+def wrong_size_files(root: str, geometry: StoreGeometry, *,
+                     remove_temporaries: bool = False) -> list[SegmentSizeError]:
+    """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's.
+
+    One listing of each directory; ``remove_temporaries``: see :func:`check_file_sizes`.
+    """
     g = geometry.values
     out = []
-    checks = [(os.path.join(root, "commitlog"), g["mapped_file_size_commit_log"],
-               "CommitLog segment", "mappedFileSizeCommitLog")]
-    checks += [(qdir, g["mapped_file_size_consume_queue"], "ConsumeQueue file",
-                "mappedFileSizeConsumeQueue") for qdir in _queue_dirs(root)]
-    for directory, size, what, key in checks:
-        for start, actual, path in _segment_files(directory):
-            if actual != size or start % size:
-                out.append(_size_error(path, what, key, size, actual))
     index_size = index_file_size(g["max_hash_slot_num"], g["max_index_num"])
-    for path in _index_files(root):
-        actual = os.path.getsize(path)
-        if actual != index_size:
-            out.append(_size_error(path, "index file", "maxHashSlotNum/maxIndexNum",
-                                   index_size, actual))
+    checks = [(os.path.join(root, "commitlog"), g["mapped_file_size_commit_log"],
+               "CommitLog segment", "mappedFileSizeCommitLog", FILE_NAME_DIGITS)]
+    checks += [(qdir, g["mapped_file_size_consume_queue"], "ConsumeQueue file",
+                "mappedFileSizeConsumeQueue", FILE_NAME_DIGITS) for qdir in _queue_dirs(root)]
+    checks.append((os.path.join(root, "index"), index_size, "index file",
+                   "maxHashSlotNum/maxIndexNum", 17))
+    for directory, size, what, key, digits in checks:
+        for start, actual, path in _segment_files(directory, digits=digits,
+                                                  remove_temporaries=remove_temporaries):
+            if actual != size or (digits == FILE_NAME_DIGITS and start % size):
+                out.append(_size_error(path, what, key, size, actual))
+    if remove_temporaries:
+        _segment_files(root, remove_temporaries=True)  # the geometry record's
     return out
 
 
 def check_file_sizes(root: str, geometry: StoreGeometry) -> None:
-    """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds."""
-    wrong = wrong_size_files(root, geometry)
+    """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds.
+
+    Also deletes the segment and index files a killed process left half made:
+    only for the first opener, which holds the store exclusively.
+    """
+    wrong = wrong_size_files(root, geometry, remove_temporaries=True)
     if not wrong:
         return
     first = wrong[0]
@@ -445,22 +457,6 @@ def _size_error(path: str, what: str, key: str, expected: int, actual: int) -> S
                             actual=actual)
 
 
-def remove_temporary_files(root: str) -> None:
-    """Delete segment and index files a killed process left half made.
-
-    Only for the first opener, which holds the store exclusively: nobody is
-    making a file then.
-    """
-    dirs = [os.path.join(root, "commitlog"), os.path.join(root, "index"), root]
-    dirs += list(_queue_dirs(root))
-    for directory in dirs:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for name in os.listdir(directory):
-                if is_temporary_name(name) and not os.path.isdir(os.path.join(directory, name)):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(directory, name))
-
-
 __all__ = [
     "GEOMETRY_FILE",
     "GEOMETRY_KEYS",
@@ -472,6 +468,5 @@ __all__ = [
     "directory_kind",
     "read_geometry",
     "record_geometry",
-    "remove_temporary_files",
     "wrong_size_files",
 ]

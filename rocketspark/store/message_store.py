@@ -329,7 +329,6 @@ class MessageStore:
             config = dataclasses.replace(config, **geometry.as_config())
             self.config = config
             if first:  # nobody else has the store open: nothing is being made or grown
-                layout.remove_temporary_files(self.root)
                 layout.check_file_sizes(self.root, geometry)
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)

@@ -886,3 +886,33 @@ def test_an_absent_store_read_under_an_unwritable_directory_is_no_store(tmp_path
     assert problems and "cannot create" not in problems[0] and "not a store" in problems[0]
     with pytest.raises(StorePathError, match="cannot create store directory.*not writable"):
         MessageStore.open(path)
+
+
+def test_a_first_open_lists_each_queue_directory_once(tmp_path, monkeypatch):
+    """The size check and the removal of killed writers' leftovers share one listing:
+    a store of many queues opens in time proportional to its files, once."""
+    from collections import Counter
+
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        for t in range(3):
+            s.create_topic(f"t{t}", queues=4)
+            s.put_batch([Message(f"t{t}", b"x", queue_id=q) for q in range(4) for _ in range(20)])
+    listed: Counter[str] = Counter()
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def listdir(path="."):
+        listed[os.path.abspath(path)] += 1
+        return real_listdir(path)
+
+    def scandir(path="."):
+        listed[os.path.abspath(path)] += 1
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    with MessageStore.open(root):
+        pass
+    queue_dirs = {p: n for p, n in listed.items() if os.sep + "consumequeue" + os.sep in p
+                  and os.path.basename(p).isdigit()}
+    assert len(queue_dirs) == 12 and set(queue_dirs.values()) == {1}, queue_dirs
