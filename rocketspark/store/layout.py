@@ -66,6 +66,7 @@ _STORE_ENTRIES = frozenset({
     "rocketspark.write.lock", "rocketspark.flush.lock", STATE_FILE, GEOMETRY_FILE,
 })
 _ROCKETMQ_INDEX_DIMENSIONS = (5_000_000, 5_000_000 * 4)
+UNKNOWN_INDEX = "not told by the size of its index files"
 _STATE_COMMIT_POS = struct.Struct(">8siiq")  # magic, version, reserved, COMMIT_POS
 _STATE_MAGIC = b"RSPKSTAT"
 
@@ -183,14 +184,18 @@ class StoreGeometry:
 
 
 def read_geometry(root: str, config: MessageStoreConfig | None = None,
-                  explicit: Mapping[str, str] | None = None) -> StoreGeometry:
+                  explicit: Mapping[str, str] | None = None, *,
+                  for_check: bool = False) -> StoreGeometry:
     """Return the geometry of the store at ``root`` (read only).
 
     ``config`` supplies the sizes the store has no files of yet (and candidate
     index dimensions); ``explicit`` maps broker.conf keys the caller set
     explicitly to where they were set: one that differs from the store's is
     refused with a ConfigError. Raises SegmentSizeError when files show no
-    geometry, CorruptRecordError for an unreadable record.
+    geometry, CorruptRecordError for an unreadable record. Index dimensions
+    the files' size does not tell are a ConfigError, unless ``for_check``
+    (only sizes are compared): then any that give that size, their source
+    saying so (:data:`UNKNOWN_INDEX`).
     """
     config = config if config is not None else MessageStoreConfig()
     explicit = explicit or {}
@@ -202,7 +207,7 @@ def read_geometry(root: str, config: MessageStoreConfig | None = None,
             values[field] = recorded[field]
             sources[field] = f"recorded in {os.path.join(root, GEOMETRY_FILE)}"
     else:
-        for field, (value, where) in _infer(root, config).items():
+        for field, (value, where) in _infer(root, config, for_check).items():
             values[field] = value
             sources[field] = where
     for key, field in GEOMETRY_KEYS.items():
@@ -314,7 +319,8 @@ def _index_files(root: str) -> list[tuple[int, int, str]]:
     return _segment_files(os.path.join(root, "index"), digits=17)
 
 
-def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
+def _infer(root: str, config: MessageStoreConfig,
+           for_check: bool = False) -> dict[str, tuple[int, str]]:
     """The sizes the files of a store without a record show, with where each was read."""
     found: dict[str, tuple[int, str]] = {}
     cl = _segment_files(os.path.join(root, "commitlog"))
@@ -349,6 +355,10 @@ def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
     if index:
         size = max(f[1] for f in index)
         dims = _index_dimensions(size, config)
+        where = f"read from its index files ({os.path.join(root, 'index')})"
+        spare = size - index_file_size(0, 2)  # entries beyond 2 and slots, 4 bytes each
+        if dims is None and for_check and spare >= 4 and spare % 4 == 0:
+            dims, where = (spare // 4, 2), f"{UNKNOWN_INDEX} ({size} bytes)"
         if dims is None:
             raise ConfigError(
                 f"the index files of the store at {root} are {size} bytes, which neither "
@@ -356,7 +366,6 @@ def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
                 f"({index_file_size(config.max_hash_slot_num, config.max_index_num)} bytes) "
                 "nor RocketMQ's defaults give: open it with the maxHashSlotNum and maxIndexNum "
                 "it was written with")
-        where = f"read from its index files ({os.path.join(root, 'index')})"
         found["max_hash_slot_num"] = (dims[0], where)
         found["max_index_num"] = (dims[1], where)
     return found
