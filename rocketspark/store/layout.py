@@ -31,7 +31,6 @@ import contextlib
 import logging
 import os
 import stat
-import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -46,11 +45,16 @@ from rocketspark.store.mapped_file import (
     fsync_directory,
     is_temporary_name,
 )
+from rocketspark.store.store_state import (
+    COMMIT_POS_OFFSET,
+    STATE_FILE,
+    STATE_HEADER,
+    STATE_MAGIC,
+)
 
 log = logging.getLogger(__name__)
 
 GEOMETRY_FILE = "rocketspark.geometry"
-STATE_FILE = "rocketspark.state"  # store_state.STATE_FILE (not imported: that module locks)
 # broker.conf key -> MessageStoreConfig field, in the order the record lists them.
 GEOMETRY_KEYS = {
     "mappedFileSizeCommitLog": "mapped_file_size_commit_log",
@@ -67,8 +71,6 @@ _STORE_ENTRIES = frozenset({
 })
 _ROCKETMQ_INDEX_DIMENSIONS = (5_000_000, 5_000_000 * 4)
 UNKNOWN_INDEX = "not told by the size of its index files"
-_STATE_COMMIT_POS = struct.Struct(">8siiq")  # magic, version, reserved, COMMIT_POS
-_STATE_MAGIC = b"RSPKSTAT"
 
 Kind = Literal["absent", "empty", "store", "foreign"]
 
@@ -400,13 +402,14 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
     segment's end means the segment lost its tail."""
     try:
         with open(os.path.join(root, STATE_FILE), "rb") as f:
-            head = f.read(_STATE_COMMIT_POS.size)
+            head = f.read(COMMIT_POS_OFFSET + 8)
     except OSError:
         return
-    if len(head) < _STATE_COMMIT_POS.size:
+    if len(head) < COMMIT_POS_OFFSET + 8:
         return
-    magic, _, _, commit_pos = _STATE_COMMIT_POS.unpack(head)
-    if magic == _STATE_MAGIC and commit_pos > end:
+    magic = STATE_HEADER.unpack_from(head)[0]
+    commit_pos = int.from_bytes(head[COMMIT_POS_OFFSET:], "big", signed=True)
+    if magic == STATE_MAGIC and commit_pos > end:
         raise SegmentSizeError(
             f"CommitLog segment {path} is {size} bytes, but the store's data reaches offset "
             f"{commit_pos}: it is truncated", file=path, expected=None, actual=size)
