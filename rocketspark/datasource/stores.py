@@ -84,7 +84,13 @@ class StoreRef:
                 store = None
             if store is None or store._closed:
                 self.require()
-                store = MessageStore.open(self.root, create=False, **dict(self.overrides))
+                # A geometry option that differs from the store's is refused naming the
+                # option the user wrote, not a keyword argument.
+                config = MessageStoreConfig.load(None, storePathRootDir=self.root,
+                                                 **dict(self.overrides))
+                explicit = {canonical_key(k) or k: f"option rocketmq.{k}"
+                            for k, _ in self.overrides}
+                store = MessageStore(config, create=False, explicit=explicit)
                 _open[self] = store
             return store
 
