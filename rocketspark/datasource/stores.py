@@ -84,10 +84,16 @@ class StoreRef:
                 store = None
             if store is None or store._closed:
                 self.require()
-                # Spark's Python workers end without close() (os._exit, or killed by
-                # the daemon): their exit is clean unless they left a write unfinished.
-                store = MessageStore.open(self.root, create=False, exit_without_close=True,
-                                          **dict(self.overrides))
+                # A geometry option that differs from the store's is refused naming the
+                # option the user wrote, not a keyword argument. Spark's Python workers
+                # end without close() (os._exit, or killed by the daemon): their exit is
+                # clean unless they left a write unfinished.
+                config = MessageStoreConfig.load(None, storePathRootDir=self.root,
+                                                 **dict(self.overrides))
+                explicit = {canonical_key(k) or k: f"option rocketmq.{k}"
+                            for k, _ in self.overrides}
+                store = MessageStore(config, create=False, explicit=explicit,
+                                     exit_without_close=True)
                 _open[self] = store
             return store
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import itertools
 import logging
 import mmap
@@ -53,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.store.mapped_file import publish as _publish
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
 log = logging.getLogger(__name__)
@@ -694,23 +694,6 @@ class IndexFile:
 
 def _wrap_i32(v: int) -> int:
     return (v + 2**31) % 2**32 - 2**31
-
-
-def _publish(tmp: str, path: str) -> None:
-    """Give the finished temporary file its real name; FileExistsError if taken."""
-    try:
-        os.link(tmp, path)  # atomic and exclusive
-    except FileExistsError:
-        raise
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
-            raise
-        # No hard links on this file system; writers are serialised by the store lock.
-        if os.path.exists(path):
-            raise FileExistsError(errno.EEXIST, "index file exists", path) from e
-        os.replace(tmp, path)
-        return
-    os.unlink(tmp)
 
 
 # --- the files of one store --------------------------------------------------------

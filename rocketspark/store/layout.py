@@ -31,7 +31,6 @@ import contextlib
 import logging
 import os
 import stat
-import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -46,11 +45,17 @@ from rocketspark.store.mapped_file import (
     fsync_directory,
     is_temporary_name,
 )
+from rocketspark.store.store_state import (
+    COMMIT_POS_OFFSET,
+    STATE_FILE,
+    STATE_HEADER,
+    STATE_MAGIC,
+    VALUE_MASK,
+)
 
 log = logging.getLogger(__name__)
 
 GEOMETRY_FILE = "rocketspark.geometry"
-STATE_FILE = "rocketspark.state"  # store_state.STATE_FILE (not imported: that module locks)
 # broker.conf key -> MessageStoreConfig field, in the order the record lists them.
 GEOMETRY_KEYS = {
     "mappedFileSizeCommitLog": "mapped_file_size_commit_log",
@@ -66,8 +71,7 @@ _STORE_ENTRIES = frozenset({
     "rocketspark.write.lock", "rocketspark.flush.lock", STATE_FILE, GEOMETRY_FILE,
 })
 _ROCKETMQ_INDEX_DIMENSIONS = (5_000_000, 5_000_000 * 4)
-_STATE_COMMIT_POS = struct.Struct(">8siiq")  # magic, version, reserved, COMMIT_POS
-_STATE_MAGIC = b"RSPKSTAT"
+UNKNOWN_INDEX = "not told by the size of its index files"
 
 Kind = Literal["absent", "empty", "store", "foreign"]
 
@@ -79,15 +83,18 @@ def directory_kind(root: str) -> Kind:
     """Say what ``root`` is: absent, an empty directory, a store, or other content.
 
     Reads only. Raises StorePathError for a path that can hold no store: a
-    NUL in it, a file at it or above it, a directory that cannot be listed,
-    or (for "absent") a nearest existing directory that is not writable.
+    NUL in it, a file at it or above it, a dangling symbolic link, a
+    directory that cannot be listed. Whether an absent store could be made is
+    :func:`check_creatable`'s question (a reader's "no store" is the answer).
     """
     if "\x00" in root:
         raise StorePathError(f"store path {root!r} contains a NUL character", path=root)
     try:
         st = os.stat(root)
     except FileNotFoundError:
-        _check_creatable(root)
+        if os.path.islink(root):
+            raise StorePathError(f"store path {root} is a symbolic link to "
+                                 f"{os.readlink(root)}, which does not exist", path=root) from None
         return "absent"
     except NotADirectoryError:
         raise StorePathError(f"store path {root} lies under {_file_above(root)}, which is a "
@@ -103,13 +110,22 @@ def directory_kind(root: str) -> Kind:
                              path=root) from None
     if not names:
         return "empty"
-    if any(m in names for m in _MARKERS):
+    if any(m in names and _is_marker(os.path.join(root, m)) for m in _MARKERS):
         return "store"
-    # Opening makes the lock file first: with it, only store names mean a store whose
-    # first open was cut short (a lone config/ is as likely an application's).
-    if "lock" in names and all(n in _STORE_ENTRIES for n in names):
+    # Opening makes the lock file first: with it, only store names (and the hidden
+    # temporary files a killed opener leaves) mean a store whose first open was cut
+    # short (a lone config/ is as likely an application's).
+    if "lock" in names and all(n in _STORE_ENTRIES or is_temporary_name(n) for n in names):
         return "store"
     return "foreign"
+
+
+def _is_marker(path: str) -> bool:
+    # commitlog/ and consumequeue/ are directories, our files regular files: a file
+    # named commitlog among an application's files makes no store.
+    if os.path.basename(path) in ("commitlog", "consumequeue"):
+        return os.path.isdir(path)
+    return os.path.isfile(path)
 
 
 def check_writable(root: str) -> None:
@@ -125,13 +141,15 @@ def check_writable(root: str) -> None:
 
 def describe_foreign(root: str) -> str:
     """A few of the entries that make ``root`` not a store, for an error message."""
-    names = sorted(n for n in os.listdir(root) if n not in _STORE_ENTRIES)
+    names = sorted(os.listdir(root))
+    names = [n for n in names if n not in _STORE_ENTRIES] or names
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (f"{root} is not a store (it has no commitlog/, consumequeue/ or rocketspark.state) "
             f"and is not empty: it holds {shown}")
 
 
-def _check_creatable(root: str) -> None:
+def check_creatable(root: str) -> None:
+    """Raise StorePathError unless a store directory can be made at the absent ``root``."""
     parent = os.path.dirname(root)
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
         parent = os.path.dirname(parent)
@@ -169,14 +187,18 @@ class StoreGeometry:
 
 
 def read_geometry(root: str, config: MessageStoreConfig | None = None,
-                  explicit: Mapping[str, str] | None = None) -> StoreGeometry:
+                  explicit: Mapping[str, str] | None = None, *,
+                  for_check: bool = False) -> StoreGeometry:
     """Return the geometry of the store at ``root`` (read only).
 
     ``config`` supplies the sizes the store has no files of yet (and candidate
     index dimensions); ``explicit`` maps broker.conf keys the caller set
     explicitly to where they were set: one that differs from the store's is
     refused with a ConfigError. Raises SegmentSizeError when files show no
-    geometry, CorruptRecordError for an unreadable record.
+    geometry, CorruptRecordError for an unreadable record. Index dimensions
+    the files' size does not tell are a ConfigError, unless ``for_check``
+    (only sizes are compared): then any that give that size, their source
+    saying so (:data:`UNKNOWN_INDEX`).
     """
     config = config if config is not None else MessageStoreConfig()
     explicit = explicit or {}
@@ -188,7 +210,7 @@ def read_geometry(root: str, config: MessageStoreConfig | None = None,
             values[field] = recorded[field]
             sources[field] = f"recorded in {os.path.join(root, GEOMETRY_FILE)}"
     else:
-        for field, (value, where) in _infer(root, config).items():
+        for field, (value, where) in _infer(root, config, for_check).items():
             values[field] = value
             sources[field] = where
     for key, field in GEOMETRY_KEYS.items():
@@ -255,17 +277,27 @@ def _read_record(root: str) -> dict[str, int] | None:
     return values
 
 
-def _segment_files(directory: str) -> list[tuple[int, int, str]]:
-    """(start offset, size, path) of each segment in ``directory``, by start offset."""
+def _segment_files(directory: str, *, digits: int = FILE_NAME_DIGITS,
+                   remove_temporaries: bool = False) -> list[tuple[int, int, str]]:
+    """(start offset, size, path) of each segment in ``directory``, by start offset.
+
+    ``remove_temporaries`` also deletes, in the same listing, the hidden files a
+    killed process left half made (first opener only: nobody makes a file then).
+    """
+    out = []
     try:
-        names = os.listdir(directory)
+        with os.scandir(directory) as entries:
+            for e in entries:
+                name = e.name
+                if len(name) == digits and name.isdigit():
+                    with contextlib.suppress(FileNotFoundError):  # expired meanwhile
+                        out.append((int(name), e.stat().st_size, e.path))
+                elif (remove_temporaries and is_temporary_name(name)
+                      and not e.is_dir(follow_symlinks=False)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    out = []
-    for name in names:
-        if len(name) == FILE_NAME_DIGITS and name.isdigit():
-            path = os.path.join(directory, name)
-            out.append((int(name), os.path.getsize(path), path))
     out.sort()
     return out
 
@@ -280,23 +312,18 @@ def _queue_dirs(root: str) -> Iterator[str]:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for topic in sorted(os.listdir(base)):
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit():
-                    yield os.path.join(tdir, qid)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for qid in sorted(os.listdir(tdir)):
+                    if qid.isdigit():
+                        yield os.path.join(tdir, qid)
 
 
-def _index_files(root: str) -> list[str]:
-    directory = os.path.join(root, "index")
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [os.path.join(directory, n) for n in sorted(names) if len(n) == 17 and n.isdigit()]
+def _index_files(root: str) -> list[tuple[int, int, str]]:
+    return _segment_files(os.path.join(root, "index"), digits=17)
 
 
-def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
+def _infer(root: str, config: MessageStoreConfig,
+           for_check: bool = False) -> dict[str, tuple[int, str]]:
     """The sizes the files of a store without a record show, with where each was read."""
     found: dict[str, tuple[int, str]] = {}
     cl = _segment_files(os.path.join(root, "commitlog"))
@@ -329,8 +356,12 @@ def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
             size, f"read from its ConsumeQueue files ({os.path.join(root, 'consumequeue')})")
     index = _index_files(root)
     if index:
-        size = max(os.path.getsize(p) for p in index)
+        size = max(f[1] for f in index)
         dims = _index_dimensions(size, config)
+        where = f"read from its index files ({os.path.join(root, 'index')})"
+        spare = size - index_file_size(0, 2)  # entries beyond 2 and slots, 4 bytes each
+        if dims is None and for_check and spare >= 4 and spare % 4 == 0:
+            dims, where = (spare // 4, 2), f"{UNKNOWN_INDEX} ({size} bytes)"
         if dims is None:
             raise ConfigError(
                 f"the index files of the store at {root} are {size} bytes, which neither "
@@ -338,7 +369,6 @@ def _infer(root: str, config: MessageStoreConfig) -> dict[str, tuple[int, str]]:
                 f"({index_file_size(config.max_hash_slot_num, config.max_index_num)} bytes) "
                 "nor RocketMQ's defaults give: open it with the maxHashSlotNum and maxIndexNum "
                 "it was written with")
-        where = f"read from its index files ({os.path.join(root, 'index')})"
         found["max_hash_slot_num"] = (dims[0], where)
         found["max_index_num"] = (dims[1], where)
     return found
@@ -373,15 +403,16 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
     segment's end means the segment lost its tail."""
     try:
         with open(os.path.join(root, STATE_FILE), "rb") as f:
-            head = f.read(_STATE_COMMIT_POS.size)
+            head = f.read(COMMIT_POS_OFFSET + 8)
     except OSError:
         return
-    if len(head) < _STATE_COMMIT_POS.size:
+    if len(head) < COMMIT_POS_OFFSET + 8:
         return
-    magic, version, _, commit_pos = _STATE_COMMIT_POS.unpack(head)
+    magic, version, _ = STATE_HEADER.unpack_from(head)
+    commit_pos = int.from_bytes(head[COMMIT_POS_OFFSET:], "big", signed=True)
     if version >= 2:  # a checked field: a 16-bit check over a 48-bit value
-        commit_pos &= (1 << 48) - 1
-    if magic == _STATE_MAGIC and commit_pos > end:
+        commit_pos &= VALUE_MASK
+    if magic == STATE_MAGIC and commit_pos > end:
         raise SegmentSizeError(
             f"CommitLog segment {path} is {size} bytes, but the store's data reaches offset "
             f"{commit_pos}: it is truncated", file=path, expected=None, actual=size)
@@ -390,30 +421,38 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
 # --- the files against the geometry ----------------------------------------------------
 
 
-def wrong_size_files(root: str, geometry: StoreGeometry) -> list[SegmentSizeError]:
-    """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's."""
+def wrong_size_files(root: str, geometry: StoreGeometry, *,
+                     remove_temporaries: bool = False) -> list[SegmentSizeError]:
+    """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's.
+
+    One listing of each directory; ``remove_temporaries``: see :func:`check_file_sizes`.
+    """
     g = geometry.values
     out = []
-    checks = [(os.path.join(root, "commitlog"), g["mapped_file_size_commit_log"],
-               "CommitLog segment", "mappedFileSizeCommitLog")]
-    checks += [(qdir, g["mapped_file_size_consume_queue"], "ConsumeQueue file",
-                "mappedFileSizeConsumeQueue") for qdir in _queue_dirs(root)]
-    for directory, size, what, key in checks:
-        for start, actual, path in _segment_files(directory):
-            if actual != size or start % size:
-                out.append(_size_error(path, what, key, size, actual))
     index_size = index_file_size(g["max_hash_slot_num"], g["max_index_num"])
-    for path in _index_files(root):
-        actual = os.path.getsize(path)
-        if actual != index_size:
-            out.append(_size_error(path, "index file", "maxHashSlotNum/maxIndexNum",
-                                   index_size, actual))
+    checks = [(os.path.join(root, "commitlog"), g["mapped_file_size_commit_log"],
+               "CommitLog segment", "mappedFileSizeCommitLog", FILE_NAME_DIGITS)]
+    checks += [(qdir, g["mapped_file_size_consume_queue"], "ConsumeQueue file",
+                "mappedFileSizeConsumeQueue", FILE_NAME_DIGITS) for qdir in _queue_dirs(root)]
+    checks.append((os.path.join(root, "index"), index_size, "index file",
+                   "maxHashSlotNum/maxIndexNum", 17))
+    for directory, size, what, key, digits in checks:
+        for start, actual, path in _segment_files(directory, digits=digits,
+                                                  remove_temporaries=remove_temporaries):
+            if actual != size or (digits == FILE_NAME_DIGITS and start % size):
+                out.append(_size_error(path, what, key, size, actual))
+    if remove_temporaries:
+        _segment_files(root, remove_temporaries=True)  # the geometry record's
     return out
 
 
 def check_file_sizes(root: str, geometry: StoreGeometry) -> None:
-    """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds."""
-    wrong = wrong_size_files(root, geometry)
+    """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds.
+
+    Also deletes the segment and index files a killed process left half made:
+    only for the first opener, which holds the store exclusively.
+    """
+    wrong = wrong_size_files(root, geometry, remove_temporaries=True)
     if not wrong:
         return
     first = wrong[0]
@@ -433,32 +472,16 @@ def _size_error(path: str, what: str, key: str, expected: int, actual: int) -> S
                             actual=actual)
 
 
-def remove_temporary_files(root: str) -> None:
-    """Delete segment and index files a killed process left half made.
-
-    Only for the first opener, which holds the store exclusively: nobody is
-    making a file then.
-    """
-    dirs = [os.path.join(root, "commitlog"), os.path.join(root, "index"), root]
-    dirs += list(_queue_dirs(root))
-    for directory in dirs:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for name in os.listdir(directory):
-                if is_temporary_name(name) and not os.path.isdir(os.path.join(directory, name)):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(directory, name))
-
-
 __all__ = [
     "GEOMETRY_FILE",
     "GEOMETRY_KEYS",
     "StoreGeometry",
+    "check_creatable",
     "check_file_sizes",
     "check_writable",
     "describe_foreign",
     "directory_kind",
     "read_geometry",
     "record_geometry",
-    "remove_temporary_files",
     "wrong_size_files",
 ]

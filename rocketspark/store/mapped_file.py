@@ -43,11 +43,28 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def publish(tmp: str, path: str) -> None:
+    """Give the finished temporary file its real name; FileExistsError if taken."""
+    try:
+        os.link(tmp, path)  # atomic and exclusive
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise
+        # No hard links on this file system; writers are serialised by the store lock.
+        if os.path.exists(path):
+            raise FileExistsError(errno.EEXIST, "file exists", path) from e
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
 def create_segment(path: str, size: int) -> None:
     """Make the file ``path`` of ``size`` bytes; it appears complete or not at all.
 
     It is sized under a hidden temporary name (``.NAME.PID.THREAD.tmp``, which
-    no listing of segments matches) and linked into place, so a process killed
+    no listing of segments matches) and published, so a process killed
     midway leaves no short segment. A file another process made at ``path``
     meanwhile is kept.
     """
@@ -60,17 +77,9 @@ def create_segment(path: str, size: int) -> None:
         finally:
             os.close(fd)
         try:
-            os.link(tmp, path)  # atomic, and never replaces a file
+            publish(tmp, path)
         except FileExistsError:
             return
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
-                raise
-            # No hard links on this file system: writers of a queue are serialised
-            # by the store's write lock, so nobody else makes this name meanwhile.
-            if os.path.exists(path):
-                return
-            os.rename(tmp, path)
         fsync_directory(directory)
     finally:
         with contextlib.suppress(FileNotFoundError):

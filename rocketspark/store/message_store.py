@@ -321,11 +321,13 @@ class MessageStore:
         if kind != "absent":
             layout.check_writable(self.root)
             layout.read_geometry(self.root, config, explicit)
+        else:
+            layout.check_creatable(self.root)
         try:
             os.makedirs(self.root, exist_ok=True)
-        except PermissionError as exc:
-            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror}",
-                                 path=self.root) from exc
+        except OSError as exc:  # e.g. a dangling symbolic link among its parents
+            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror} "
+                                 f"({exc.filename})", path=self.root) from exc
         self._lock = StoreLock(self.root)
         try:
             first = self._lock.acquire()
@@ -340,7 +342,6 @@ class MessageStore:
             config = dataclasses.replace(config, **geometry.as_config())
             self.config = config
             if first:  # nobody else has the store open: nothing is being made or grown
-                layout.remove_temporary_files(self.root)
                 layout.check_file_sizes(self.root, geometry)
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)

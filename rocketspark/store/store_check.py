@@ -110,10 +110,13 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
                        f"{'an empty directory' if kind == 'empty' else 'not there'}")
         return report
     try:
-        geometry = layout.read_geometry(root)
+        geometry = layout.read_geometry(root, for_check=True)
     except RocketSparkError as exc:
         report.problem(f"the store's geometry cannot be read: {exc}")
         return report
+    if geometry.sources["max_index_num"].startswith(layout.UNKNOWN_INDEX):
+        report.notes.append("index files checked only for having one size: their "
+                            f"maxHashSlotNum/maxIndexNum are {geometry.sources['max_index_num']}")
     wrong = layout.wrong_size_files(root, geometry)
     for err in wrong:
         report.problem(str(err))

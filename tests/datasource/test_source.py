@@ -587,3 +587,22 @@ def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_p
         reader.load().collect()
     rows = reader.option("checkCRCs", "false").load().collect()
     assert sorted(r.body for r in rows) == [b"Orders-1", b"orders-0", b"orders-2", b"orders-3"]
+
+
+def test_a_refused_geometry_option_is_named_as_the_option_given(tmp_path):
+    """Spark lower-cases the key and the store sees keyword arguments: the error still
+    names the option the user wrote, not a keyword argument they never passed."""
+    from rocketspark.datasource.options import parse_options
+    from rocketspark.datasource.stores import StoreRef, close_all
+    from rocketspark.errors import ConfigError
+
+    root = str(tmp_path / "store")
+    with MessageStore.open(root, mappedFileSizeCommitLog=4096) as s:
+        s.create_topic("orders", queues=1)
+    opts = parse_options({"store": root, "topic": "orders",
+                          "rocketmq.mappedfilesizecommitlog": "8192"}, "read")
+    with pytest.raises(ConfigError) as info:
+        StoreRef.resolve(opts.get("store"), opts.store_overrides).require().open()
+    assert "option rocketmq.mappedFileSizeCommitLog" in str(info.value)
+    assert "keyword argument" not in str(info.value)
+    close_all()

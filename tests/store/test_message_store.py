@@ -809,3 +809,131 @@ def test_a_topic_shrinks_only_where_the_dropped_queues_hold_nothing(old, new, ho
             assert s.topic("orders").write_queue_nums == old
         else:
             assert s.create_topic("orders", queues=new, force=force).write_queue_nums == new
+
+
+def test_a_first_open_killed_while_recording_the_geometry_leaves_a_store(tmp_path):
+    """SIGKILL between the lock file and the geometry record leaves the lock file and
+    the record's hidden temporary file: still a store whose first open was cut short."""
+    import signal
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "s")
+    code = ("import os, sys, time\nfrom rocketspark.store import MessageStore\n"
+            "def stuck(*a):\n    print('recording', flush=True)\n    time.sleep(120)\n"
+            "os.link = stuck\nMessageStore.open(sys.argv[1])\n")
+    p = subprocess.Popen([sys.executable, "-c", code, root], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    try:
+        assert p.stdout.readline().strip() == "recording"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    left = sorted(os.listdir(root))
+    assert "lock" in left and any(n.endswith(".tmp") for n in left), left
+    with MessageStore.open(root, create=False) as s:
+        s.create_topic("t", queues=1)
+    assert not any(n.endswith(".tmp") for n in os.listdir(root))
+
+
+def test_a_store_name_of_the_wrong_type_makes_no_store(tmp_path):
+    """A file called commitlog among an application's files is not a store: nothing
+    is written there (a directory called rocketspark.state neither)."""
+    from rocketspark.errors import StorePathError
+    from rocketspark.store.store_check import check_store
+
+    for name, make in (("commitlog", lambda p: p.write_text("notes")),
+                       ("rocketspark.state", lambda p: p.mkdir())):
+        app = tmp_path / name
+        app.mkdir()
+        make(app / name)
+        (app / "main.py").write_text("print(1)")
+        with pytest.raises(StorePathError, match="not a store.*main.py"):
+            MessageStore.open(app)
+        assert sorted(os.listdir(app)) == sorted([name, "main.py"])
+        assert not check_store(str(app)).ok
+
+
+def test_a_dangling_symbolic_link_is_a_store_path_error(tmp_path):
+    from rocketspark.errors import StorePathError
+
+    link = tmp_path / "s"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorePathError, match="symbolic link") as info:
+        MessageStore.open(link)
+    assert info.value.path == str(link)
+    under = tmp_path / "d"
+    under.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorePathError, match="cannot create store directory") as info:
+        MessageStore.open(under / "s")
+    assert info.value.path == str(under / "s")
+    assert not os.path.lexists(tmp_path / "gone")
+
+
+def test_an_absent_store_read_under_an_unwritable_directory_is_no_store(tmp_path):
+    """Only making a store needs a writable parent: a reader of a mistyped path is told
+    there is no store there, not that a directory cannot be made."""
+    from rocketspark.errors import StorePathError
+    from rocketspark.store.store_check import check_store
+
+    parent = "/proc/sys"  # not writable, even by root
+    if not os.path.isdir(parent) or os.access(parent, os.W_OK):
+        pytest.skip("needs a directory this process cannot write")
+    path = os.path.join(parent, "rocketspark-absent", "store")
+    with pytest.raises(StorePathError, match="no store at"):
+        MessageStore.open(path, create=False)
+    problems = check_store(path).problems
+    assert problems and "cannot create" not in problems[0] and "not a store" in problems[0]
+    with pytest.raises(StorePathError, match="cannot create store directory.*not writable"):
+        MessageStore.open(path)
+
+
+def test_a_first_open_lists_each_queue_directory_once(tmp_path, monkeypatch):
+    """The size check and the removal of killed writers' leftovers share one listing:
+    a store of many queues opens in time proportional to its files, once."""
+    from collections import Counter
+
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        for t in range(3):
+            s.create_topic(f"t{t}", queues=4)
+            s.put_batch([Message(f"t{t}", b"x", queue_id=q) for q in range(4) for _ in range(20)])
+    listed: Counter[str] = Counter()
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def listdir(path="."):
+        listed[os.path.abspath(path)] += 1
+        return real_listdir(path)
+
+    def scandir(path="."):
+        listed[os.path.abspath(path)] += 1
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    with MessageStore.open(root):
+        pass
+    queue_dirs = {p: n for p, n in listed.items() if os.sep + "consumequeue" + os.sep in p
+                  and os.path.basename(p).isdigit()}
+    assert len(queue_dirs) == 12 and set(queue_dirs.values()) == {1}, queue_dirs
+
+
+def test_store_check_checks_a_store_whose_index_dimensions_its_files_do_not_tell(tmp_path):
+    """No record, index files of neither the defaults nor four entries a slot (a
+    broker's custom settings): open needs them given, but check still checks the
+    CommitLog and ConsumeQueues, and the index files against each other."""
+    from rocketspark.store.store_check import check_store
+
+    root = str(tmp_path / "s")
+    _filled_store(root, mappedFileSizeCommitLog=65536, mappedFileSizeConsumeQueue=400,
+                  maxHashSlotNum=10, maxIndexNum=30)
+    os.unlink(os.path.join(root, "rocketspark.geometry"))
+    with pytest.raises(ConfigError, match="maxHashSlotNum and maxIndexNum"):
+        MessageStore.open(root)
+    report = check_store(root)
+    assert report.ok and report.queues == 2, report.problems
+    assert any("index files checked only" in n for n in report.notes), report.notes
+    index = sorted(os.listdir(os.path.join(root, "index")))
+    assert len(index) > 1
+    os.truncate(os.path.join(root, "index", index[0]), 100)
+    assert any("100 bytes" in p for p in check_store(root).problems)
