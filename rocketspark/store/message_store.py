@@ -2308,8 +2308,11 @@ class MessageStore:
         clean = quick and end == commit
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
-        if damage is None:
-            report.repaired_queues = self._repair_queues(cut, full=not clean)
+        if damage is None and not clean:
+            # After an orderly end no queue can have a hole (a refused put gives its
+            # offsets back), and walking every queue costs a store of many queues
+            # more than the rest of the open together: only other opens look.
+            report.repaired_queues = self._repair_queues(cut, full=True)
         elif self._gaps:
             # A rebuild would drop the entries of records past the damage: queues
             # are repaired once the damage is resolved.
