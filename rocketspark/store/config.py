@@ -293,6 +293,41 @@ class MessageStoreConfig:
         "hours of the day when expired files are deleted, e.g. 04;16",
         check=_check_delete_when,
     )
+    # RocketMQ's disk guard, as percentages of the store's file system used (df's
+    # Use%). Its broker stops taking puts past diskSpaceWarningLevelRatio (90; it
+    # caps the value at 90) and its clean service deletes expired files past
+    # diskMaxUsedSpaceRatio (75), even unexpired ones past diskSpaceCleanForciblyRatio
+    # (85). Here, with RocketMQ's defaults: puts are refused with DiskFullError past
+    # diskSpaceWarningLevelRatio, and also whenever the files a put needs would not
+    # fit in the space left. The value may go up to 100 (RocketMQ: at most 90),
+    # for a laptop whose disk is 90% used with space to spare: 100 leaves only the
+    # room-for-the-next-file check. An embedded store has no clean service, so the
+    # two clean thresholds only log a warning (once per crossing) that expired
+    # files should be deleted (``rocketspark store clean``).
+    disk_space_warning_level_ratio: int = _option(
+        "diskSpaceWarningLevelRatio",
+        90,
+        "refuse puts (DiskFullError) while the store's disk is used past this percentage; "
+        "100: only when the next file would not fit (RocketMQ caps it at 90)",
+        minimum=1,
+        maximum=100,
+    )
+    disk_space_clean_forcibly_ratio: int = _option(
+        "diskSpaceCleanForciblyRatio",
+        85,
+        "warn that expired files should be deleted past this disk usage percentage "
+        "(RocketMQ deletes them then; nothing here deletes by itself)",
+        minimum=1,
+        maximum=100,
+    )
+    disk_max_used_space_ratio: int = _option(
+        "diskMaxUsedSpaceRatio",
+        75,
+        "warn that expired files should be deleted past this disk usage percentage "
+        "(RocketMQ's clean threshold; nothing here deletes by itself)",
+        minimum=1,
+        maximum=100,
+    )
 
     def __post_init__(self) -> None:
         for opt in _OPTIONS:

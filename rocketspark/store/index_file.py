@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.store.mapped_file import reserve_blocks
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,10 @@ class IndexFile:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         mm = None
         try:
-            os.ftruncate(fd, size)  # sparse: slots and entries are never written as zeros
+            os.ftruncate(fd, size)
+            # Blocks reserved, not sparse: a slot or entry stored into a page the
+            # file system cannot allocate would kill the process (SIGBUS).
+            reserve_blocks(fd, size, path, fresh=True)
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             phy = prev_end_phy_offset if prev_end_phy_offset > 0 else 0
             ts = prev_end_timestamp if prev_end_timestamp > 0 else 0
@@ -810,6 +814,17 @@ class IndexService:
             if f.index_count > 1:
                 return f.end_phy_offset
         return -1
+
+    def new_file_bytes(self, entries: int) -> int:
+        """Bytes of the files that ``entries`` more entries would start (0: they fit)."""
+        room = 0
+        if self._files:
+            room = max(0, self.index_num - self._files[-1].index_count)
+        if entries <= room:
+            return 0
+        per_file = self.index_num - 1  # entry 0 is never used
+        files = -(-(entries - room) // per_file)
+        return files * index_file_size(self.hash_slot_num, self.index_num)
 
     # -- writing -----------------------------------------------------------------------
 

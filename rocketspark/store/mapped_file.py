@@ -1,23 +1,100 @@
 """Memory-mapped, preallocated segment files and the queue of them.
 
 A segment is named by the 20-digit offset of its first byte and preallocated
-to its full size with ``ftruncate`` (sparse: nothing is written). Several
-processes map the same files; a reader learns of a segment another process
-created with :meth:`MappedFileQueue.refresh`.
+to its full size, its blocks reserved (``posix_fallocate``) when it is
+created: a store into a mapped page whose block the file system cannot
+allocate kills the process with SIGBUS, so no file the store writes through a
+mapping may be sparse. Several processes map the same files; a reader learns
+of a segment another process created with :meth:`MappedFileQueue.refresh`.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
 from collections.abc import Iterator
 
-from rocketspark.errors import CorruptRecordError, StoreClosedError
+from rocketspark.errors import CorruptRecordError, DiskFullError, StoreClosedError
 
 FILE_NAME_DIGITS = 20
 PAGE_SIZE = mmap.PAGESIZE
 _ZEROS = memoryview(bytes(1 << 20))
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# posix_fallocate's answers when the file system cannot preallocate (glibc emulates
+# most of these itself; EINVAL also means "not supported" per POSIX).
+_NO_FALLOCATE = (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS)
+
+
+def disk_full(path: str, needed: int, cause: OSError | None = None) -> DiskFullError:
+    """Return the DiskFullError for ``needed`` bytes that ``path`` could not get."""
+    why = f": {cause.strerror}" if cause is not None and cause.strerror else ""
+    return DiskFullError(
+        f"no space left on the device for {path} ({needed} bytes needed{why}); "
+        "free disk space (e.g. delete expired files with `rocketspark store clean`) "
+        "and retry", file=path, needed=needed)
+
+
+def is_sparse(st: os.stat_result) -> bool:
+    """Does the file have blocks left to allocate (a write into it may meet no space)?"""
+    return st.st_blocks * 512 < st.st_size
+
+
+def reserve_blocks(fd: int, size: int, path: str, *, fresh: bool) -> None:
+    """Allocate every block of bytes [0, size) of ``fd``; DiskFullError when there is no room.
+
+    ``fresh``: the file holds nothing yet, so where the file system has no
+    ``fallocate`` zeros are written over all of it; otherwise only over its
+    holes (found with SEEK_HOLE), which must not be written by anyone else
+    meanwhile (the store's first opener, holding its lock exclusively).
+    Never changes a byte of data. The caller undoes a creation that fails.
+    """
+    if size <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise disk_full(path, size, exc) from None
+        if exc.errno not in _NO_FALLOCATE:
+            raise
+    try:
+        if fresh:
+            _write_zeros(fd, 0, size)
+            return
+        pos = 0
+        while pos < size:
+            try:
+                hole = os.lseek(fd, pos, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                return
+            if hole >= size:
+                return
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                data = size
+            _write_zeros(fd, hole, min(data, size))
+            pos = data
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise disk_full(path, size, exc) from None
+        raise
+
+
+def _write_zeros(fd: int, start: int, end: int) -> None:
+    zeros = _ZEROS
+    pos = start
+    while pos < end:
+        pos += os.pwrite(fd, zeros[:min(len(zeros), end - pos)], pos)
 
 
 def segment_name(start_offset: int) -> str:
@@ -45,7 +122,13 @@ class MappedFile:
                 if not writable:
                     raise CorruptRecordError(
                         f"segment is {actual} bytes, expected {size}", file=path)
-                os.ftruncate(fd, size)
+                try:
+                    os.ftruncate(fd, size)
+                    reserve_blocks(fd, size, path, fresh=actual == 0)
+                except BaseException:
+                    if create and actual == 0:  # new: leave no empty or sparse file behind
+                        os.unlink(path)
+                    raise
             elif actual > size:
                 raise CorruptRecordError(
                     f"segment is {actual} bytes, larger than the configured size {size}; "
@@ -69,10 +152,7 @@ class MappedFile:
         pages in the page cache ~9x cheaper, and without holding the GIL.
         Only for bytes that hold nothing yet (past the CommitLog's end).
         """
-        zeros = _ZEROS
-        pos = start
-        while pos < end:
-            pos += os.pwrite(self._fd, zeros[:min(len(zeros), end - pos)], pos)
+        _write_zeros(self._fd, start, end)
 
     def flush(self, start: int = 0, end: int | None = None) -> None:
         """Force bytes [start, end) of this segment (file positions) to disk."""

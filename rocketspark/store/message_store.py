@@ -23,6 +23,7 @@ import numpy as np
 from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
+    DiskFullError,
     FlushTimeoutError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -41,7 +42,8 @@ from rocketspark.store.commit_log import (
     PreparedRecord,
 )
 from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
-from rocketspark.store.consume_queue import ConsumeQueue
+from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
     IndexService,
     hex_suffixed_hash,
@@ -283,6 +285,21 @@ class MessageStore:
         self._lock = StoreLock(self.root)
         first = self._lock.acquire()
         try:
+            # Sparse files (an older store's) get their blocks now; those that cannot
+            # (a full disk) are mapped read-only and writes are refused until reopened.
+            unreserved = reserve_sparse_files(self.root) if first else []
+            self._write_refused: DiskFullError | None = None
+            if unreserved:
+                self._write_refused = DiskFullError(
+                    f"store {self.root} was opened while its disk was full and "
+                    f"{len(unreserved)} of its files are sparse ({unreserved[0]}); writes "
+                    "are refused: free space and open the store again",
+                    file=unreserved[0].file, needed=sum(e.needed or 0 for e in unreserved))
+            self._files_writable = not unreserved
+            self._guard = DiskGuard(self.root, config.disk_space_warning_level_ratio,
+                                    config.disk_space_clean_forcibly_ratio,
+                                    config.disk_max_used_space_ratio)
+            self._touched: list[tuple[str, int, int, int]] = []  # queue offsets an append took
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
@@ -297,12 +314,13 @@ class MessageStore:
             # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
             # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
             self.commit_log = CommitLog(self.root, config.mapped_file_size_commit_log,
-                                        self.store_host,
+                                        self.store_host, writable=self._files_writable,
                                         warm=config.flush_disk_type != "SYNC_FLUSH")
             self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
             self.index = IndexService(os.path.join(self.root, "index"),
                                       hash_slot_num=config.max_hash_slot_num,
-                                      index_num=config.max_index_num)
+                                      index_num=config.max_index_num,
+                                      writable=self._files_writable)
             config_dir = os.path.join(self.root, "config")
             self.topics = TopicConfigTable(config_dir)
             self.offsets = ConsumerOffsetTable(config_dir)
@@ -333,7 +351,13 @@ class MessageStore:
             self._schedule = ScheduleService(self)
             self._transactions = TransactionService(self)
             if first:
-                self.recovery_report = self._recover()
+                try:
+                    self.recovery_report = self._recover()
+                except Exception as exc:
+                    if self._write_refused is None:
+                        raise
+                    raise DiskFullError(f"store {self.root} needs recovery, which cannot "
+                                        f"write: {self._write_refused}") from exc
                 self._adopt_unlisted_topics()
                 self._lock.downgrade()
             self._closed = False
@@ -464,7 +488,8 @@ class MessageStore:
                 q = self._queues.get(key)
                 if q is None:
                     q = ConsumeQueue(self.root, topic, queue_id,
-                                     self.config.mapped_file_size_consume_queue)
+                                     self.config.mapped_file_size_consume_queue,
+                                     writable=self._files_writable)
                     self._queues[key] = q
         return q
 
@@ -576,6 +601,7 @@ class MessageStore:
                 msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip, store.port,
                 msg.reconsume_times, 0, len(body)), body, rest]))
             end = pos + total
+            self._make_room(writes[0][0], end, 1 + len(keys))
             state.pending_end = end
             self.commit_log.warm(writes[0][0], end)
             self.commit_log._write(writes)
@@ -1057,8 +1083,11 @@ class MessageStore:
         state = self.state
         start = state.commit_pos
         store_ts = max(now, self.clock())
+        index_entries = (len(batch) + sum(s.count(" ") + 1 for s in key_strings)
+                         + _index_entries(then))
 
         def set_pending(end: int) -> None:
+            self._make_room(start, end, index_entries)
             state.pending_end = end
 
         placed = self.commit_log.append_columns(start, batch, store_ts,
@@ -1233,6 +1262,7 @@ class MessageStore:
         store_ts = max(now, self.clock())
 
         def set_pending(end: int) -> None:
+            self._make_room(start, end, _index_entries(prepared))
             state.pending_end = end
 
         placed, end = self.commit_log.append(start, prepared, store_ts,
@@ -1276,7 +1306,59 @@ class MessageStore:
     def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
         n = self._next_queue_offset(topic, queue_id)
         self._qo[(topic, queue_id)] = n + count
+        self._touched.append((topic, queue_id, n, count))
         return n
+
+    def _make_room(self, start: int, end: int, index_entries: int) -> None:
+        """Create the files an append of CommitLog [start, end) needs, or refuse it.
+
+        Called holding the write lock once the append has reserved its queue
+        offsets (``_touched``) and before it writes a byte, so a refused append
+        (DiskFullError: the disk guard, or no room for the new files) leaves
+        nothing behind but, at most, ConsumeQueue files past their queue's end,
+        which hold nothing. Files are created with their blocks reserved, so no
+        write of the append can meet a full disk; the ConsumeQueue files first,
+        the CommitLog segments last (a segment past an unfinished one would be
+        left empty). An index file the append will start is only checked for
+        room: it is created when the append's entries reach it.
+        """
+        touched, self._touched = self._touched, []
+        try:
+            if self._write_refused is not None:
+                raise self._write_refused
+            self._guard.check()
+            cl = self.commit_log.files
+            last = cl.last
+            seg = cl.file_size
+            cl_from = last.end_offset if last is not None else start - start % seg
+            need_cl = max(0, -(-end // seg) * seg - cl_from)
+            need = need_cl
+            new_cq: list[tuple[ConsumeQueue, int, int]] = []
+            for topic, qid, first, count in touched:
+                q = self._cq(topic, qid)
+                pos = (first + count - 1) * CQ_STORE_UNIT_SIZE
+                if q.files.find(pos, refresh=False) is None:
+                    size = q.files.file_size
+                    q_last = q.files.last
+                    q_from = (q_last.end_offset if q_last is not None
+                              else first * CQ_STORE_UNIT_SIZE // size * size)
+                    need += max(0, pos - pos % size + size - q_from)
+                    new_cq.append((q, max(q_from, first * CQ_STORE_UNIT_SIZE), pos))
+            need += self.index.new_file_bytes(index_entries)
+            if not need:
+                return
+            self._guard.require(need, "the new CommitLog, ConsumeQueue and index files of "
+                                "this put")
+            for q, first_pos, pos in new_cq:
+                q.files.get_or_create(first_pos)  # an empty queue starts at the first entry
+                q.files.get_or_create(pos)
+            if need_cl:
+                cl.get_or_create(cl_from)
+                cl.get_or_create(end - 1)
+        except BaseException:
+            # The reserved queue offsets go unused: read them from the queues again.
+            self._qo.clear()
+            raise
 
     def _sync_with_writers(self) -> None:
         """Catch up with what other processes wrote (call holding the write lock)."""
@@ -1995,6 +2077,11 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
         else:
             out.append(int(h))
     return out
+
+
+def _index_entries(records: Sequence[PreparedRecord]) -> int:
+    """At most how many index entries ``records`` add (UNIQ_KEY and each key)."""
+    return sum(1 + len(r.keys) for r in records)
 
 
 def _parse_host(text: str) -> HostAddress:

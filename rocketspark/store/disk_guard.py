@@ -1,0 +1,134 @@
+"""Refuse writes before the store's disk fills up (RocketMQ's disk-usage guard).
+
+A store writes its files through memory mappings, whose blocks are reserved
+when each file is created (``mapped_file.reserve_blocks``): a write inside an
+existing file never needs space. What can fail is creating the next file, so
+puts are refused, with :class:`DiskFullError` and before any byte of them is
+written, when
+
+* the file system holding the store is used past ``diskSpaceWarningLevelRatio``
+  percent (RocketMQ's broker marks its store not writeable there and answers
+  puts with SERVICE_NOT_AVAILABLE), or
+* a put needs new files (CommitLog segment, ConsumeQueue file, index file) and
+  the space left would not hold them.
+
+Usage is what ``df`` shows as Use%: used / (used + available to unprivileged
+users), so the blocks a file system keeps for root do not count as free.
+The usage is read (``statvfs``, ~1 µs) at most every :data:`CHECK_INTERVAL`
+seconds while writes are accepted, at every put while they are refused (so
+writes resume as soon as space is freed), and always before files are created.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from rocketspark.errors import DiskFullError
+from rocketspark.store.mapped_file import is_sparse, reserve_blocks
+from rocketspark.store.store_state import STATE_FILE
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 0.1  # seconds between statvfs calls while the disk has room
+
+
+def disk_usage(path: str) -> tuple[float, int]:
+    """Return (used fraction as df shows it, bytes free to unprivileged writers) of ``path``."""
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    total = used + free
+    return (used / total if total > 0 else 1.0), free
+
+
+class DiskGuard:
+    """The disk-usage guard of one store directory (see the module docstring)."""
+
+    def __init__(self, root: str, warning_level_ratio: int, clean_forcibly_ratio: int,
+                 max_used_ratio: int):
+        self.root = root
+        self.refuse_above = warning_level_ratio / 100.0
+        # The two clean thresholds only warn: an embedded store has no clean
+        # service that would delete expired files by itself.
+        self.warn_above = min(clean_forcibly_ratio, max_used_ratio) / 100.0
+        self._next_check = 0.0  # monotonic time of the next statvfs; 0: at the next put
+        self._warned = False
+
+    def check(self) -> None:
+        """Raise DiskFullError when the disk is used past diskSpaceWarningLevelRatio."""
+        if time.monotonic() >= self._next_check:
+            self._check_now()
+
+    def _check_now(self) -> int:
+        try:
+            ratio, free = disk_usage(self.root)
+        except OSError:  # not knowing is no reason to refuse; creating files still checks
+            self._next_check = time.monotonic() + CHECK_INTERVAL
+            return 1 << 62
+        if ratio > self.refuse_above:
+            self._next_check = 0.0
+            raise DiskFullError(
+                f"store {self.root}: its disk is {ratio:.1%} used, more than "
+                f"diskSpaceWarningLevelRatio={self.refuse_above * 100:.0f}%; puts are "
+                f"refused until space is freed ({free} bytes free)", file=self.root)
+        if ratio > self.warn_above and not self._warned:
+            log.warning("store %s: disk %.1f%% used; puts are refused above %.0f%% "
+                        "(diskSpaceWarningLevelRatio): free space or delete expired files "
+                        "(rocketspark store clean)", self.root, ratio * 100,
+                        self.refuse_above * 100)
+        self._warned = ratio > self.warn_above
+        self._next_check = time.monotonic() + CHECK_INTERVAL
+        return free
+
+    def require(self, needed: int, what: str) -> None:
+        """Raise DiskFullError unless ``needed`` bytes (new files: ``what``) fit now."""
+        free = self._check_now()
+        if free < needed:
+            self._next_check = 0.0
+            raise DiskFullError(
+                f"store {self.root}: {what} need {needed} bytes but the disk has {free} "
+                "bytes free; puts are refused until space is freed", file=self.root,
+                needed=needed)
+
+
+def _mapped_files(root: str) -> list[str]:
+    """The files of a store that are written through mappings."""
+    paths = [os.path.join(root, name) for name in (STATE_FILE, "checkpoint")]
+    for sub, depth in (("commitlog", 0), ("index", 0), ("consumequeue", 2)):
+        dirs = [os.path.join(root, sub)]
+        for _ in range(depth):
+            dirs = [os.path.join(d, n) for d in dirs if os.path.isdir(d)
+                    for n in sorted(os.listdir(d))]
+        for d in dirs:
+            if os.path.isdir(d):
+                paths += [os.path.join(d, n) for n in sorted(os.listdir(d))
+                          if not n.startswith(".")]
+    return paths
+
+
+def reserve_sparse_files(root: str) -> list[DiskFullError]:
+    """Reserve the missing blocks of every sparse mapped file of the store at ``root``.
+
+    Stores written by older rocketspark versions or by a RocketMQ broker hold
+    sparse files, where a write through the mapping (recovery, the next put)
+    would die of SIGBUS on a full disk. Call holding the store's lock
+    exclusively (holes may be filled with zeros, see ``reserve_blocks``).
+    Returns the files that could not be reserved for lack of space.
+    """
+    failed: list[DiskFullError] = []
+    for path in _mapped_files(root):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        try:
+            st = os.fstat(fd)
+            if is_sparse(st):
+                reserve_blocks(fd, st.st_size, path, fresh=False)
+        except DiskFullError as exc:
+            failed.append(exc)
+        finally:
+            os.close(fd)
+    return failed
