@@ -108,14 +108,16 @@ def _mapped_files(root: str) -> list[str]:
     return paths
 
 
-def reserve_sparse_files(root: str) -> list[DiskFullError]:
+def reserve_sparse_files(root: str) -> DiskFullError | None:
     """Reserve the missing blocks of every sparse mapped file of the store at ``root``.
 
     Stores written by older rocketspark versions or by a RocketMQ broker hold
     sparse files, where a write through the mapping (recovery, the next put)
     would die of SIGBUS on a full disk. Call holding the store's lock
     exclusively (holes may be filled with zeros, see ``reserve_blocks``).
-    Returns the files that could not be reserved for lack of space.
+    Returns None when every file is reserved, else the DiskFullError that
+    writes must be refused with (the store still serves reads). On tmpfs even
+    reading a hole through a mapping allocates memory, so there it raises.
     """
     failed: list[DiskFullError] = []
     for path in _mapped_files(root):
@@ -131,4 +133,35 @@ def reserve_sparse_files(root: str) -> list[DiskFullError]:
             failed.append(exc)
         finally:
             os.close(fd)
-    return failed
+    if not failed:
+        return None
+    needed = sum(e.needed or 0 for e in failed)
+    where = f"{len(failed)} of its files are sparse (the first: {failed[0].file})"
+    if _holes_take_memory(root):
+        raise DiskFullError(
+            f"store {root} cannot be opened while its tmpfs is full: {where}, and on tmpfs "
+            f"even reading a hole takes memory; free up to {needed} bytes and retry",
+            file=failed[0].file, needed=needed)
+    return DiskFullError(
+        f"store {root} was opened while its disk was full and {where}: writes are "
+        f"refused; free up to {needed} bytes and open the store again",
+        file=failed[0].file, needed=needed)
+
+
+def _holes_take_memory(path: str) -> bool:
+    """Is ``path`` on a memory file system, where a mapping's read of a hole allocates?"""
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                mnt = fields[1].replace("\\040", " ")
+                inside = path == mnt or path.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
+                    best, fstype = mnt, fields[2]
+    except OSError:
+        return False
+    return fstype in ("tmpfs", "ramfs", "hugetlbfs")

@@ -285,17 +285,10 @@ class MessageStore:
         self._lock = StoreLock(self.root)
         first = self._lock.acquire()
         try:
-            # Sparse files (an older store's) get their blocks now; those that cannot
-            # (a full disk) are mapped read-only and writes are refused until reopened.
-            unreserved = reserve_sparse_files(self.root) if first else []
-            self._write_refused: DiskFullError | None = None
-            if unreserved:
-                self._write_refused = DiskFullError(
-                    f"store {self.root} was opened while its disk was full and "
-                    f"{len(unreserved)} of its files are sparse ({unreserved[0]}); writes "
-                    "are refused: free space and open the store again",
-                    file=unreserved[0].file, needed=sum(e.needed or 0 for e in unreserved))
-            self._files_writable = not unreserved
+            # Sparse files (an older store's) get their blocks now; when some cannot
+            # (a full disk), files are mapped read-only and writes refused until reopened.
+            self._write_refused = reserve_sparse_files(self.root) if first else None
+            self._files_writable = self._write_refused is None
             self._guard = DiskGuard(self.root, config.disk_space_warning_level_ratio,
                                     config.disk_space_clean_forcibly_ratio,
                                     config.disk_max_used_space_ratio)

@@ -1,0 +1,349 @@
+"""A full disk: refused puts (DiskFullError), never SIGBUS, nothing acknowledged lost.
+
+The end-to-end tests mount a 12 MiB tmpfs (root only; skipped otherwise) and
+fill it with a filler file; writers and readers run in child processes so
+that a SIGBUS shows as their exit status.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+import rocketspark.store.disk_guard as disk_guard
+from rocketspark.errors import ConfigError, DiskFullError
+from rocketspark.store import Message, MessageStore, PullStatus
+from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.config import MessageStoreConfig
+from rocketspark.store.index_file import IndexFile
+from rocketspark.store.mapped_file import MappedFileQueue, reserve_blocks
+from rocketspark.store.metadata import write_json
+from rocketspark.store.store_check import check_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DISK_SIZE = 12 << 20
+SIZES = dict(mappedFileSizeCommitLog=256 * 1024, mappedFileSizeConsumeQueue=20 * 512,
+             maxHashSlotNum=64, maxIndexNum=512)
+TOPIC = "full"
+
+
+@pytest.fixture(params=["tmpfs"])
+def small_disk(request, tmp_path):
+    """A small file system (tmpfs, or ext4 on a loop device) under tmp_path, unmounted after."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system (a disk to fill) needs root")
+    if request.param == "tmpfs":
+        cmd = ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(mnt)]
+    else:
+        image = tmp_path / "ext4.img"
+        with open(image, "wb") as f:
+            f.truncate(DISK_SIZE + (4 << 20))  # + the journal and metadata
+        made = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+                              capture_output=True, text=True)
+        if made.returncode:
+            pytest.skip(f"cannot make an ext4 file system: {made.stderr.strip()}")
+        cmd = ["mount", "-o", "loop", str(image), str(mnt)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a {request.param} to fill: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def free_bytes(path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(mnt, leave: int) -> str:
+    """Write a filler file leaving about ``leave`` bytes free; return its path."""
+    path = os.path.join(mnt, "filler")
+    want = free_bytes(mnt) - leave
+    chunk = b"\xa5" * (64 * 1024)
+    with open(path, "ab") as f:
+        try:
+            while want > 0:
+                want -= f.write(chunk[:want])
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return path
+
+
+def child(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-m", "tests.store.helpers.full_disk", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def lines(path) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def bodies_of(store: MessageStore) -> list[str]:
+    out = []
+    for q in range(store.topic(TOPIC).read_queue_nums):
+        off = 0
+        while True:
+            res = store.pull(TOPIC, q, off, max_msgs=256)
+            if res.status is not PullStatus.FOUND:
+                break
+            out += [m.body.decode() for m in res.messages]
+            off = res.next_offset
+    return out
+
+
+def mapped_files(store_dir) -> list[str]:
+    out = [os.path.join(store_dir, n) for n in ("checkpoint", "rocketspark.state")]
+    for sub in ("commitlog", "index", "consumequeue"):
+        for dirpath, _, names in os.walk(os.path.join(store_dir, sub)):
+            out += [os.path.join(dirpath, n) for n in names]
+    return out
+
+
+def assert_nothing_sparse_or_empty(store_dir) -> None:
+    for path in mapped_files(store_dir):
+        st = os.stat(path)
+        assert st.st_size > 0, f"{path} is empty"
+        assert st.st_blocks * 512 >= st.st_size, f"{path} is sparse"
+
+
+# --- end to end: writers fill the disk, a reader reopens it, space is freed --------------
+
+
+@pytest.mark.parametrize("small_disk,flush,ratio,mode", [
+    ("tmpfs", "SYNC", 90, "close"),
+    ("tmpfs", "ASYNC", 90, "kill"),
+    ("tmpfs", "ASYNC", 100, "close"),
+    ("tmpfs", "SYNC", 100, "kill"),
+    ("ext4", "ASYNC", 100, "kill"),
+    ("ext4", "SYNC", 90, "close"),
+], indirect=["small_disk"])
+def test_writer_meets_a_full_disk_with_disk_full_error_and_loses_nothing(
+        small_disk, tmp_path, flush, ratio, mode):
+    store_dir = str(small_disk / "store")
+    acks, seen = str(tmp_path / "acks"), str(tmp_path / "seen")
+    config = dict(SIZES, flushDiskType=f"{flush}_FLUSH", diskSpaceWarningLevelRatio=ratio)
+    # With the 90% guard the disk stops taking puts while 1.2 MiB are still free;
+    # at 100 only when the next segment does not fit.
+    filler = fill(small_disk, (3 << 20) if ratio == 90 else (3 << 19))
+
+    w = child("write", store_dir, acks, json.dumps(config), mode)
+    expected_rc = -signal.SIGKILL if mode == "kill" else 0
+    assert w.returncode == expected_rc, (w.returncode, w.stdout, w.stderr)
+    assert w.stdout.startswith("failed: DiskFullError"), w.stdout + w.stderr
+    acked = lines(acks)
+    assert len(acked) > 100
+
+    # Reopened while the disk is still full (recovery too, after the kill): reads work.
+    r = child("read", store_dir, seen, json.dumps(config))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    read_back = Counter(lines(seen))
+    assert not [b for b, c in read_back.items() if c > 1]
+    assert not [a for a in acked if a not in read_back]
+    if ratio == 90:
+        assert r.stdout.startswith("put: DiskFullError"), r.stdout
+    else:  # a small put may still fit in the current segment
+        assert r.stdout.startswith(("put: DiskFullError", "put: ok")), r.stdout
+
+    # Space freed: writes resume, in the same queues, after what was acknowledged.
+    os.unlink(filler)
+    with MessageStore.open(store_dir, **config) as store:
+        store.put_batch([Message(TOPIC, f"later{i}".encode(), tags="t") for i in range(40)])
+        for i in range(10):
+            store.put(Message(TOPIC, f"single{i}".encode(), tags="t"))
+        after = Counter(bodies_of(store))
+    assert not [b for b, c in after.items() if c > 1]
+    assert not [a for a in acked if a not in after]
+    assert sum(1 for b in after if b.startswith(("later", "single"))) == 50
+    report = check_store(store_dir)
+    assert report.ok, report.render()
+    assert_nothing_sparse_or_empty(store_dir)
+
+
+def _make_sparse(path: str) -> None:
+    """Rewrite ``path`` with its all-zero pages left as holes (an older store's file)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        page = 4096
+        for at in range(0, len(data), page):
+            chunk = data[at:at + page]
+            if chunk.count(0) != len(chunk):
+                os.pwrite(fd, chunk, at)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("small_disk,ratio", [("ext4", 90), ("ext4", 100), ("tmpfs", 100)],
+                         indirect=["small_disk"])
+def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path, ratio):
+    """A store an older version left sparse: reads work, writes are refused, no SIGBUS.
+
+    On tmpfs a mapping's read of a hole allocates memory too: opening is refused.
+    """
+    store_dir = str(small_disk / "store")
+    config = dict(SIZES, flushDiskType="SYNC_FLUSH", diskSpaceWarningLevelRatio=ratio)
+    with MessageStore.open(store_dir, **config) as store:
+        store.create_topic(TOPIC, queues=2)
+        for i in range(30):
+            store.put(Message(TOPIC, f"old{i}".encode(), keys=[f"k{i}"], tags="t"))
+    for path in mapped_files(store_dir):
+        _make_sparse(path)
+    filler = fill(small_disk, 0)
+
+    seen = str(tmp_path / "seen")
+    r = child("read", store_dir, seen, json.dumps(config))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    if not (tmp_path / "ext4.img").exists():  # tmpfs
+        assert r.stdout.startswith("open: DiskFullError"), r.stdout
+    else:
+        assert sorted(lines(seen)) == sorted(f"old{i}" for i in range(30))
+        assert r.stdout.startswith("put: DiskFullError"), r.stdout
+
+    os.unlink(filler)
+    with MessageStore.open(store_dir, **config) as store:  # reserves the holes now
+        store.put(Message(TOPIC, b"new", tags="t"))
+        assert sorted(bodies_of(store)) == sorted([f"old{i}" for i in range(30)] + ["new"])
+    assert_nothing_sparse_or_empty(store_dir)
+    report = check_store(store_dir)
+    assert report.ok, report.render()
+
+
+# --- creating files on a full disk --------------------------------------------------------
+
+
+def test_creating_mapped_files_on_a_full_disk_leaves_nothing(small_disk):
+    fill(small_disk, 64 * 1024)
+    segs = small_disk / "segs"
+    q = MappedFileQueue(str(segs), 1 << 20)
+    with pytest.raises(DiskFullError) as err:
+        q.get_or_create(0)
+    assert err.value.file == str(segs / f"{0:020d}") and err.value.needed == 1 << 20
+    assert err.value.retriable and err.value.errno == errno.ENOSPC
+    assert os.listdir(segs) == []
+    assert q.files == []
+
+    index = small_disk / "index"
+    index.mkdir()
+    with pytest.raises(DiskFullError, match="20240101000000000"):
+        IndexFile.create(str(index / "20240101000000000"), hash_slot_num=50_000,
+                         index_num=50_000)
+    assert os.listdir(index) == []
+
+    fill(small_disk, 0)
+    with pytest.raises(DiskFullError, match="checkpoint"):
+        StoreCheckpoint(str(small_disk / "checkpoint"))
+    assert not os.path.exists(small_disk / "checkpoint")
+
+
+def test_metadata_write_on_a_full_disk_keeps_the_old_file(small_disk):
+    path = str(small_disk / "config" / "topics.json")
+    write_json(path, {"a": 1})
+    fill(small_disk, 0)
+    with pytest.raises(DiskFullError, match="topics.json"):
+        write_json(path, {"a": 2, "pad": "x" * 100_000})
+    with open(path) as f:
+        assert json.load(f) == {"a": 1}
+    assert sorted(os.listdir(small_disk / "config")) == ["topics.json"]
+
+
+# --- without a small disk ---------------------------------------------------------------
+
+
+def test_store_files_are_never_sparse(tmp_path):
+    with MessageStore.open(tmp_path / "s", **SIZES) as store:
+        store.create_topic(TOPIC, queues=4)
+        store.put_batch([Message(TOPIC, b"x" * 500, keys=[f"k{i}"]) for i in range(2000)])
+        store.put(Message(TOPIC, b"y"))
+    assert_nothing_sparse_or_empty(tmp_path / "s")
+
+
+def test_reserving_without_fallocate_writes_zeros_into_holes_only(tmp_path, monkeypatch):
+    def no_fallocate(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_fallocate)
+    path = str(tmp_path / "f")
+    q = MappedFileQueue(str(tmp_path / "segs"), 1 << 20)
+    seg = q.get_or_create(0)
+    st = os.stat(seg.path)
+    assert st.st_size == 1 << 20 and st.st_blocks * 512 >= st.st_size
+    q.close()
+    # An existing sparse file with data: the holes are filled, the data kept.
+    with open(path, "wb") as f:
+        f.seek(300_000)
+        f.write(b"data")
+        f.truncate(1 << 20)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        reserve_blocks(fd, 1 << 20, path, fresh=False)
+    finally:
+        os.close(fd)
+    st = os.stat(path)
+    assert st.st_blocks * 512 >= st.st_size
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[300_000:300_004] == b"data" and data.count(0) == len(data) - 4
+
+
+def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
+    usage = [0.5]
+    monkeypatch.setattr(disk_guard, "disk_usage", lambda path: (usage[0], 1 << 40))
+    with MessageStore.open(tmp_path / "s", **SIZES) as store:
+        store.create_topic(TOPIC, queues=1)
+        first = store.put(Message(TOPIC, b"a"))
+        end = store.state.commit_pos
+        usage[0] = 0.91
+        store._guard._next_check = 0.0  # as if CHECK_INTERVAL had passed
+        for put in (lambda: store.put(Message(TOPIC, b"b")),
+                    lambda: store.put_batch([Message(TOPIC, b"c")] * 20),
+                    lambda: store.put_batch([Message(TOPIC, b"d", delay_level=1)])):
+            with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio=90%"):
+                put()
+        assert store.state.commit_pos == store.state.pending_end == end
+        usage[0] = 0.89  # space freed: the very next put goes through
+        second = store.put(Message(TOPIC, b"e"))
+        assert second.queue_offset == first.queue_offset + 1  # no offset was lost
+        assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"e"]
+
+
+def test_guard_refuses_when_the_next_files_would_not_fit(tmp_path, monkeypatch):
+    free = [1 << 40]
+    monkeypatch.setattr(disk_guard, "disk_usage", lambda path: (0.5, free[0]))
+    with MessageStore.open(tmp_path / "s", **SIZES) as store:
+        store.create_topic(TOPIC, queues=1)
+        store.put(Message(TOPIC, b"a"))
+        free[0] = 100 * 1024  # less than a CommitLog segment
+        store.put(Message(TOPIC, b"fits in the current segment"))
+        with pytest.raises(DiskFullError, match="need"):
+            store.put_batch([Message(TOPIC, b"z" * 1000)] * 300)  # needs the next segment
+        assert len(store.commit_log.files.files) == 1
+        free[0] = 1 << 40
+        store.put_batch([Message(TOPIC, b"z" * 1000)] * 300)
+        assert len(store.pull(TOPIC, 0, 0, max_msgs=1000).messages) == 302
+
+
+@pytest.mark.parametrize("value", ["0", "101", "-5"])
+def test_disk_ratios_are_percentages(value):
+    for key in ("diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio",
+                "diskMaxUsedSpaceRatio"):
+        with pytest.raises(ConfigError, match=key):
+            MessageStoreConfig.load(None, **{key: value})
+    assert MessageStoreConfig().disk_space_warning_level_ratio == 90
