@@ -818,8 +818,9 @@ class IndexService:
     def new_file_bytes(self, entries: int) -> int:
         """Bytes of the files that ``entries`` more entries would start (0: they fit)."""
         room = 0
-        if self._files:
-            room = max(0, self.index_num - self._files[-1].index_count)
+        if self._files:  # (every put asks: the header read without the property's checks)
+            f = self._files[-1]
+            room = max(0, self.index_num - max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1))
         if entries <= room:
             return 0
         per_file = self.index_num - 1  # entry 0 is never used

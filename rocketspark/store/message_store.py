@@ -1315,28 +1315,33 @@ class MessageStore:
         left empty). An index file the append will start is only checked for
         room: it is created when the append's entries reach it.
         """
-        touched, self._touched = self._touched, []
+        touched = self._touched
+        if touched:
+            self._touched = []
         try:
             if self._write_refused is not None:
                 raise self._write_refused
             self._guard.check()
             cl = self.commit_log.files
-            last = cl.last
-            seg = cl.file_size
-            cl_from = last.end_offset if last is not None else start - start % seg
-            need_cl = max(0, -(-end // seg) * seg - cl_from)
+            files = cl.files
+            need_cl = 0
+            if not files or end > files[-1].end_offset:  # the append starts a segment
+                seg = cl.file_size
+                cl_from = files[-1].end_offset if files else start - start % seg
+                need_cl = max(0, -(-end // seg) * seg - cl_from)
             need = need_cl
             new_cq: list[tuple[ConsumeQueue, int, int]] = []
             for topic, qid, first, count in touched:
                 q = self._cq(topic, qid)
                 pos = (first + count - 1) * CQ_STORE_UNIT_SIZE
-                if q.files.find(pos, refresh=False) is None:
-                    size = q.files.file_size
-                    q_last = q.files.last
-                    q_from = (q_last.end_offset if q_last is not None
-                              else first * CQ_STORE_UNIT_SIZE // size * size)
-                    need += max(0, pos - pos % size + size - q_from)
-                    new_cq.append((q, max(q_from, first * CQ_STORE_UNIT_SIZE), pos))
+                q_files = q.files.files
+                if q_files and q_files[0].start_offset <= pos < q_files[-1].end_offset:
+                    continue
+                size = q.files.file_size
+                q_from = (q_files[-1].end_offset if q_files
+                          else first * CQ_STORE_UNIT_SIZE // size * size)
+                need += max(0, pos - pos % size + size - q_from)
+                new_cq.append((q, max(q_from, first * CQ_STORE_UNIT_SIZE), pos))
             need += self.index.new_file_bytes(index_entries)
             if not need:
                 return

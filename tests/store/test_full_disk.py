@@ -82,7 +82,8 @@ def fill(mnt, leave: int) -> str:
 
 
 def child(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-m", "tests.store.helpers.full_disk", *args],
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-m",
+                           "tests.store.helpers.full_disk", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
