@@ -125,6 +125,11 @@ class MessageStoreConfig:
 
     Build it with :meth:`load`; constructing it directly validates the same way
     and raises ConfigError. Times are milliseconds unless a field says otherwise.
+
+    Disk space (diskSpaceWarningLevelRatio and the two clean ratios) follows
+    RocketMQ's defaults, with the differences the comment above those fields
+    gives: the refusal threshold may be set up to 100 (a laptop's disk may be
+    90% used with gigabytes free), and nothing is deleted automatically.
     """
 
     store_path_root_dir: str = _option(

@@ -58,7 +58,8 @@ def small_disk(request, tmp_path):
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        if subprocess.run(["umount", str(mnt)], check=False).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def free_bytes(path) -> int:
