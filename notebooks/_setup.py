@@ -23,11 +23,12 @@ except NameError:
 
 # The embedded store: a local directory (on Databricks, local disk of the driver, which
 # local[*] style single-node clusters share with their executors).
-# A fresh directory per run, so every notebook can be run again as it is.
-STORE = os.environ.get("ROCKETSPARK_STORE") or tempfile.mkdtemp(
+# A fresh directory per run, so every notebook can be run again as it is. Checkpoints
+# and tables go beside the store, not in it: a store directory holds only the store.
+STORE = os.environ.get("ROCKETSPARK_STORE") or os.path.join(tempfile.mkdtemp(
     prefix="rocketspark-notebooks-", dir="/local_disk0/tmp" if os.path.isdir("/local_disk0")
-    else None)
-WORK = os.path.join(STORE, "_work")
+    else None), "store")
+WORK = os.path.normpath(STORE) + "-work"
 os.makedirs(WORK, exist_ok=True)
 # Short delay levels for demos and CI; RocketMQ's own are 1s 5s 10s 30s 1m ... 2h.
 STORE_OPTIONS = {"messageDelayLevel": os.environ.get("ROCKETSPARK_DELAY_LEVELS",

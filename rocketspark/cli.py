@@ -2,7 +2,9 @@
 
     rocketspark [--store DIR] [--config broker.conf] COMMAND ...
 
-    topic create NAME [--queues N] [--order]
+    topic create NAME [--queues N] [--order] [--force]
+                            (an existing topic: more queues, or fewer only where the
+                             queues dropped hold no messages, unless --force)
     topic list
     send TOPIC BODY [--tags T] [--keys K ...] [--property k=v ...] [--queue Q]
                     [--sharding-key S] [--delay-level L]
@@ -13,7 +15,10 @@
     query TOPIC KEY [--begin-ms MS] [--end-ms MS]
     schedule run
     store check [DIR]       read-only: verify every record and ConsumeQueue entry
-    store recover [DIR]     open the store (running recovery) and report what it did
+    store recover [DIR] [--truncate-at OFFSET]
+                            open the store, recovering it in full (the whole CommitLog,
+                            every ConsumeQueue), and report what it did; --truncate-at
+                            discards the CommitLog from a reported damage on
     store clean [DIR] [--reserved-hours H]
                             delete CommitLog segments older than fileReservedTime and
                             the ConsumeQueue / index files that only point into them
@@ -21,7 +26,8 @@
 The store directory comes from --store, else $ROCKETSPARK_STORE, else the
 storePathRootDir of the broker.conf given with --config (or conf/broker.conf).
 Only ``topic create`` makes a new store there; other commands need one.
-Exit status: 0 fine, 1 a problem found (check), 2 bad usage or a rocketspark error.
+Exit status: 0 fine, 1 a problem found (check; recover: a damaged store left read-only),
+2 bad usage or a rocketspark error.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from rocketspark.errors import ConfigError, RocketSparkError
+from rocketspark.errors import RocketSparkError, StorePathError
 
 
 class Progress:
@@ -71,22 +77,25 @@ def _store_dir(args: argparse.Namespace) -> str | None:
     return getattr(args, "dir", None) or args.store or os.environ.get("ROCKETSPARK_STORE")
 
 
-def _open(args: argparse.Namespace, *, create: bool = False):
+def _open(args: argparse.Namespace, *, create: bool = False, **kw: Any):
     """Open the store; only ``topic create`` makes a new one (a typo'd path is an error)."""
     from rocketspark.store import MessageStore, MessageStoreConfig
+    from rocketspark.store.layout import directory_kind
 
     path = _store_dir(args)
     if not create:
-        root = path or MessageStoreConfig.load(args.config).store_path_root_dir
-        if not os.path.isdir(root):
-            raise ConfigError(f"no store at {root} (give --store DIR; `rocketspark --store "
-                              "DIR topic create NAME` makes a new store)")
-    return MessageStore.open(path, config_file=args.config)
+        root = os.path.abspath(path or MessageStoreConfig.load(args.config).store_path_root_dir)
+        if directory_kind(root) != "store":
+            raise StorePathError(f"no store at {root} (give --store DIR; `rocketspark --store "
+                                 "DIR topic create NAME` makes a new store)", path=root)
+    # topic create makes a store only where nothing is, or an empty directory.
+    return MessageStore.open(path, config_file=args.config, create=None if create else False,
+                             **kw)
 
 
 def cmd_topic_create(args, out) -> int:
     with _open(args, create=True) as store:
-        info = store.create_topic(args.name, args.queues, order=args.order)
+        info = store.create_topic(args.name, args.queues, order=args.order, force=args.force)
     print(f"topic {info.name}: {info.write_queue_nums} queues", file=out)
     return 0
 
@@ -112,7 +121,9 @@ def cmd_send(args, out) -> int:
                   file=sys.stderr)
             return 2
         props[name] = value
-    msg = Message(args.topic, args.body.encode("utf-8"), tags=args.tags,
+    # the bytes typed, even when they are not UTF-8 (Python decoded argv with
+    # surrogateescape); Message refuses an empty body, the store a delay level it lacks
+    msg = Message(args.topic, os.fsencode(args.body), tags=args.tags,
                   keys=tuple(args.keys or ()), properties=props, queue_id=args.queue,
                   sharding_key=args.sharding_key, delay_level=args.delay_level)
     with _open(args) as store:
@@ -224,25 +235,37 @@ def cmd_store_check(args, out) -> int:
 
 
 def cmd_store_recover(args, out) -> int:
-    with _open(args) as store:
+    with _open(args, truncate_at=args.truncate_at, full_recovery=True) as store:
         rep = store.recovery_report
     if rep is None:
         print("the store is open in another process; it was recovered when first opened",
               file=out)
         return 0
+    if rep.state_damaged:
+        print(f"rocketspark.state was not trusted (checks failed: "
+              f"{', '.join(rep.state_damaged)}); rebuilt from the CommitLog", file=out)
     if rep.scanned_from is None:
         print(f"clean: the last shutdown was orderly; CommitLog ends at {rep.commit_end}",
               file=out)
-        return 0
-    print(f"{'abnormal exit found; ' if rep.abnormal_exit else ''}scanned the CommitLog from "
-          f"{rep.scanned_from} to {rep.commit_end}", file=out)
+    else:
+        print(f"{'abnormal exit found; ' if rep.abnormal_exit else ''}scanned the CommitLog "
+              f"from {rep.scanned_from} to {rep.commit_end}", file=out)
     if rep.reason:
         print(f"  the data ends at {rep.commit_end}: {rep.reason}", file=out)
+    if rep.truncated_valid_records:
+        print(f"  truncated at {rep.commit_end} as asked: discarded "
+              f"{rep.truncated_valid_records} valid record(s) after the damage", file=out)
     if rep.discarded_bytes:
         print(f"  discarded {rep.discarded_bytes} bytes of torn tail", file=out)
     if rep.truncated_queue_entries:
         print(f"  removed {rep.truncated_queue_entries} ConsumeQueue entries past the end",
               file=out)
+    for topic, qid, first, now in rep.repaired_queues:
+        print(f"  rebuilt ConsumeQueue {topic}/{qid} from entry {first} (a hole); it has "
+              f"{now} entries", file=out)
+    if rep.damage is not None:
+        print(f"DAMAGED: {rep.damage.describe()}", file=out)
+        return 1
     return 0
 
 
@@ -296,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--queues", type=int)
     c.add_argument("--order", action="store_true")
+    c.add_argument("--force", action="store_true",
+                   help="allow fewer queues than the topic has even where they hold messages "
+                        "(those messages are no longer read)")
     c.set_defaults(func=cmd_topic_create)
     tsub.add_parser("list").set_defaults(func=cmd_topic_list)
 
@@ -349,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_store_check)
     rc = stsub.add_parser("recover")
     rc.add_argument("dir", nargs="?")
+    rc.add_argument("--truncate-at", type=_non_negative(int), default=None, metavar="OFFSET",
+                    help="discard the CommitLog from this offset on: the damage offset a "
+                         "recovery or `store check` reported (valid records after it go too)")
     rc.set_defaults(func=cmd_store_recover)
     cl = stsub.add_parser("clean", help="delete expired segments (fileReservedTime)")
     cl.add_argument("dir", nargs="?")

@@ -23,6 +23,11 @@ __all__ = [
     "CorruptRecordError",
     "FlushTimeoutError",
     "TransactionError",
+    "StorePathError",
+    "SegmentSizeError",
+    "TopicShrinkError",
+    "StoreDamagedError",
+    "InvalidMessageError",
     "DiskFullError",
 ]
 
@@ -92,6 +97,62 @@ class FlushTimeoutError(RocketSparkError):
 
 class TransactionError(RocketSparkError):
     """A transactional half message cannot be committed or rolled back as asked."""
+
+
+class StorePathError(ConfigError):
+    """The store path cannot be opened as a store: a file, under a file, holding a NUL,
+    not writable, or a directory with other content that is not a store."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+class SegmentSizeError(CorruptRecordError):
+    """A CommitLog, ConsumeQueue or index file is not the size of the store's geometry.
+
+    ``expected`` is None when the store records no geometry and the file
+    cannot be a whole segment of any.
+    """
+
+    def __init__(self, message: str, *, file: str, expected: int | None, actual: int):
+        super().__init__(message, file=file)
+        self.expected = expected
+        self.actual = actual
+
+
+class TopicShrinkError(ConfigError):
+    """Fewer queues were asked for a topic whose dropped queues hold messages."""
+
+
+class StoreDamagedError(CorruptRecordError):
+    """The CommitLog is damaged where valid records follow: the store refuses writes.
+
+    Carries the damaged ``file`` and ``offset``, the first valid record after
+    the damage (``resume``) and how many valid records follow (``following``).
+    Reads still work; ``rocketspark store recover --truncate-at OFFSET`` (or
+    ``MessageStore.open(path, truncate_at=OFFSET)``) discards everything from
+    the damage on, after which writes resume.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None,
+                 resume: int | None = None, following: int = 0):
+        super().__init__(message, file=file, offset=offset)
+        self.resume = resume
+        self.following = following
+
+
+class InvalidMessageError(ConfigError):
+    """A message field is missing, mistyped or out of range; names the field and,
+    in a batch, the row. Raised before any queue offset is taken or byte written."""
+
+
+class SinkJobEndedError(TransactionError):
+    """A task of an exactly-once batch write was about to write after its job had ended.
+
+    Its job was committed or aborted (a task Spark was still cancelling, a
+    speculative attempt): the task writes nothing more and fails.
+    """
 
 
 class DiskFullError(RocketSparkError, OSError):

@@ -20,6 +20,12 @@ class FakeClock:
         self.now += ms
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "broker: starts a real Apache RocketMQ NameServer and broker (JVMs; "
+        "deselect with -m 'not broker')")
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -91,7 +91,8 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     afile = tmp_path / "a-file"
     afile.write_text("")
     r = _cli(str(afile), "topic", "create", "orders")
-    assert r.returncode == 1 and "FileExistsError" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "StorePathError" in r.stderr and "is a file" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_pipe(
@@ -173,3 +174,53 @@ def test_group_offsets_count_lag_as_the_store_does(tmp_path):
     r = _cli(store, "group", "offsets", "g")
     assert ["T", "0", "50", "1", "0"] in [line.split() for line in r.stdout.splitlines()]
     assert "total lag: 0" in r.stdout, r.stdout
+
+
+def test_a_directory_that_is_not_a_store_is_refused_and_check_says_so(tmp_path):
+    other = tmp_path / "project"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for args in (("topic", "list"), ("topic", "create", "orders"), ("send", "t", "x"),
+                 ("store", "recover")):
+        r = _cli(str(other), *args)
+        assert r.returncode == 2 and ("is not a store" in r.stderr or "no store at" in
+                                      r.stderr), (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert os.listdir(other) == ["notes.txt"]  # nothing written
+    for path in (str(other), "/etc", str(tmp_path / "absent")):
+        r = _cli(path, "store", "check", path)
+        assert r.returncode == 1 and "not a store" in r.stdout, (path, r.stdout, r.stderr)
+        assert "OK" not in r.stdout
+    assert os.listdir(other) == ["notes.txt"]
+
+
+def test_a_truncated_commit_log_is_reported_not_padded(tmp_path):
+    store = str(tmp_path / "s")
+    with MessageStore.open(store, mappedFileSizeCommitLog=65536) as s:
+        s.create_topic("orders", queues=1)
+        s.put_batch([Message("orders", b"A" * 50) for _ in range(30)])
+    seg = os.path.join(store, "commitlog", "0" * 20)
+    for size in (600, 0):
+        os.truncate(seg, size)
+        for args in (("topic", "list"), ("store", "recover"), ("send", "orders", "x")):
+            r = _cli(store, *args)
+            assert r.returncode == 2 and "SegmentSizeError" in r.stderr, (args, r.stderr)
+            assert f"{seg} is {size} bytes, expected 65536" in r.stderr
+        r = _cli(store, "store", "check", store)
+        assert r.returncode == 1 and f"{seg} is {size} bytes" in r.stdout, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+        assert os.path.getsize(seg) == size
+
+
+def test_topic_create_shrinks_a_topic_with_messages_only_with_force(tmp_path):
+    store = str(tmp_path / "s")
+    assert _cli(store, "topic", "create", "orders", "--queues", "8").returncode == 0
+    for q in (0, 3, 6):
+        assert _cli(store, "send", "orders", f"m{q}", "--queue", str(q)).returncode == 0
+    r = _cli(store, "topic", "create", "orders", "--queues", "1")
+    assert r.returncode == 2 and "TopicShrinkError" in r.stderr, r.stderr
+    assert "'orders' has 8 queues; 1 would hide" in r.stderr and "queue(s) 3, 6," in r.stderr
+    assert _cli(store, "topic", "create", "orders", "--queues", "7").returncode == 0
+    assert _cli(store, "topic", "create", "orders", "--queues", "12").returncode == 0
+    r = _cli(store, "topic", "create", "orders", "--queues", "1", "--force")
+    assert r.returncode == 0 and "topic orders: 1 queues" in r.stdout, r.stderr

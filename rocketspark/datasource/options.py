@@ -285,6 +285,7 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
     """Check every key and value; raise ConfigError naming the first bad option."""
     values: dict[str, Any] = {o.key: o.default for o in OPTIONS.values() if role in o.roles}
     overrides: dict[str, str] = {}
+    store_keys: dict[str, str] = {}  # broker.conf key -> the option that gave it
     raw: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
@@ -293,7 +294,12 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
             continue
         if lower.startswith(STORE_OPTION_PREFIX):
             name = key[len(STORE_OPTION_PREFIX):]
-            overrides[canonical_key(name) or name] = value  # Spark lower-cases keys
+            canonical = canonical_key(name) or name  # Spark lower-cases keys
+            if canonical in overrides:
+                raise ConfigError(f"option {STORE_OPTION_PREFIX}{canonical} is given twice "
+                                  f"(as {store_keys[canonical]!r} and as {key!r})")
+            overrides[canonical] = value
+            store_keys[canonical] = key
             continue
         opt = OPTIONS.get(lower)
         if opt is None or role not in opt.roles:
@@ -311,6 +317,9 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
                 "rocketmq.<broker.conf key> for the store")
         values[opt.key] = opt.parse(opt.key, str(value))
         raw[opt.key] = value
+    if values.get("store") is not None and "storePathRootDir" in overrides:
+        raise ConfigError(f"options store and {store_keys['storePathRootDir']} both name the store "
+                          "directory; give only one of them")
     return ParsedOptions(values, overrides, raw)
 
 

@@ -23,6 +23,14 @@ A batch ``df.write`` (exactly once, no ``txnAppId``) gets a sink id of its own
 per job, so that its commit (or abort) also rolls back the halves of its failed
 task attempts.
 
+Every exactly-once batch job also has a job file in the store
+(``config/rocketsparkSinkJobs/<job>.lock``), created when Spark plans the
+write: a task writes each chunk of halves under a shared ``flock`` of it, and
+only while it exists; the job's commit or abort takes the lock exclusively
+(waiting for chunks under way), resolves the halves and deletes the file. A
+task Spark has not stopped yet when its job ends (cancelled, speculative) then
+writes nothing more, so once a batch write ends no half of it stays open.
+
 Spark creates the writer afresh in different processes for planning and for
 each commit, so all of this state lives in the store, never in the writer.
 
@@ -31,9 +39,12 @@ At-least-once writes messages directly.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fcntl
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -56,7 +67,7 @@ from pyspark.sql.types import (
 
 from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef, location_key
-from rocketspark.errors import ConfigError, UnknownTopicError
+from rocketspark.errors import ConfigError, SinkJobEndedError, UnknownTopicError
 from rocketspark.store import Message
 from rocketspark.store.message import (
     PROPERTY_FIRST_HALF,
@@ -98,6 +109,8 @@ SINK_REPLACED_PROPERTIES = frozenset({
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Messages per store call: bounds memory and lock hold times in a task.
 WRITE_CHUNK = 8192
+# Under the store's config directory: one file per exactly-once batch job not yet ended.
+JOB_DIR = "rocketsparkSinkJobs"
 
 
 def _expected() -> str:
@@ -147,6 +160,7 @@ class SinkPlan:
     sink_id: str
     producer_group: str
     txn_version: int | None = None  # an idempotent batch write's version (txnVersion)
+    job: str | None = None  # an exactly-once batch write's job (its job file), None: a stream
 
     @classmethod
     def create(cls, options: ParsedOptions, schema: StructType, *, streaming: bool) -> SinkPlan:
@@ -175,6 +189,7 @@ class SinkPlan:
                               "deliveryGuarantee=exactly_once and do not apply to streams "
                               "(a stream's batches are idempotent by themselves)")
         sink_id = options.get("sinkId")
+        job = None if streaming or not exactly_once else uuid.uuid4().hex[:16]
         if app is not None:
             # Per application and topic, as Delta's txnAppId is per table: one
             # foreachBatch may write the same version to two topics (results, errors).
@@ -191,11 +206,13 @@ class SinkPlan:
             if where:
                 sink_id = hashlib.sha1(location_key(where).encode()).hexdigest()[:16]
             else:  # a batch write: one id per job (Spark plans the writer once a job)
-                sink_id = "batch-" + uuid.uuid4().hex[:16]
+                sink_id = "batch-" + (job or uuid.uuid4().hex[:16])
         group = options.get("producerGroup") or default_producer_group(sink_id)
         from rocketspark.store.config import validate_group
         validate_group(group)
-        return cls(ref, columns, default_topic, exactly_once, sink_id, group, version)
+        if job is not None:
+            start_job(store.root, job)
+        return cls(ref, columns, default_topic, exactly_once, sink_id, group, version, job)
 
 
 @dataclass(frozen=True)
@@ -242,6 +259,7 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     count = 0
     extra = {PROPERTY_SINK_ID: plan.sink_id}
     pending_rows: list[Any] = []
+    gate = _JobWrites(store.root, plan.job) if plan.job is not None else None
 
     def flush(cols: dict[str, list[Any]], n: int) -> None:
         nonlocal count
@@ -251,8 +269,9 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
             bodies = part.pop("body")
             kw = _store_columns(plan, part)
             if plan.exactly_once:
-                rs = store.prepare_columns(bodies, producer_group=plan.producer_group,
-                                           extra_properties=extra, **kw)
+                with gate.writing() if gate is not None else contextlib.nullcontext():
+                    rs = store.prepare_columns(bodies, producer_group=plan.producer_group,
+                                               extra_properties=extra, **kw)
                 first, last = rs[0].queue_offset, rs[-1].queue_offset
                 assert last - first + 1 == len(rs)  # one lock: a consecutive run
                 if runs and runs[-1][1] == first:
@@ -265,18 +284,109 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
                 store.put_columns(bodies, **kw)
             count += len(bodies)
 
-    for item in iterator:
-        if isinstance(item, pa.RecordBatch):
-            if item.num_rows:
-                flush(*_batch_columns(item))
-        else:
-            pending_rows.append(item)
-            if len(pending_rows) >= WRITE_CHUNK:
-                flush(*_rows_columns(pending_rows, plan.columns))
-                pending_rows = []
-    if pending_rows:
-        flush(*_rows_columns(pending_rows, plan.columns))
+    try:
+        for item in iterator:
+            if isinstance(item, pa.RecordBatch):
+                if item.num_rows:
+                    flush(*_batch_columns(item))
+            else:
+                pending_rows.append(item)
+                if len(pending_rows) >= WRITE_CHUNK:
+                    flush(*_rows_columns(pending_rows, plan.columns))
+                    pending_rows = []
+        if pending_rows:
+            flush(*_rows_columns(pending_rows, plan.columns))
+    finally:
+        if gate is not None:
+            gate.close()
     return SinkCommit(tuple(runs), count, _task_query())
+
+
+def _job_path(store_root: str, job: str) -> str:
+    return os.path.join(store_root, "config", JOB_DIR, f"{job}.lock")
+
+
+def start_job(store_root: str, job: str) -> None:
+    """Create the job file of an exactly-once batch job (on the driver, when Spark plans it).
+
+    Its tasks write only while it exists; :func:`ending_job` deletes it.
+    """
+    path = _job_path(store_root, job)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+
+
+class _JobWrites:
+    """A task's side of its job file: each chunk of halves is written under a shared
+    flock of it, and only if the job has not ended (the file is still there)."""
+
+    def __init__(self, store_root: str, job: str):
+        self.path = _job_path(store_root, job)
+        self.job = job
+        self._fd: int | None = None
+
+    def _ended(self) -> SinkJobEndedError:
+        return SinkJobEndedError(
+            f"batch write job {self.job} was committed or aborted before this task finished "
+            f"writing (no job file {self.path}); it writes nothing more")
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise self._ended() from None
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        try:
+            # Checked under the lock: the job's end deletes the file under its exclusive
+            # lock, so either this chunk is written before the end looks for open
+            # halves, or the file is gone here.
+            try:
+                alive = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            except FileNotFoundError:
+                alive = False
+            if not alive:
+                raise self._ended()
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def ending_job(plan: SinkPlan) -> Iterator[None]:
+    """Run a batch job's commit or abort with its tasks' writes shut out, then end the job.
+
+    Waits for the chunks of halves its tasks are writing (Spark may still be
+    cancelling them when it aborts, or a speculative attempt may run on after
+    the commit), so the block sees every half the job will ever have; the job
+    file is deleted at the end, even if the block raises (Spark calls abort
+    after a failed commit), so no task writes after it. A job whose file is
+    gone has ended already: the block runs without waiting.
+    """
+    if plan.job is None:
+        yield
+        return
+    path = _job_path(plan.store.root, plan.job)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def check_columns(cols: dict[str, list[Any]]) -> None:
@@ -286,9 +396,18 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
     null values and the names of message fields (a TAGS property would be read
     as the tag without its queue entry's tag code, a KEYS one indexed instead
     of the keys column); in keys arrays, null, empty or space-holding keys
-    (RocketMQ separates keys with spaces). Dropped from properties (in
-    ``cols``): SINK_REPLACED_PROPERTIES.
+    (RocketMQ separates keys with spaces); null and empty bodies (RocketMQ's
+    producer refuses them). Dropped from properties (in ``cols``):
+    SINK_REPLACED_PROPERTIES.
     """
+    bodies = cols.get("body")
+    # C-level scans of the block; the store's per-chunk checks would come too late
+    # for the chunks before (the exactly-once sink writes nothing of a bad block)
+    if bodies is not None and (None in bodies or b"" in bodies or "" in bodies):
+        i = next(i for i, b in enumerate(bodies) if b is None or not len(b))
+        raise ConfigError(f"column body: row {i} of the batch has a "
+                          f"{'null' if bodies[i] is None else 'empty'} body; RocketMQ's "
+                          "producer refuses both (the message body is null / length is zero)")
     topics = cols.get("topic")
     if topics is not None:
         for t in set(topics):
@@ -425,10 +544,13 @@ def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int, *,
     that sink's default group, or one of ``producer_groups``: give the
     producerGroup options of batch writes that set one). A job still running
     whose halves are older than the limit fails at its commit ("already
-    rolled back"), so give a limit longer than any batch write runs. Returns
-    how many halves were rolled back.
+    rolled back"), so give a limit longer than any batch write runs. Job
+    files (see the module's docstring) older than the limit are deleted
+    first, so no task of those jobs writes after the halves are looked for.
+    Returns how many halves were rolled back.
     """
     cutoff = store.clock() - older_than_ms
+    _end_stale_jobs(store.root, cutoff)
     groups = frozenset(producer_groups)
     stale = []
     for h in store.open_transactions():
@@ -442,6 +564,31 @@ def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int, *,
                     len(stale))
         store.rollback_transaction(stale)
     return len(stale)
+
+
+def _end_stale_jobs(store_root: str, cutoff_ms: int) -> None:
+    """Delete the job files created before ``cutoff_ms`` (jobs whose driver never ended them)."""
+    directory = os.path.join(store_root, "config", JOB_DIR)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # its job ended meanwhile
+            continue
+        try:
+            if os.fstat(fd).st_mtime * 1000 >= cutoff_ms:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a chunk under way is written before the scan
+            log.warning("batch write job %s was never committed or aborted; ending it",
+                        name.removesuffix(".lock"))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        finally:
+            os.close(fd)
 
 
 def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
@@ -520,14 +667,18 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         return write_task(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.plan.txn_version is not None:
-            commit_batch(self.plan, messages, self.plan.txn_version)
-        elif self.plan.exactly_once:
-            # The job's own sink id: its other open halves are failed task attempts'.
-            offsets = _offsets(messages)
-            roll_back_orphans(self.plan, offsets)
-            self.plan.store.open().commit_transaction(offsets)
+        if not self.plan.exactly_once:
+            return
+        with ending_job(self.plan):
+            if self.plan.txn_version is not None:
+                commit_batch(self.plan, messages, self.plan.txn_version)
+            else:
+                # The job's own sink id: its other open halves are failed task attempts'.
+                offsets = _offsets(messages)
+                roll_back_orphans(self.plan, offsets)
+                self.plan.store.open().commit_transaction(offsets)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.plan.exactly_once:
-            abort_batch(self.plan, messages)
+            with ending_job(self.plan):
+                abort_batch(self.plan, messages)

@@ -16,7 +16,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rocketspark.errors import ConfigError, StorePathError
 from rocketspark.store import MessageStore, MessageStoreConfig
+from rocketspark.store.config import canonical_key
+from rocketspark.store.layout import describe_foreign, directory_kind
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -39,23 +42,28 @@ class StoreRef:
         """
         kw = dict(overrides)
         if path:
+            given = [k for k in kw if canonical_key(k) == "storePathRootDir"]
+            if given:
+                raise ConfigError(f"the store directory is given twice: as store and as "
+                                  f"{given[0]}; give only one of them")
             kw["storePathRootDir"] = path
         config = MessageStoreConfig.load(None, **kw)
         kw.pop("storePathRootDir", None)
         return cls(os.path.abspath(config.store_path_root_dir), tuple(sorted(kw.items())))
 
     def require(self) -> StoreRef:
-        """The reference, checked to name an existing store directory (before planning).
+        """The reference, checked to name an existing store (before planning).
 
-        Opening a store creates its directory; a typo in the option must not
-        leave an empty store behind, nor read as "no such topic".
+        A typo in the option must not leave an empty store behind, nor read as
+        "no such topic"; a directory that is not a store gets no store files.
         """
-        if not os.path.isdir(self.root):
-            from rocketspark.errors import ConfigError
-
-            raise ConfigError(f"option store: there is no store at {self.root} (create one "
-                              "first: MessageStore.open(path).create_topic(...), or "
-                              "`rocketspark --store DIR topic create NAME`)")
+        kind = directory_kind(self.root)
+        if kind == "foreign":
+            raise StorePathError(f"option store: {describe_foreign(self.root)}", path=self.root)
+        if kind != "store":
+            raise StorePathError(f"option store: there is no store at {self.root} (create one "
+                                 "first: MessageStore.open(path).create_topic(...), or "
+                                 "`rocketspark --store DIR topic create NAME`)", path=self.root)
         return self
 
     def open(self) -> MessageStore:
@@ -76,7 +84,10 @@ class StoreRef:
                 store = None
             if store is None or store._closed:
                 self.require()
-                store = MessageStore.open(self.root, **dict(self.overrides))
+                # Spark's Python workers end without close() (os._exit, or killed by
+                # the daemon): their exit is clean unless they left a write unfinished.
+                store = MessageStore.open(self.root, create=False, exit_without_close=True,
+                                          **dict(self.overrides))
                 _open[self] = store
             return store
 

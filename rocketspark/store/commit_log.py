@@ -12,6 +12,7 @@ written after the records they point to.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import numpy as np
 
 from rocketspark.errors import CorruptRecordError, MessageTooLargeError
 from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
-from rocketspark.store.mapped_file import MappedFile, MappedFileQueue
+from rocketspark.store.mapped_file import COMMIT_LOG_CHUNK, MappedFile, MappedFileQueue
 from rocketspark.store.message import MessageExt, SysFlag
 from rocketspark.store.message_codec import (
     BLANK,
@@ -34,6 +35,8 @@ from rocketspark.store.message_codec import (
     LONG,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_OFFSET,
+    QUEUE_OFFSET_OFFSET,
     RECORD_BLANK,
     RECORD_END,
     RECORD_INVALID,
@@ -154,7 +157,8 @@ class CommitLog:
         self.segment_size = segment_size
         self.store_host = store_host
         self.header = HEADERS[(False, store_host.is_v6)]
-        self.files = MappedFileQueue(self.directory, segment_size, writable=writable)
+        self.files = MappedFileQueue(self.directory, segment_size, writable=writable,
+                                     chunk=COMMIT_LOG_CHUNK)
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
         self._warm = warm
 
@@ -238,7 +242,8 @@ class CommitLog:
         while pos < target:
             if pos < end or f is None:  # segments in order, as the write creates them
                 f = self.files.get_or_create(min(pos, end - 1))
-            stop = min(target, f.end_offset)
+            # Never past the reserved blocks: write(2) there could meet a full disk.
+            stop = min(target, f.end_offset, f.start_offset + f.reserved)
             if stop <= pos:
                 break
             f.prefill(pos - f.start_offset, stop - f.start_offset)
@@ -463,14 +468,22 @@ class CommitLog:
                          np.asarray(qoffs, dtype=np.int64), groups, pos)
 
     def wipe(self, start: int, end: int) -> None:
-        """Zero [start, end): the leftovers of a writer that died mid-append."""
+        """Zero [start, end): the leftovers of a writer that died mid-append.
+
+        Holes are skipped: they read as zeros already, and a store into one
+        would need a block the disk may not have (recovery on a full disk).
+        """
         pos = start
         while pos < end:
             f = self.files.find(pos)
             if f is None:
                 break
             stop = min(end, f.end_offset)
-            f.mm[pos - f.start_offset:stop - f.start_offset] = bytes(stop - pos)
+            for lo, hi in data_ranges(f, pos - f.start_offset):
+                hi = min(hi, stop - f.start_offset)
+                if hi <= lo:
+                    break
+                f.mm[lo:hi] = bytes(hi - lo)
             pos = stop
 
     # -- reading -----------------------------------------------------------------
@@ -517,6 +530,39 @@ class CommitLog:
                 return
             pos += check.size
 
+    def next_valid(self, pos: int, limit: int | None = None) -> int | None:
+        """Return the offset of the first record at or after ``pos`` (and before
+        ``limit``) that verifies (see :func:`find_valid_record`), or None."""
+        return find_valid_record(self.files, pos, limit)
+
+    def survey(self, pos: int) -> tuple[int, int, int]:
+        """Count the records that verify from ``pos`` to the end of the log.
+
+        Steps over damage (searching for the next record that verifies) as often
+        as needed. Returns (first valid offset or -1, records counted, end of the
+        last one).
+        """
+        return survey_records(self.files, pos)
+
+    def set_queue_offset(self, offset: int, queue_offset: int) -> None:
+        """Rewrite QUEUEOFFSET of the record at ``offset`` (a ConsumeQueue rebuilt
+        around a hole numbers its records again; BODYCRC does not cover the field)."""
+        f = self.segment(offset)
+        LONG.pack_into(f.mm, offset - f.start_offset + QUEUE_OFFSET_OFFSET, queue_offset)
+
+    def zero_from(self, offset: int) -> None:
+        """Zero every byte from ``offset`` to the end of its segment and delete the
+        segments after it (``store recover --truncate-at``); holes are skipped."""
+        f = self.files.find(offset)
+        if f is not None:
+            zeros = bytes(1 << 20)
+            for lo, hi in data_ranges(f, offset - f.start_offset):
+                for at in range(lo, hi, len(zeros)):
+                    f.mm[at:min(hi, at + len(zeros))] = zeros[:min(hi, at + len(zeros)) - at]
+            f.flush(offset - f.start_offset, f.size)
+        seg = self.segment_size
+        self.files.delete_from(offset - offset % seg + seg)
+
     def first_nonzero_tail(self, end: int, window: int) -> int:
         """Return the end of non-zero garbage after ``end`` within its segment.
 
@@ -529,14 +575,22 @@ class CommitLog:
         pos = end - f.start_offset
         last_nonzero = pos
         step = 1 << 20
-        while pos < f.size:
-            chunk = data[pos:pos + step]
-            nz = np.flatnonzero(chunk)
-            if len(nz):
-                last_nonzero = pos + int(nz[-1]) + 1
-            elif pos - last_nonzero >= window:
+        # Holes are zeros, never read (on tmpfs a read of one allocates a page).
+        for lo, hi in data_ranges(f, pos):
+            if lo - last_nonzero >= window:
                 break
-            pos += len(chunk)
+            pos = max(pos, lo)
+            while pos < hi:
+                chunk = data[pos:min(hi, pos + step)]
+                nz = np.flatnonzero(chunk)
+                if len(nz):
+                    last_nonzero = pos + int(nz[-1]) + 1
+                elif pos - last_nonzero >= window:
+                    break
+                pos += len(chunk)
+            else:
+                continue
+            break
         del data
         return f.start_offset + last_nonzero
 
@@ -549,3 +603,107 @@ class CommitLog:
 
 def is_message_magic(magic: int) -> bool:
     return magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+
+
+# The first three bytes of both message magic codes (big-endian 0xDAA320A7 / AB).
+MAGIC_PREFIX = INT.pack(MESSAGE_MAGIC_CODE)[:3]
+_MAGIC_LAST = (INT.pack(MESSAGE_MAGIC_CODE)[3], INT.pack(MESSAGE_MAGIC_CODE_V2)[3])
+
+
+def data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
+    """Yield the [lo, hi) byte ranges of segment ``f`` from ``start`` that hold data.
+
+    Holes of a sparse file (never written, so all zeros) are skipped with
+    SEEK_DATA / SEEK_HOLE; where the file system cannot tell, the whole rest.
+    """
+    fd = f._fd
+    pos = start
+    while pos < f.size:
+        try:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+            hi = min(os.lseek(fd, lo, os.SEEK_HOLE), f.size)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole up to the end
+                return
+            yield pos, f.size
+            return
+        if lo >= f.size:
+            return
+        yield lo, hi
+        pos = hi
+
+
+def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None
+                      ) -> int | None:
+    """Return the offset of the first record at or after ``pos`` that verifies.
+
+    A record verifies when its magic code is a message's, its fields add up
+    to TOTALSIZE, its PHYSICALOFFSET is its own position and its body CRC
+    matches. Candidates are found by their magic code, so bodies that
+    happen to hold it cost a check each; holes are skipped unread.
+    """
+    for f in files.segments_from(pos):
+        if limit is not None and f.start_offset >= limit:
+            return None
+        rel_start = max(pos, f.start_offset) - f.start_offset
+        mm = f.mm
+        for lo, hi in data_ranges(f, rel_start):
+            if limit is not None:
+                hi = min(hi, limit - f.start_offset)
+                if hi <= lo:
+                    return None
+            at = max(lo, rel_start) + 4  # the magic code follows TOTALSIZE
+            while True:
+                hit = mm.find(MAGIC_PREFIX, at, hi)
+                if hit < 0:
+                    break
+                at = hit + 1
+                rec = hit - 4
+                if (hit + 4 > f.size or mm[hit + 3] not in _MAGIC_LAST
+                        or rec + PHYSICAL_OFFSET_OFFSET + 8 > f.size):
+                    continue
+                phy = f.start_offset + rec
+                if LONG.unpack_from(mm, rec + PHYSICAL_OFFSET_OFFSET)[0] != phy:
+                    continue
+                if check_record(mm, rec, phy, verify_crc=True).size > 0:
+                    return phy
+    return None
+
+
+def survey_records(files: MappedFileQueue, pos: int) -> tuple[int, int, int]:
+    """Count the records that verify from ``pos`` on (see CommitLog.survey)."""
+    first = -1
+    count = 0
+    end = pos
+    at: int | None = find_valid_record(files, pos)
+    while at is not None:
+        if first < 0:
+            first = at
+        stop = at
+        for p, check in scan_files(files, at):
+            if check.size <= 0:
+                stop = p
+                break
+            count += 1
+            end = stop = p + check.size
+        at = find_valid_record(files, stop + 1) if stop >= at else None
+    return first, count, end
+
+
+def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True
+               ) -> Iterator[tuple[int, RecordCheck]]:
+    """CommitLog.scan over a queue of segments (read-only callers)."""
+    pos = start
+    while True:
+        f = files.find(pos, refresh=False)
+        if f is None:
+            yield pos, RecordCheck(RECORD_END)
+            return
+        check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
+        if check.size == RECORD_BLANK:
+            pos = f.end_offset
+            continue
+        yield pos, check
+        if check.size in (RECORD_END, RECORD_INVALID):
+            return
+        pos += check.size

@@ -21,7 +21,7 @@ import struct
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError
-from rocketspark.store.mapped_file import MappedFileQueue
+from rocketspark.store.mapped_file import CONSUME_QUEUE_CHUNK, MappedFileQueue, data_end
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(
@@ -48,7 +48,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
         self.entries_per_file = file_size // CQ_STORE_UNIT_SIZE
-        self.files = MappedFileQueue(self.directory, file_size, writable=writable)
+        self.files = MappedFileQueue(self.directory, file_size, writable=writable,
+                                     chunk=CONSUME_QUEUE_CHUNK)
         self._max = -1  # cached next logical offset; -1 until first looked up
 
     # -- positions ---------------------------------------------------------------
@@ -108,13 +109,17 @@ class ConsumeQueue:
         if last is None:
             return 0
         base = last.start_offset // CQ_STORE_UNIT_SIZE
-        sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE,
-                              count=self.entries_per_file)["size"]
+        # Only the part holding data is read: reading a hole through a mapping
+        # allocates a page on tmpfs (SIGBUS when it is full); holes hold no entry.
+        count = min(self.entries_per_file,
+                    -(-data_end(last._fd, last.size) // CQ_STORE_UNIT_SIZE))
+        sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         empty = np.flatnonzero(sizes == 0)
-        # Entries are written in order, so the first empty slot ends the queue.
-        end = base + (int(empty[0]) if len(empty) else self.entries_per_file)
         del sizes
-        return self._scan_end(end)
+        # Entries are written in order, so the first empty slot ends the queue.
+        if len(empty) or count < self.entries_per_file:
+            return base + (int(empty[0]) if len(empty) else count)
+        return self._scan_end(base + count)
 
     def min_offset(self, commitlog_min: int = 0) -> int:
         """Return the first logical offset still readable.
@@ -194,6 +199,21 @@ class ConsumeQueue:
 
     # -- writing (callers hold the store's write lock) -----------------------------
 
+    def reserve(self, start: int, count: int) -> None:
+        """Give entries [start, start + count) their files and blocks (DiskFullError if not).
+
+        An append calls it before writing its record; ``put`` calls it again
+        (a comparison) for the writes of recovery and redispatch.
+        """
+        pos = start * CQ_STORE_UNIT_SIZE
+        end = pos + count * CQ_STORE_UNIT_SIZE
+        files = self.files.files
+        if files:
+            last = files[-1]
+            if last.start_offset <= pos and end - last.start_offset <= last.reserved:
+                return
+        self.files.reserve(pos, end)
+
     def put(self, start: int, offsets: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
         """Write entries for logical offsets start, start+1, ...
 
@@ -201,6 +221,7 @@ class ConsumeQueue:
         lock-free readers never see a half-written entry.
         """
         n = len(offsets)
+        self.reserve(start, n)
         if n == 1:  # the common single put: struct, not numpy
             pos = start * CQ_STORE_UNIT_SIZE
             f = self.files.get_or_create(pos)

@@ -1,16 +1,17 @@
 """Refuse writes before the store's disk fills up (RocketMQ's disk-usage guard).
 
-A store writes its files through memory mappings, whose blocks are reserved
-when each file is created (``mapped_file.reserve_blocks``): a write inside an
-existing file never needs space. What can fail is creating the next file, so
-puts are refused, with :class:`DiskFullError` and before any byte of them is
-written, when
+A store writes its files through memory mappings; every write first makes
+sure its blocks are reserved, a chunk ahead of the write position
+(``MappedFile.reserve``, see ``mapped_file.COMMIT_LOG_CHUNK``), so no write
+through a mapping meets a missing block and a reservation that fails refuses
+the put before any byte of it is written. Puts are also refused, with
+:class:`DiskFullError` and before any byte of them is written, when
 
 * the file system holding the store is used past ``diskSpaceWarningLevelRatio``
   percent (RocketMQ's broker marks its store not writeable there and answers
   puts with SERVICE_NOT_AVAILABLE), or
-* a put needs new files (CommitLog segment, ConsumeQueue file, index file) and
-  the space left would not hold them.
+* a put starts index files and the space left would not hold their first
+  blocks (they are created after its CommitLog write).
 
 Usage is what ``df`` shows as Use%: used / (used + available to unprivileged
 users), so the blocks a file system keeps for root do not count as free.
@@ -26,7 +27,7 @@ import os
 import time
 
 from rocketspark.errors import DiskFullError
-from rocketspark.store.mapped_file import is_sparse, reserve_blocks
+from rocketspark.store.mapped_file import data_end, reserve_blocks
 from rocketspark.store.store_state import STATE_FILE
 
 log = logging.getLogger(__name__)
@@ -109,11 +110,14 @@ def _mapped_files(root: str) -> list[str]:
 
 
 def reserve_sparse_files(root: str) -> DiskFullError | None:
-    """Reserve the missing blocks of every sparse mapped file of the store at ``root``.
+    """Reserve the holes inside the written data of every mapped file of the store at ``root``.
 
-    Stores written by older rocketspark versions or by a RocketMQ broker hold
-    sparse files, where a write through the mapping (recovery, the next put)
-    would die of SIGBUS on a full disk. Call holding the store's lock
+    Stores written by older rocketspark versions or by a RocketMQ broker may
+    hold holes among their data (only pages never written, e.g. index slots),
+    where a write through the mapping (recovery, the next put) would die of
+    SIGBUS on a full disk. Holes past a file's last data are left alone: the
+    store reads none of them (scans skip holes) and writers reserve blocks
+    ahead of themselves. Call holding the store's lock
     exclusively (holes may be filled with zeros, see ``reserve_blocks``).
     Returns None when every file is reserved, else the DiskFullError that
     writes must be refused with (the store still serves reads). On tmpfs even
@@ -126,9 +130,9 @@ def reserve_sparse_files(root: str) -> DiskFullError | None:
         except (FileNotFoundError, IsADirectoryError):
             continue
         try:
-            st = os.fstat(fd)
-            if is_sparse(st):
-                reserve_blocks(fd, st.st_size, path, fresh=False)
+            size = os.fstat(fd).st_size
+            # fallocate of blocks a file already has is a no-op (a walk of its extents).
+            reserve_blocks(fd, data_end(fd, size), path, fresh=False)
         except DiskFullError as exc:
             failed.append(exc)
         finally:

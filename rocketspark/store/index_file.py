@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
-from rocketspark.store.mapped_file import reserve_blocks
+from rocketspark.store.mapped_file import INDEX_CHUNK, reserve_blocks
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
 log = logging.getLogger(__name__)
@@ -332,6 +332,9 @@ class IndexFile:
         self.writable = writable
         self._mm = mm
         self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # Bytes [0, _reserved) have their blocks (known to this process): the header
+        # and slot table (random writes) whole, the entries a chunk ahead.
+        self._reserved = 0
         self._slots: np.ndarray | None = np.frombuffer(
             mm, dtype=">i4", count=hash_slot_num, offset=INDEX_HEADER_SIZE
         )
@@ -364,9 +367,11 @@ class IndexFile:
         mm = None
         try:
             os.ftruncate(fd, size)
-            # Blocks reserved, not sparse: a slot or entry stored into a page the
-            # file system cannot allocate would kill the process (SIGBUS).
-            reserve_blocks(fd, size, path, fresh=True)
+            # The header, the slot table and the first entries get their blocks: a
+            # store into a page the file system cannot allocate kills the process
+            # (SIGBUS). Later entries are reserved ahead as they come (reserve).
+            reserved = min(size, INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + INDEX_CHUNK)
+            reserve_blocks(fd, reserved, path, fresh=True)
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             phy = prev_end_phy_offset if prev_end_phy_offset > 0 else 0
             ts = prev_end_timestamp if prev_end_timestamp > 0 else 0
@@ -380,7 +385,29 @@ class IndexFile:
             raise
         finally:
             os.close(fd)
-        return cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=True)
+        f = cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=True)
+        f._reserved = reserved
+        return f
+
+    def reserve(self, entries: int) -> None:
+        """Give the next ``entries`` entries (and the slot table) their blocks; DiskFullError if not.
+
+        A comparison unless they pass the reserved mark; then up to a chunk
+        (INDEX_CHUNK) past them, capped at the file's size. A process that
+        opened the file reserves from its start once (the header and slot
+        table, a no-op where the file system already has their blocks).
+        """
+        count = max(_INT.unpack_from(self._mm, INDEX_COUNT_OFFSET)[0], 1)
+        end = self._entries_at + min(count + entries, self.index_num) * INDEX_ENTRY_SIZE
+        if end <= self._reserved:
+            return
+        new = min(self.size, max(end, self._reserved) + INDEX_CHUNK)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            reserve_blocks(fd, new, self.path, fresh=False, start=self._reserved)
+        finally:
+            os.close(fd)
+        self._reserved = new
 
     @classmethod
     def open(
@@ -492,6 +519,8 @@ class IndexFile:
         count = self._index_count()
         if count >= self.index_num:
             return False
+        if self._entries_at + (count + 1) * INDEX_ENTRY_SIZE > self._reserved:
+            self.reserve(1)
         key_hash = _abs_java_hash(java_hash)
         slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         prev = HASH_SLOT.unpack_from(mm, slot_at)[0]
@@ -539,6 +568,8 @@ class IndexFile:
         n = min(len(hashes), self.index_num - count)
         if n <= 0:
             return 0
+        if self._entries_at + (count + n) * INDEX_ENTRY_SIZE > self._reserved:
+            self.reserve(n)
         h = hashes[:n].astype(np.int64)
         phys, stamps = phys[:n], stamps[:n]
         key_hash = np.abs(h)
@@ -815,17 +846,32 @@ class IndexService:
                 return f.end_phy_offset
         return -1
 
-    def new_file_bytes(self, entries: int) -> int:
-        """Bytes of the files that ``entries`` more entries would start (0: they fit)."""
+    def reserve(self, entries: int) -> int:
+        """Reserve the blocks of ``entries`` more entries in the newest file (DiskFullError
+        if not); return the bytes the new files they would start need (0: none).
+
+        Called by an append before it writes (holding the write lock): its
+        entries then never meet a missing block in the newest file; new files
+        reserve their blocks when created (only checked for room here).
+        """
         room = 0
         if self._files:  # (every put asks: the header read without the property's checks)
             f = self._files[-1]
             room = max(0, self.index_num - max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1))
+            if room:
+                f.reserve(min(entries, room))
         if entries <= room:
             return 0
         per_file = self.index_num - 1  # entry 0 is never used
-        files = -(-(entries - room) // per_file)
-        return files * index_file_size(self.hash_slot_num, self.index_num)
+        left = entries - room
+        size = index_file_size(self.hash_slot_num, self.index_num)
+        slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        need = 0
+        while left > 0:
+            take = min(left, per_file)
+            need += min(size, slots_end + (take + 1) * INDEX_ENTRY_SIZE + INDEX_CHUNK)
+            left -= take
+        return need
 
     # -- writing -----------------------------------------------------------------------
 

@@ -1,22 +1,33 @@
 """Memory-mapped, preallocated segment files and the queue of them.
 
 A segment is named by the 20-digit offset of its first byte and preallocated
-to its full size, its blocks reserved (``posix_fallocate``) when it is
-created: a store into a mapped page whose block the file system cannot
-allocate kills the process with SIGBUS, so no file the store writes through a
-mapping may be sparse. Several processes map the same files; a reader learns
-of a segment another process created with :meth:`MappedFileQueue.refresh`.
+to its full size with ``ftruncate`` under a hidden temporary name, then
+linked into place: a segment appears whole or not at all, so one of another
+size is damage (or another geometry), never padded or cut to fit. Several
+processes map the same files; a reader learns of a segment another process
+created with :meth:`MappedFileQueue.refresh`.
+
+A store into a mapped page whose block the file system cannot allocate kills
+the process (SIGBUS), so every write through a mapping lands in blocks
+reserved beforehand, in chunks ahead of the write position (see
+:meth:`MappedFile.reserve`); the rest of a segment stays sparse.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
 import threading
 from collections.abc import Iterator
 
-from rocketspark.errors import CorruptRecordError, DiskFullError, StoreClosedError
+from rocketspark.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    SegmentSizeError,
+    StoreClosedError,
+)
 
 FILE_NAME_DIGITS = 20
 PAGE_SIZE = mmap.PAGESIZE
@@ -38,35 +49,46 @@ def disk_full(path: str, needed: int, cause: OSError | None = None) -> DiskFullE
         "and retry", file=path, needed=needed)
 
 
-def is_sparse(st: os.stat_result) -> bool:
-    """Does the file have blocks left to allocate (a write into it may meet no space)?"""
-    return st.st_blocks * 512 < st.st_size
+# Chunk sizes of the reservation ahead of the write position (MappedFile.reserve).
+# A write through a mapping must never meet a block the file system cannot
+# allocate (SIGBUS kills the process), yet a RocketMQ broker creates its
+# segments sparse (setLength) and nobody expects a store to take its whole
+# geometry up front: with conf/broker.conf's 1 GiB CommitLog segments, 6 MB
+# ConsumeQueue files and 420 MB index files, reserving whole files would take
+# ~1.4 GiB of disk at a store's first put. So every writer reserves blocks
+# (posix_fallocate) ahead of where it writes, a chunk at a time: one int
+# comparison per write, one fallocate per chunk (~16 MiB of appends). The mark
+# of what is reserved lives in memory, per process: reserving a range twice is
+# a cheap no-op, so processes need no coordination.
+COMMIT_LOG_CHUNK = 16 << 20
+CONSUME_QUEUE_CHUNK = 1 << 20  # 52,428 entries; 6 MB files reserved whole would cost 6 MB a queue
+INDEX_CHUNK = 4 << 20  # of the index file's entry area (its slot table is reserved whole)
 
 
-def reserve_blocks(fd: int, size: int, path: str, *, fresh: bool) -> None:
-    """Allocate every block of bytes [0, size) of ``fd``; DiskFullError when there is no room.
+def reserve_blocks(fd: int, size: int, path: str, *, fresh: bool, start: int = 0) -> None:
+    """Allocate every block of bytes [start, size) of ``fd``; DiskFullError when there is no room.
 
-    ``fresh``: the file holds nothing yet, so where the file system has no
+    ``fresh``: the range holds nothing yet, so where the file system has no
     ``fallocate`` zeros are written over all of it; otherwise only over its
-    holes (found with SEEK_HOLE), which must not be written by anyone else
-    meanwhile (the store's first opener, holding its lock exclusively).
+    holes (found with SEEK_HOLE), which nobody may write meanwhile (callers
+    hold the store's write lock, or its lock exclusively).
     Never changes a byte of data. The caller undoes a creation that fails.
     """
-    if size <= 0:
+    if size <= start:
         return
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, start, size - start)
         return
     except OSError as exc:
         if exc.errno in _NO_SPACE:
-            raise disk_full(path, size, exc) from None
+            raise disk_full(path, size - start, exc) from None
         if exc.errno not in _NO_FALLOCATE:
             raise
     try:
         if fresh:
-            _write_zeros(fd, 0, size)
+            _write_zeros(fd, start, size)
             return
-        pos = 0
+        pos = start
         while pos < size:
             try:
                 hole = os.lseek(fd, pos, os.SEEK_HOLE)
@@ -86,8 +108,27 @@ def reserve_blocks(fd: int, size: int, path: str, *, fresh: bool) -> None:
             pos = data
     except OSError as exc:
         if exc.errno in _NO_SPACE:
-            raise disk_full(path, size, exc) from None
+            raise disk_full(path, size - start, exc) from None
         raise
+
+
+def data_end(fd: int, size: int) -> int:
+    """Return the end of the last range of ``fd`` holding data (0: all a hole).
+
+    Found with SEEK_DATA / SEEK_HOLE, without reading; where the file system
+    cannot tell, ``size``. Blocks reserved but never written may count as
+    data or as a hole, depending on the file system.
+    """
+    pos = end = 0
+    while pos < size:
+        try:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+            end = pos = min(os.lseek(fd, lo, os.SEEK_HOLE), size)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return end
+            return size
+    return end
 
 
 def _write_zeros(fd: int, start: int, end: int) -> None:
@@ -102,37 +143,86 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{FILE_NAME_DIGITS}d}"
 
 
+def is_temporary_name(name: str) -> bool:
+    """Is ``name`` a file being made (:func:`create_segment`, IndexFile.create)?"""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def fsync_directory(directory: str) -> None:
+    """Make a new name in ``directory`` survive a crash of the machine."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_segment(path: str, size: int, reserve: int = 0) -> None:
+    """Make the file ``path`` of ``size`` bytes; it appears complete or not at all.
+
+    Its first ``reserve`` bytes get their blocks before it appears
+    (DiskFullError, and no file, when they cannot).
+
+    It is sized under a hidden temporary name (``.NAME.PID.THREAD.tmp``, which
+    no listing of segments matches) and linked into place, so a process killed
+    midway leaves no short segment. A file another process made at ``path``
+    meanwhile is kept.
+    """
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.ftruncate(fd, size)
+            reserve_blocks(fd, min(reserve, size), path, fresh=True)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # atomic, and never replaces a file
+        except FileExistsError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+                raise
+            # No hard links on this file system: writers of a queue are serialised
+            # by the store's write lock, so nobody else makes this name meanwhile.
+            if os.path.exists(path):
+                return
+            os.rename(tmp, path)
+        fsync_directory(directory)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 class MappedFile:
     """One segment: a file of fixed size mapped into memory."""
 
-    __slots__ = ("path", "start_offset", "size", "_fd", "mm", "writable")
+    __slots__ = ("path", "start_offset", "size", "_fd", "mm", "writable", "reserved",
+                 "chunk")
 
-    def __init__(self, path: str, start_offset: int, size: int, *, create: bool, writable: bool):
+    def __init__(self, path: str, start_offset: int, size: int, *, create: bool, writable: bool,
+                 chunk: int = 0):
         self.path = path
         self.start_offset = start_offset
         self.size = size
         self.writable = writable
-        flags = os.O_RDWR if writable else os.O_RDONLY
-        if create:
-            flags |= os.O_CREAT
-        fd = os.open(path, flags, 0o644)
+        # Bytes [0, reserved) have their blocks (known to this process); see reserve.
+        self.reserved = 0
+        self.chunk = min(chunk, size) if chunk > 0 else size
+        if create and not os.path.exists(path):
+            create_segment(path, size, self.chunk)
+            self.reserved = self.chunk
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         try:
+            # Nothing but an append changes a segment: one of another size is
+            # reported, never grown or cut to fit.
             actual = os.fstat(fd).st_size
-            if actual < size:
-                if not writable:
-                    raise CorruptRecordError(
-                        f"segment is {actual} bytes, expected {size}", file=path)
-                try:
-                    os.ftruncate(fd, size)
-                    reserve_blocks(fd, size, path, fresh=actual == 0)
-                except BaseException:
-                    if create and actual == 0:  # new: leave no empty or sparse file behind
-                        os.unlink(path)
-                    raise
-            elif actual > size:
-                raise CorruptRecordError(
-                    f"segment is {actual} bytes, larger than the configured size {size}; "
-                    "is mappedFileSize set as the store was written?", file=path)
+            if actual != size:
+                raise SegmentSizeError(
+                    f"segment {path} is {actual} bytes, expected {size} (the store's "
+                    f"segment size): it is {'truncated' if actual < size else 'too long'}",
+                    file=path, expected=size, actual=actual)
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             self.mm = mmap.mmap(fd, size, access=access)
         except BaseException:
@@ -143,6 +233,23 @@ class MappedFile:
     @property
     def end_offset(self) -> int:
         return self.start_offset + self.size
+
+    def reserve(self, end: int) -> None:
+        """Make sure bytes up to ``end`` (file position) have their blocks; DiskFullError if not.
+
+        Every write through the mapping calls this first (holding the store's
+        write lock) unless ``end <= reserved``, the hot path's one comparison.
+        Past the mark it reserves a chunk: up to ``max(end, mark) + chunk``,
+        capped at the file's size, so a read at the write's end (the next
+        record's header) never meets a hole either. The mark starts at 0 in a
+        process that opened the file: its first reservation re-covers the
+        written part, which costs the file system a walk of allocated blocks.
+        """
+        if end <= self.reserved:
+            return
+        new = min(self.size, max(end, self.reserved) + self.chunk)
+        reserve_blocks(self._fd, new, self.path, fresh=False, start=self.reserved)
+        self.reserved = new
 
     def prefill(self, start: int, end: int) -> None:
         """Write zeros over bytes [start, end) of this segment with write(2).
@@ -192,10 +299,12 @@ class MappedFileQueue:
     (``files`` is replaced whole, never changed in place).
     """
 
-    def __init__(self, directory: str, file_size: int, *, writable: bool = True):
+    def __init__(self, directory: str, file_size: int, *, writable: bool = True,
+                 chunk: int = 0):
         self.directory = directory
         self.file_size = file_size
         self.writable = writable
+        self.chunk = chunk  # of the reservation ahead of writes (MappedFile.reserve); 0: whole
         self.files: list[MappedFile] = []
         self._closed = False
         self._lock = threading.RLock()
@@ -232,7 +341,8 @@ class MappedFileQueue:
             f = known.pop(start, None)
             if f is None:
                 f = MappedFile(os.path.join(self.directory, segment_name(start)), start,
-                               self.file_size, create=False, writable=self.writable)
+                               self.file_size, create=False, writable=self.writable,
+                               chunk=self.chunk)
             files.append(f)
         for stale in known.values():
             stale.close()
@@ -286,9 +396,23 @@ class MappedFileQueue:
             first_new = files[-1].end_offset if files else start
             for s in range(first_new, start + 1, self.file_size):
                 path = os.path.join(self.directory, segment_name(s))
-                files.append(MappedFile(path, s, self.file_size, create=True, writable=True))
+                files.append(MappedFile(path, s, self.file_size, create=True, writable=True,
+                                        chunk=self.chunk))
             self.files = files
             return files[-1]
+
+    def reserve(self, start: int, end: int) -> None:
+        """Create the segments of queue offsets [start, end) and reserve their blocks.
+
+        DiskFullError, before any byte is written, when the disk cannot hold them.
+        """
+        pos = start
+        while pos < end:
+            f = self.get_or_create(pos)
+            stop = min(end, f.end_offset)
+            if stop - f.start_offset > f.reserved:
+                f.reserve(stop - f.start_offset)
+            pos = stop
 
     def segments_from(self, offset: int) -> Iterator[MappedFile]:
         for f in self.files:

@@ -8,13 +8,14 @@ end up in the on-disk bytes.
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from rocketspark.errors import ConfigError
+from rocketspark.errors import ConfigError, InvalidMessageError
 
 # --- MessageConst property names ------------------------------------------------
 PROPERTY_KEYS = "KEYS"
@@ -71,6 +72,8 @@ def check_extra_properties(extra: Mapping[str, str] | None) -> None:
         if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
             raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
                               "separator in its name or value")
+        _check_property_text("name", k, "extra property: ")
+        _check_property_text("value", v, f"extra property {k!r}: ")
         if k in RESERVED_PROPERTIES:
             raise ConfigError(reserved_property_error(k, "extra property"))
         if k == PROPERTY_FIRST_HALF:
@@ -161,11 +164,76 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
-def _check_property_text(kind: str, text: str) -> None:
+def _check_property_text(kind: str, text: str, where: str = "") -> None:
+    if text.__class__ is str and text.isascii() and "\x01" not in text and "\x02" not in text:
+        return  # the common case, in one test
+    if not isinstance(text, str):
+        raise InvalidMessageError(f"{where}message property {kind} {text!r} must be a string")
     if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-        raise ConfigError(
-            f"message property {kind} {text!r} contains a \\x01 or \\x02 separator character"
+        raise InvalidMessageError(
+            f"{where}message property {kind} {text!r} contains a \\x01 or \\x02 separator "
+            "character"
         )
+    if not text.isascii():
+        check_utf8(f"message property {kind}", text, where)
+
+
+def check_utf8(field: str, text: str, where: str = "") -> None:
+    """Raise InvalidMessageError naming ``field`` unless ``text`` encodes as UTF-8.
+
+    Only lone surrogates (e.g. from ``surrogateescape``) do not: RocketMQ
+    stores properties and bodies as UTF-8.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidMessageError(
+            f"{where}{field} {text!r} does not encode as UTF-8 ({e.reason} at "
+            f"character {e.start})") from None
+
+
+# Java's int and long: FLAG and RECONSUMETIMES are 4-byte, BORNTIMESTAMP 8-byte fields.
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def check_int(field: str, value: Any, lo: int, hi: int, where: str = "") -> int:
+    """Return ``value`` as an int in [lo, hi], else raise InvalidMessageError naming it."""
+    if value.__class__ is not int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise InvalidMessageError(f"{where}{field} must be an integer, got {value!r}")
+        value = int(value)
+    if not lo <= value <= hi:
+        raise InvalidMessageError(f"{where}{field} {value} is outside [{lo}, {hi}]")
+    return value
+
+
+EMPTY_BODY_ERROR = ("the message body length is zero (RocketMQ's producer refuses empty "
+                    "bodies, and its consumers stop at them)")
+
+
+def message_body(body: Any, where: str = "") -> bytes:
+    """Return ``body`` (bytes, str or another bytes-like object) as non-empty bytes.
+
+    Raises InvalidMessageError for None, other types, a str that does not
+    encode as UTF-8 and an empty body, as RocketMQ's producer does.
+    """
+    if body.__class__ is not bytes:
+        if isinstance(body, str):
+            check_utf8("str body", body, where)
+            body = body.encode("utf-8")
+        elif body is None:
+            raise InvalidMessageError(f"{where}the message body is null")
+        else:
+            try:
+                body = bytes(memoryview(body))
+            except TypeError:  # an int would be bytes(int): that many zero bytes
+                raise InvalidMessageError(
+                    f"{where}body must be bytes, a bytes-like object or str, got "
+                    f"{type(body).__name__}") from None
+    if not body:
+        raise InvalidMessageError(f"{where}{EMPTY_BODY_ERROR}")
+    return body
 
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -196,38 +264,80 @@ class Message:
     reconsume_times: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.body, str):
-            object.__setattr__(self, "body", self.body.encode("utf-8"))
-        elif not isinstance(self.body, bytes):
-            object.__setattr__(self, "body", bytes(self.body))
+        # Every field a caller gives is checked here, once, so that every put path
+        # (per record or columnar) refuses the same messages before taking a queue
+        # offset; what depends on the store (topic, queue count, sizes, the
+        # configured delay levels) is checked by the store before it writes.
+        if self.topic.__class__ is not str and not isinstance(self.topic, str):
+            raise InvalidMessageError(f"topic must be a string, got {self.topic!r}")
+        body = self.body
+        if body.__class__ is not bytes or not body:
+            object.__setattr__(self, "body", message_body(body, f"topic {self.topic!r}: "))
         keys: Any = self.keys
         if isinstance(keys, str):
             keys = tuple(k for k in keys.split(KEY_SEPARATOR) if k)
+        elif keys is None:
+            keys = ()
         elif not isinstance(keys, tuple):
+            if not isinstance(keys, Iterable):
+                raise InvalidMessageError(
+                    f"keys must be a string or an iterable of strings, got {keys!r}")
             keys = tuple(keys)
         for k in keys:
             if not isinstance(k, str) or not k or KEY_SEPARATOR in k:
-                raise ConfigError(f"message key {k!r} must be a non-empty string without spaces")
+                raise InvalidMessageError(
+                    f"message key {k!r} must be a non-empty string without spaces")
             _check_property_text("key", k)
         object.__setattr__(self, "keys", keys)
         if self.tags is not None:
             _check_property_text("tags", self.tags)
-        if self.properties:
-            props = dict(self.properties)
+        if self.properties.__class__ is dict and not self.properties:
+            pass  # the default
+        elif self.properties is None:
+            object.__setattr__(self, "properties", _EMPTY)
+        elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
+            try:
+                if isinstance(self.properties, (str, bytes)):
+                    raise TypeError
+                props = dict(self.properties)
+            except (TypeError, ValueError):
+                raise InvalidMessageError(
+                    "properties must be a mapping or (name, value) pairs, got "
+                    f"{self.properties!r}") from None
             for name, value in props.items():
                 if not isinstance(name, str) or not isinstance(value, str):
-                    raise ConfigError(
+                    raise InvalidMessageError(
                         f"message property {name!r}: names and values must be strings"
                     )
                 if not name:
-                    raise ConfigError("message property names must not be empty")
+                    raise InvalidMessageError("message property names must not be empty")
                 if name in RESERVED_PROPERTIES:
-                    raise ConfigError(reserved_property_error(name))
+                    raise InvalidMessageError(reserved_property_error(name))
                 _check_property_text("name", name)
                 _check_property_text("value", value)
             object.__setattr__(self, "properties", MappingProxyType(props))
-        if not 0 <= self.delay_level:
-            raise ConfigError(f"delay_level must be >= 0, got {self.delay_level}")
+        if self.flag.__class__ is not int or not INT32_MIN <= self.flag <= INT32_MAX:
+            object.__setattr__(self, "flag", check_int("flag", self.flag, INT32_MIN, INT32_MAX))
+        if self.delay_level.__class__ is not int or self.delay_level < 0:
+            object.__setattr__(self, "delay_level",
+                               check_int("delay_level", self.delay_level, 0, INT32_MAX))
+        if self.reconsume_times.__class__ is not int or not (
+                0 <= self.reconsume_times <= INT32_MAX):
+            object.__setattr__(self, "reconsume_times", check_int(
+                "reconsume_times", self.reconsume_times, 0, INT32_MAX))
+        if self.born_timestamp is not None and (
+                self.born_timestamp.__class__ is not int
+                or not 0 <= self.born_timestamp <= INT64_MAX):
+            object.__setattr__(self, "born_timestamp", check_int(
+                "born_timestamp (milliseconds since the epoch)", self.born_timestamp,
+                0, INT64_MAX))
+        if self.queue_id is not None and self.queue_id.__class__ is not int:
+            # the range depends on the topic: the store checks it (OffsetOutOfRangeError)
+            object.__setattr__(self, "queue_id",
+                               check_int("queue_id", self.queue_id, -INT64_MAX, INT64_MAX))
+        if self.sharding_key is not None and not isinstance(self.sharding_key, str):
+            raise InvalidMessageError(
+                f"sharding_key must be a string, got {self.sharding_key!r}")
 
     def all_properties(self) -> dict[str, str]:
         """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""

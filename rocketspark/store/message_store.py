@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import logging
 import os
 import threading
@@ -25,24 +26,36 @@ from rocketspark.errors import (
     CorruptRecordError,
     DiskFullError,
     FlushTimeoutError,
+    InvalidMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     StoreClosedError,
+    StoreDamagedError,
     StoreLockedError,
+    StorePathError,
+    TopicShrinkError,
     UnknownTopicError,
 )
+from rocketspark.store import layout
 from rocketspark.store.byte_gather import Pieces
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
+    MAGIC_PREFIX,
     SMALL_BATCH,
     Appended,
     ColumnBatch,
     CommitLog,
     Placement,
     PreparedRecord,
+    data_ranges,
 )
-from rocketspark.store.config import MessageStoreConfig, validate_group, validate_topic
-from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.config import (
+    MessageStoreConfig,
+    canonical_key,
+    validate_group,
+    validate_topic,
+)
+from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
     IndexService,
@@ -53,6 +66,8 @@ from rocketspark.store.index_file import (
 from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
+    INT32_MAX,
+    INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -70,8 +85,11 @@ from rocketspark.store.message import (
     MessageExt,
     SysFlag,
     check_extra_properties,
+    check_int,
+    check_utf8,
     dlq_topic,
     java_string_hash,
+    message_body,
     reserved_property_error,
     retry_topic,
     tags_code,
@@ -92,6 +110,7 @@ from rocketspark.store.message_codec import (
     RecordCheck,
     UniqueIdGenerator,
     body_crc,
+    check_record,
     check_sizes,
     encode_properties,
     message_id,
@@ -276,15 +295,55 @@ class SubscriptionExpression:
 class MessageStore:
     """A RocketMQ message store in one directory, shared by any number of processes."""
 
-    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock):
+    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock,
+                 create: bool | None = None, explicit: Mapping[str, str] | None = None,
+                 truncate_at: int | None = None, exit_without_close: bool = False,
+                 full_recovery: bool = False):
+        """Open the store ``config`` names; see :meth:`open` for the keywords.
+
+        ``explicit`` maps the broker.conf keys the caller set on purpose to
+        where (for messages); a geometry value among them that differs from
+        the store's is refused. None: every geometry value that differs from
+        the built-in default counts as set on purpose.
+        """
         self.config = config
         self.root = os.path.abspath(config.store_path_root_dir)
         self.clock = clock
         self._closed = True
-        os.makedirs(self.root, exist_ok=True)
-        self._lock = StoreLock(self.root)
-        first = self._lock.acquire()
+        if explicit is None:
+            defaults = MessageStoreConfig()
+            explicit = {key: "the given config" for key, field in layout.GEOMETRY_KEYS.items()
+                        if getattr(config, field) != getattr(defaults, field)}
+        # Everything that can refuse the open runs before the first file is written.
+        kind = layout.directory_kind(self.root)
+        if kind == "foreign" and create is not True:
+            raise StorePathError(layout.describe_foreign(self.root), path=self.root)
+        if kind in ("absent", "empty") and create is False:
+            raise StorePathError(f"there is no store at {self.root}", path=self.root)
+        if kind != "absent":
+            layout.check_writable(self.root)
+            layout.read_geometry(self.root, config, explicit)
         try:
+            os.makedirs(self.root, exist_ok=True)
+        except PermissionError as exc:
+            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror}",
+                                 path=self.root) from exc
+        self._lock = StoreLock(self.root)
+        try:
+            first = self._lock.acquire()
+        except PermissionError as exc:
+            raise StorePathError(f"cannot open the store's lock file {exc.filename}: "
+                                 f"{exc.strerror}", path=self.root) from exc
+        try:
+            # Under the lock: another process may have made the store meanwhile.
+            geometry = layout.read_geometry(self.root, config, explicit)
+            if not geometry.recorded and not layout.record_geometry(self.root, geometry):
+                geometry = layout.read_geometry(self.root, config, explicit)
+            config = dataclasses.replace(config, **geometry.as_config())
+            self.config = config
+            if first:  # nobody else has the store open: nothing is being made or grown
+                layout.remove_temporary_files(self.root)
+                layout.check_file_sizes(self.root, geometry)
             # Sparse files (an older store's) get their blocks now; when some cannot
             # (a full disk), files are mapped read-only and writes refused until reopened.
             self._write_refused = reserve_sparse_files(self.root) if first else None
@@ -343,9 +402,12 @@ class MessageStore:
             self.recovery_report: RecoveryReport | None = None
             self._schedule = ScheduleService(self)
             self._transactions = TransactionService(self)
+            # Queues whose ConsumeQueue lacks entries a redispatch met records for:
+            # (topic, queue id) -> first missing entry (see _rebuild_queues).
+            self._gaps: dict[tuple[str, int], int] = {}
             if first:
                 try:
-                    self.recovery_report = self._recover()
+                    self.recovery_report = self._recover(truncate_at, full=full_recovery)
                 except Exception as exc:
                     if self._write_refused is None:
                         raise
@@ -353,6 +415,15 @@ class MessageStore:
                                         f"write: {self._write_refused}") from exc
                 self._adopt_unlisted_topics()
                 self._lock.downgrade()
+            elif truncate_at is not None:
+                raise StoreLockedError(
+                    f"store {self.root}: truncate_at needs the store to itself (recovery "
+                    "runs in the first process to open it); close the other processes")
+            # A holder that must close() for its exit to count as clean (see close).
+            self._counted = not exit_without_close
+            if self._counted:
+                with self._write_lock:
+                    self.state.holders = self.state.holders + 1
             self._closed = False
             self._flusher: _Flusher | None = None
             if config.flush_disk_type == "ASYNC_FLUSH":
@@ -367,18 +438,47 @@ class MessageStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *, config_file: str | None = None,
-             clock: Clock = system_clock, **overrides: object) -> MessageStore:
+             clock: Clock = system_clock, create: bool | None = None,
+             truncate_at: int | None = None, exit_without_close: bool = False,
+             full_recovery: bool = False,
+             **overrides: object) -> MessageStore:
         """Open (creating if needed) the store at ``path``.
 
         ``overrides`` are broker.conf properties, in RocketMQ's camelCase or in
         snake_case (``flushDiskType="SYNC_FLUSH"``, ``mapped_file_size_commit_log=...``).
         Without ``path`` the storePathRootDir of ``config_file`` (default
         conf/broker.conf, if present) is used.
+
+        A new store is made only where no directory is or an empty one
+        (``create=False``: never; ``create=True``: also in a directory with
+        other content); any other directory that is not a store is refused
+        (StorePathError) before a file is written. An existing store keeps
+        its geometry (segment and index sizes) whatever broker.conf says; a
+        geometry override that differs from it is refused with a ConfigError.
+
+        A store whose CommitLog is damaged where valid records follow opens for
+        reading only (writes raise StoreDamagedError, see ``_recover``);
+        ``truncate_at`` (the damage offset it reports) discards everything from
+        there on. ``exit_without_close``: this process may end without
+        :meth:`close` (Spark's Python workers do); its exit then counts as clean
+        unless it left an append, a dispatch or a schedule step unfinished.
+        Otherwise a process that ends without close() has crashed, and the next
+        opener reports an abnormal exit. ``full_recovery`` (``store recover``)
+        verifies the whole CommitLog and every ConsumeQueue file, not only what
+        the last run may have left unfinished.
         """
         if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise ConfigError(f"the store path must be a str or os.PathLike, got {path!r}")
+            for key in overrides:
+                if canonical_key(key) == "storePathRootDir":
+                    raise ConfigError(f"the store path is given twice, as path and as {key}")
             overrides["store_path_root_dir"] = os.fspath(path)
         config = MessageStoreConfig.load(config_file, **overrides)
-        return cls(config, clock=clock)
+        explicit = {canonical_key(key) or key: f"keyword argument {key}" for key in overrides}
+        return cls(config, clock=clock, create=create, explicit=explicit,
+                   truncate_at=truncate_at, exit_without_close=exit_without_close,
+                   full_recovery=full_recovery)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -407,6 +507,9 @@ class MessageStore:
             self._flusher.stop()
         try:
             self.flush()
+            if self._counted:
+                with self._write_lock:
+                    self.state.holders = max(0, self.state.holders - 1)
             # A store deleted (and maybe made again) under this instance: its files are
             # gone from the directory, and what is at the path now is another store's,
             # which a clean shutdown by path (the abort file) must not touch.
@@ -436,17 +539,29 @@ class MessageStore:
     # -- topics ----------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int | None = None, *, order: bool = False,
-                     perm: int = 6) -> TopicInfo:
+                     perm: int = 6, force: bool = False) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
 
-        Creating an existing topic with the same queue count is a no-op; a
-        different count changes it (queues are never removed from disk).
+        Creating an existing topic with the same queue count is a no-op; more
+        queues grow it. Fewer queues would hide the messages of the queues
+        dropped (they stay on disk, unread): refused with TopicShrinkError
+        where those queues hold messages, unless ``force``.
         """
         self._check_open()
         validate_topic(topic)
         n = self.config.default_topic_queue_nums if queues is None else queues
-        if not isinstance(n, int) or n <= 0 or n > 1024:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
+        existing = self.topics.get(topic)
+        if existing is not None and not force:
+            current = max(int(existing.get("readQueueNums", 0)),
+                          int(existing.get("writeQueueNums", 0)))
+            holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            if holding:
+                raise TopicShrinkError(
+                    f"topic {topic!r} has {current} queues; {n} would hide the messages of "
+                    f"queue(s) {', '.join(map(str, holding))}, which hold messages. Pass "
+                    "force=True (rocketspark topic create --force) to shrink it anyway")
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
         return self.topic(topic)
@@ -466,6 +581,12 @@ class MessageStore:
     def list_topics(self) -> list[TopicInfo]:
         """Return every topic, sorted by name."""
         return [self.topic(name) for name in sorted(self.topics.names())]
+
+    def _queue_holds_messages(self, topic: str, queue_id: int) -> bool:
+        if not os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            return False
+        q = self._cq(topic, queue_id)
+        return q.max_offset() > q.min_offset(self.commit_log.min_offset)
 
     def _ensure_system_topic(self, topic: str, queues: int) -> None:
         if self.topics.get(topic) is None:
@@ -526,7 +647,7 @@ class MessageStore:
 
     def put(self, message: Message) -> PutResult:
         """Store one message; returns once it is in the page cache (or on disk, SYNC_FLUSH)."""
-        if self._columnar and not message.delay_level and isinstance(message, Message):
+        if self._columnar and isinstance(message, Message) and not message.delay_level:
             return self._put_one(message)
         return self.put_batch((message,))[0]
 
@@ -588,16 +709,20 @@ class MessageStore:
             if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
                 writes.append((pos, [BLANK.pack(seg_end - pos, BLANK_MAGIC_CODE)]))
                 pos = seg_end
-            queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
-            writes.append((pos, [HEADER_V4.pack(
-                total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
-                msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip, store.port,
-                msg.reconsume_times, 0, len(body)), body, rest]))
-            end = pos + total
-            self._make_room(writes[0][0], end, 1 + len(keys))
-            state.pending_end = end
-            self.commit_log.warm(writes[0][0], end)
-            self.commit_log._write(writes)
+            try:
+                queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
+                writes.append((pos, [HEADER_V4.pack(
+                    total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
+                    msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip,
+                    store.port, msg.reconsume_times, 0, len(body)), body, rest]))
+                end = pos + total
+                self._make_room(writes[0][0], end, 1 + len(keys))
+                state.pending_end = end
+                self.commit_log.warm(writes[0][0], end)
+                self.commit_log._write(writes)
+            except BaseException:
+                self._give_back_queue_offsets()
+                raise
             state.commit_pos = end
             self._cq(topic, queue_id).put(queue_offset, (pos,), (total,),
                                           (tags_code(tags) if tags else 0,))
@@ -626,9 +751,19 @@ class MessageStore:
             messages = list(messages)
         if not messages:
             return []
+        if not all(map(isinstance, messages, itertools.repeat(Message))):
+            # a Message checked its fields when it was made; anything else did not
+            i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
+            raise InvalidMessageError(
+                f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}")
         now = self.clock()
-        if self._columnar and not any(m.delay_level for m in messages):
-            return self._put_columns(_Columns.of_messages(messages), now)
+        if not any(m.delay_level for m in messages):
+            if self._columnar:
+                return self._put_columns(_Columns.of_messages(messages), now)
+        else:
+            for i, m in enumerate(messages):
+                if m.delay_level:
+                    self._check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
         ids = self._ids.next_ids(len(messages), now)
         prepared = [self._prepare(m, now, uid) for m, uid in zip(messages, ids)]
         return self._append(prepared, now)
@@ -764,10 +899,12 @@ class MessageStore:
             half_head_text = half_info[1].decode("latin-1")
         for i in range(n):
             topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
-            if topic is not last_topic and topic != last_topic:
+            if topic is None or (topic is not last_topic and topic != last_topic):
                 if topic is None:
-                    raise ConfigError(f"row {i}: no topic (give a topic for every row, or a "
-                                      "default topic)")
+                    raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
+                                              "or a default topic)")
+                if topic.__class__ is not str and not isinstance(topic, str):
+                    raise InvalidMessageError(f"row {i}: topic must be a string, got {topic!r}")
                 info = cache.get(topic)
                 if info is None:
                     known = topic_info.get(topic)
@@ -782,6 +919,9 @@ class MessageStore:
             topics[i] = topic
             q = col_qids[i] if col_qids is not None else None
             if q is not None:
+                if q.__class__ is not int:
+                    q = check_int("queue_id", q, -INT64_MAX, INT64_MAX,
+                                  f"row {i} of topic {topic!r}: ")
                 if not 0 <= q < write_queues:
                     raise OffsetOutOfRangeError(
                         f"queue_id {q} is out of range for topic {topic!r} "
@@ -789,6 +929,9 @@ class MessageStore:
             else:
                 shard = col_shard[i] if col_shard is not None else None
                 if shard is not None:
+                    if shard.__class__ is not str and not isinstance(shard, str):
+                        raise InvalidMessageError(f"row {i} of topic {topic!r}: sharding_key "
+                                                  f"must be a string, got {shard!r}")
                     h = java_hash(shard)
                     q = h % write_queues if h >= 0 else -(-h % write_queues)
                     q = -q if q < 0 else q
@@ -804,8 +947,13 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                named = props if isinstance(props, Mapping) else dict(props)
-                parts = [f"{k}\x01{v}\x02" for k, v in named.items()]
+                named = props if isinstance(props, Mapping) else _property_pairs(
+                    props, f"row {i} of topic {topic!r}: ")
+                parts = []
+                for k, v in named.items():
+                    if k.__class__ is not str or v.__class__ is not str or not k:
+                        _bad_property(f"row {i} of topic {topic!r}: ", k, v)
+                    parts.append(f"{k}\x01{v}\x02")
                 text = "".join(parts)
                 pairs = len(parts)
                 if "UNIQ_KEY\x01" in text:
@@ -813,25 +961,35 @@ class MessageStore:
                 if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
                     for k in named:
                         if k in RESERVED_PROPERTIES:
-                            raise ConfigError(reserved_property_error(
+                            raise InvalidMessageError(reserved_property_error(
                                 k, f"row {i} of topic {topic!r}: property"))
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
+            elif props is not None and not isinstance(props, (Mapping, list, tuple)):
+                _property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
+                if tag.__class__ is not str and not isinstance(tag, str):
+                    raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
+                                              f"string, got {tag!r}")
                 text += f"TAGS\x01{tag}\x02"
                 codes[i] = code_of(tag)
                 pairs += 1
+            elif tag is not None and not isinstance(tag, str):
+                raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
+                                          f"string, got {tag!r}")
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
-                    key = " ".join(key)
+                    key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
                 text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
+            elif key is not None and not isinstance(key, (str, list, tuple)):
+                _joined_keys(key, f"row {i} of topic {topic!r}: ")
             if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
-                raise ConfigError(
+                raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
                     "contains a \\x01 or \\x02 separator character")
             if own_uniq is None:
@@ -845,10 +1003,8 @@ class MessageStore:
                 text += (f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
                          f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02")
             body = col_bodies[i]
-            if body.__class__ is not bytes:
-                if body is None:
-                    raise ConfigError(f"row {i} of topic {topic!r} has no body")
-                body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+            if body.__class__ is not bytes or not body:
+                body = message_body(body, f"row {i} of topic {topic!r}: ")
             bodies[i] = body
             head = topic_head if half is None else half_head_text
             if text.isascii():
@@ -858,7 +1014,11 @@ class MessageStore:
                 # one encode: TOPICLENGTH+TOPIC, PROPERTIESLENGTH (2 bytes) and the text
                 rests[i] = f"{head}{chr(size >> 8)}{chr(size & 0xFF)}{text}".encode("latin-1")
             else:
-                pb = text.encode("utf-8")
+                try:
+                    pb = text.encode("utf-8")
+                except UnicodeEncodeError:
+                    _not_utf8(f"row {i} of topic {topic!r}: ", named if props else {}, tag, key)
+                    raise  # the extra properties of a half were checked before
                 size = len(pb)
                 if size > 32767 or len(body) > max_body:
                     check_sizes(topic, len(body), size, max_body, size_note)
@@ -923,7 +1083,7 @@ class MessageStore:
                 tag_values = list(dict.fromkeys(cols.tags))
                 if len(tag_values) > UNIFORM_MAX_TAGS or not all(
                         t is None or (isinstance(t, str) and "\x01" not in t
-                                      and "\x02" not in t) for t in tag_values):
+                                      and "\x02" not in t and _utf8(t)) for t in tag_values):
                     return None
                 number = {t: i for i, t in enumerate(tag_values)}
                 tag_of = np.fromiter(map(number.__getitem__, cols.tags), dtype=np.int64,
@@ -939,24 +1099,46 @@ class MessageStore:
         if cols.keys is not None and any(cols.keys):
             if not isinstance(cols.keys, list):
                 return None
-            for i, k in enumerate(cols.keys):
-                if k:
-                    keyed.append(i)
-                    key_strings.append(k if isinstance(k, str) else " ".join(k))
-            joined = "".join(key_strings)
-            if "\x01" in joined or "\x02" in joined:
+            listed = []  # keys given as sequences, and the spaces joining them
+            spaces = 0
+            try:
+                for i, k in enumerate(cols.keys):
+                    if k:
+                        keyed.append(i)
+                        if isinstance(k, str):
+                            key_strings.append(k)
+                        elif k.__class__ is not list and k.__class__ is not tuple:
+                            return None
+                        else:
+                            k = " ".join(k)
+                            key_strings.append(k)
+                            listed.append(k)
+                            spaces += len(cols.keys[i]) - 1
+            except TypeError:  # not a sequence of strings
+                return None
+            joined = "\x01".join(key_strings)
+            if "\x02" in joined or joined.count("\x01") != len(key_strings) - 1 or (
+                    not joined.isascii() and not _utf8(joined)):
                 return None  # the row loop reports the bad key
+            if listed:
+                # a key of a sequence is non-empty and without spaces (as Message's):
+                # its joined text then has exactly one space between keys, none at the ends
+                seq = "\x01" + "\x01".join(listed) + "\x01"
+                if (seq.count(" ") != spaces or "  " in seq or "\x01 " in seq
+                        or " \x01" in seq or "\x01\x01" in seq):
+                    return None
             key_texts = [b""] * n
             for i, k in zip(keyed, key_strings):
                 key_texts[i] = f"KEYS\x01{k}\x02".encode()
-        if topic is None or (tag is not None and not isinstance(tag, str)):
+        if topic.__class__ is not str or (tag is not None and not isinstance(tag, str)):
             return None
-        if tag and ("\x01" in tag or "\x02" in tag):
+        if tag and ("\x01" in tag or "\x02" in tag or not _utf8(tag)):
             return None
         if not all(b.__class__ is bytes for b in bodies):
             return None
         lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-        if n and int(lengths.max()) > self.config.max_message_size:
+        if n and (int(lengths.max()) > self.config.max_message_size
+                  or not lengths.all()):  # an empty body: the row loop reports it
             return None
         known = self._topic_cache.get(topic)
         if known is None:
@@ -1083,13 +1265,17 @@ class MessageStore:
             self._make_room(start, end, index_entries)
             state.pending_end = end
 
-        placed = self.commit_log.append_columns(start, batch, store_ts,
-                                                self._reserve_queue_offsets, set_pending)
-        end = placed.end
-        placed_then: list[Appended] = []
-        if then:
-            placed_then, end = self.commit_log.append(end, then, store_ts,
-                                                      self._reserve_queue_offsets, set_pending)
+        try:
+            placed = self.commit_log.append_columns(start, batch, store_ts,
+                                                    self._reserve_queue_offsets, set_pending)
+            end = placed.end
+            placed_then: list[Appended] = []
+            if then:
+                placed_then, end = self.commit_log.append(
+                    end, then, store_ts, self._reserve_queue_offsets, set_pending)
+        except BaseException:
+            self._give_back_queue_offsets()
+            raise
         state.commit_pos = end
         for topic, qid, idx in placed.groups:
             first = int(placed.queue_offsets[idx[0]])
@@ -1193,7 +1379,7 @@ class MessageStore:
         props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
         delay_ms = 0
         if msg.delay_level > 0 and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
-            level = min(msg.delay_level, len(self._delay_ms))
+            level = self._check_delay_level(msg.delay_level, f"topic {topic!r}: ")
             props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
@@ -1258,8 +1444,12 @@ class MessageStore:
             self._make_room(start, end, _index_entries(prepared))
             state.pending_end = end
 
-        placed, end = self.commit_log.append(start, prepared, store_ts,
-                                             self._reserve_queue_offsets, set_pending)
+        try:
+            placed, end = self.commit_log.append(start, prepared, store_ts,
+                                                 self._reserve_queue_offsets, set_pending)
+        except BaseException:
+            self._give_back_queue_offsets()
+            raise
         state.commit_pos = end
         self._dispatch(prepared, placed, store_ts)
         state.dispatched_pos = end
@@ -1303,60 +1493,55 @@ class MessageStore:
         return n
 
     def _make_room(self, start: int, end: int, index_entries: int) -> None:
-        """Create the files an append of CommitLog [start, end) needs, or refuse it.
+        """Reserve the blocks an append of CommitLog [start, end) writes, or refuse it.
 
         Called holding the write lock once the append has reserved its queue
         offsets (``_touched``) and before it writes a byte, so a refused append
-        (DiskFullError: the disk guard, or no room for the new files) leaves
-        nothing behind but, at most, ConsumeQueue files past their queue's end,
-        which hold nothing. Files are created with their blocks reserved, so no
-        write of the append can meet a full disk; the ConsumeQueue files first,
-        the CommitLog segments last (a segment past an unfinished one would be
-        left empty). An index file the append will start is only checked for
-        room: it is created when the append's entries reach it.
+        (DiskFullError: the disk guard, or no blocks for its writes; its caller
+        gives the queue offsets back) leaves nothing behind but, at most,
+        ConsumeQueue blocks or files past their queue's end, which hold
+        nothing. Blocks are reserved a chunk ahead (MappedFile.reserve): most
+        appends cost a comparison per file. The ConsumeQueue entries first,
+        then the index entries, the CommitLog last (a segment past an
+        unfinished one would be left empty). An index file the append will
+        start is only checked for room: it is created, with the blocks of its
+        slot table and first entries, when the append's entries reach it.
         """
         touched = self._touched
         if touched:
             self._touched = []
-        try:
-            if self._write_refused is not None:
-                raise self._write_refused
-            self._guard.check()
-            cl = self.commit_log.files
-            files = cl.files
-            need_cl = 0
-            if not files or end > files[-1].end_offset:  # the append starts a segment
-                seg = cl.file_size
-                cl_from = files[-1].end_offset if files else start - start % seg
-                need_cl = max(0, -(-end // seg) * seg - cl_from)
-            need = need_cl
-            new_cq: list[tuple[ConsumeQueue, int, int]] = []
-            for topic, qid, first, count in touched:
-                q = self._cq(topic, qid)
-                pos = (first + count - 1) * CQ_STORE_UNIT_SIZE
-                q_files = q.files.files
-                if q_files and q_files[0].start_offset <= pos < q_files[-1].end_offset:
-                    continue
-                size = q.files.file_size
-                q_from = (q_files[-1].end_offset if q_files
-                          else first * CQ_STORE_UNIT_SIZE // size * size)
-                need += max(0, pos - pos % size + size - q_from)
-                new_cq.append((q, max(q_from, first * CQ_STORE_UNIT_SIZE), pos))
-            need += self.index.new_file_bytes(index_entries)
-            if not need:
-                return
-            self._guard.require(need, "the new CommitLog, ConsumeQueue and index files of "
-                                "this put")
-            for q, first_pos, pos in new_cq:
-                q.files.get_or_create(first_pos)  # an empty queue starts at the first entry
-                q.files.get_or_create(pos)
-            if need_cl:
-                cl.get_or_create(cl_from)
-                cl.get_or_create(end - 1)
-        except BaseException:
-            # The reserved queue offsets go unused: read them from the queues again.
-            self._qo.clear()
-            raise
+        if self._write_refused is not None:
+            raise self._write_refused
+        self._guard.check()
+        for topic, qid, first, count in touched:
+            self._cq(topic, qid).reserve(first, count)
+        need = self.index.reserve(index_entries)
+        if need:
+            self._guard.require(need, "the new index files of this put")
+        cl = self.commit_log.files
+        files = cl.files
+        if (not files or start < files[-1].start_offset
+                or end - files[-1].start_offset > files[-1].reserved):
+            cl.reserve(start, end)
+
+    def _give_back_queue_offsets(self) -> None:
+        """Forget reserved queue offsets after an append failed before COMMIT_POS moved.
+
+        A kept reservation would make the next append skip offsets: a
+        ConsumeQueue hole, behind which readers never see a record. The next
+        append reads each queue's end from its ConsumeQueue again.
+        """
+        self._qo.clear()
+        self._touched = []
+
+    def _check_delay_level(self, level: int, where: str = "") -> int:
+        """Return ``level`` if it is one of the configured delay levels (1..n)."""
+        n = len(self._delay_ms)
+        if not 1 <= level <= n:
+            raise InvalidMessageError(
+                f"{where}delay_level {level} is not one of the store's delay levels 1..{n} "
+                "(messageDelayLevel)")
+        return level
 
     def _sync_with_writers(self) -> None:
         """Catch up with what other processes wrote (call holding the write lock)."""
@@ -1364,6 +1549,8 @@ class MessageStore:
         commit = state.commit_pos
         if commit == self._known_commit_pos and state.pending_end <= commit:
             return
+        if state.damage_following:
+            raise self._damage_error()
         self._qo.clear()
         self.index.sync_tail()  # another writer may have started an index file
         if state.pending_end > commit:
@@ -1377,8 +1564,19 @@ class MessageStore:
             # index update: relink the index before the records are indexed again.
             self.index.repair_tail()
             self._redispatch(state.dispatched_pos, commit)
+            self._rebuild_queues(commit)
             state.dispatched_pos = commit
         self._known_commit_pos = commit
+
+    def _damage_error(self) -> StoreDamagedError:
+        state = self.state
+        pos = state.damage_pos
+        f = self.commit_log.files.find(pos)
+        report = DamageReport(f.path if f else self.commit_log.directory, pos,
+                              state.damage_resume, state.damage_following)
+        return StoreDamagedError(f"store {self.root}: {report.describe()}", file=report.file,
+                                 offset=pos, resume=report.resume,
+                                 following=report.following)
 
     def _dispatch(self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended],
                   store_ts: int) -> None:
@@ -1441,21 +1639,33 @@ class MessageStore:
     def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True,
                         reindex_from: int | None = None) -> None:
         tran = transaction_type(check.sys_flag)
+        key = (check.topic, check.queue_id)
+        if cq and key not in self._queues and not self._may_have_queue(*key):
+            # QUEUEID is outside every check (BODYCRC covers the body only): a flipped
+            # bit there must not make a queue the topic does not have.
+            log.error("store %s: the record at CommitLog %d names queue %d of %r, which "
+                      "the topic does not have; not dispatched", self.root, pos,
+                      check.queue_id, check.topic)
+            cq = False
         if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
-            q = self._cq(check.topic, check.queue_id)
+            q = self._cq(*key)
             have = q.max_offset()
-            if check.queue_offset >= have:
-                if check.queue_offset > have:
-                    log.warning("ConsumeQueue %s/%d: gap before offset %d (had %d)",
-                                check.topic, check.queue_id, check.queue_offset, have)
-                if check.topic == SCHEDULE_TOPIC:
-                    level = int((check.properties or {}).get(PROPERTY_DELAY_TIME_LEVEL, "1"))
-                    level = min(max(level, 1), len(self._delay_ms))
-                    code = check.store_timestamp + self._delay_ms[level - 1]
-                else:
-                    code = tags_code(check.tags)
-                q.put(check.queue_offset, [pos], [check.size], [code])
-                self._mark_dirty((check.topic, check.queue_id), check.queue_offset)
+            if key in self._gaps:
+                pass  # rebuilt from its first missing entry (_rebuild_queues)
+            elif (check.queue_offset > have and check.topic != TRANS_HALF_TOPIC
+                  and have > 0 and q.entry(have - 1) is not None):
+                # Entries missing before this record: a hole (a put refused after it
+                # took its queue offset), or entries lost. Never written at its own
+                # offset: an empty entry would hide it and every later one. (A queue
+                # with no entry yet starts at the record's offset, as RocketMQ's does:
+                # the records before it may have expired.)
+                log.warning("ConsumeQueue %s/%d: entries %d to %d missing before the record "
+                            "at CommitLog %d; rebuilding the queue", check.topic,
+                            check.queue_id, have, check.queue_offset - 1, pos)
+                self._gaps[key] = have
+            elif check.queue_offset >= have:
+                q.put(check.queue_offset, [pos], [check.size], [self._queue_code(check)])
+                self._mark_dirty(key, check.queue_offset)
         if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
             keys = tuple(k for k in (check.keys or "").split(" ") if k)
             self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
@@ -1789,6 +1999,12 @@ class MessageStore:
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
                      else max_reconsume_times)
+        for i, level in enumerate(() if delay_levels is None else delay_levels):
+            # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
+            # at the last level as RocketMQ's broker does; a given level must exist
+            check_int("delay_level", level, -INT32_MAX, INT32_MAX, f"message {i}: ")
+            if level > 0:
+                self._check_delay_level(level, f"message {i}: ")
         now = self.clock()
         recs = []
         for i, message in enumerate(messages):
@@ -1855,7 +2071,12 @@ class MessageStore:
                       properties: dict[str, str] | None = None) -> list[PutResult]:
         """Store several half messages under one lock."""
         validate_group(producer_group)
-        return self._transactions.prepare(list(messages), producer_group=producer_group,
+        messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(
+                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}")
+        return self._transactions.prepare(messages, producer_group=producer_group,
                                           extra_properties=properties)
 
     def commit_transaction(self, half: PutResult | int | Iterable[PutResult | int]
@@ -1921,64 +2142,235 @@ class MessageStore:
 
     # -- recovery --------------------------------------------------------------------
 
-    def _recover(self) -> RecoveryReport:
-        """Bring the store to a consistent state (first opener only, lock held exclusively)."""
+    def _recover(self, truncate_at: int | None = None, *, full: bool = False
+                 ) -> RecoveryReport:
+        """Bring the store to a consistent state (first opener only, lock held exclusively).
+
+        The CommitLog is the truth, whoever wrote it (rocketspark or a RocketMQ
+        broker); ``rocketspark.state`` only says where to start looking:
+
+        - a trusted state (format 2, every field's check passes) starts at
+          min(FLUSHED_POS, DISPATCHED_POS, COMMIT_POS): for a clean store, its
+          end, so opening verifies a few bytes, not the whole log;
+        - an untrusted one (damaged, format 1, or none: a broker's store)
+          starts at a segment whose first record verifies (_safe_scan_start),
+          and is rebuilt from what the log holds.
+
+        The scan goes on while records verify (magic code, sizes,
+        PHYSICALOFFSET, body CRC), across end-of-segment blanks, and dispatches
+        what ConsumeQueues and index lack, records past COMMIT_POS (a broker's
+        appends) included. Where verified data ends, the rest of the log is
+        searched for records that verify:
+
+        - none: the end is a torn tail; its bytes are zeroed, queue and index
+          entries past it dropped;
+        - with a trusted state saying a writer died inside an append
+          (COMMIT_POS < PENDING_END) and no record verifying at or past
+          PENDING_END: the whole append goes, as a live writer would wipe it
+          (_sync_with_writers), so an append of several records is all or
+          nothing (the exactly-once sink's commit relies on it);
+        - otherwise the store is damaged: nothing is cut or zeroed. Reads
+          work: records before the damage, and those after it that
+          ConsumeQueues already point at (a read of a damaged record raises
+          CorruptRecordError). Records after the damage that no queue points at
+          stay unread, and every write raises StoreDamagedError (naming file,
+          offset and how many valid records follow) until an open with
+          ``truncate_at`` equal to the damage offset discards them all.
+
+        ConsumeQueues are then checked for holes (an empty entry with written
+        ones after it) and rebuilt from the CommitLog where they disagree
+        (_rebuild_queues). With ``full``, the scan starts at the first segment.
+        """
         state = self.state
         abort_path = os.path.join(self.root, ABORT_FILE)
-        abnormal = os.path.exists(abort_path)
-        report = RecoveryReport(abnormal_exit=abnormal)
+        abort = os.path.exists(abort_path)
+        damaged = state.damaged_fields() if state.existed and state.valid else []
+        trusted = state.valid and not damaged
+        report = RecoveryReport(abnormal_exit=abort)
+        log_files = self.commit_log.files
         if not state.valid:
-            # A store without our state file (new, or written by a RocketMQ broker).
-            state.initialise()
-            start = self._safe_scan_start(abnormal)
-            state.flushed_pos = state.synced_pos = start
-            state.commit_pos = state.dispatched_pos = state.pending_end = start
-            needs_scan = bool(self.commit_log.files.files)
+            state.initialise()  # a new store, or a broker's: nothing in the file to keep
+        if damaged:
+            report.state_damaged = damaged
+            log.warning("store %s: %s fails its checks (%s); finding the end of the data "
+                        "from the CommitLog", self.root, state.path,
+                        "format 1" if state.format_version == 1 else ", ".join(damaged))
+        if trusted:
+            commit, pending = state.commit_pos, state.pending_end
+            # Processes that may exit without close() (Spark's workers) and left
+            # nothing unfinished did not crash; one that had to close() and did not did.
+            report.abnormal_exit = abort and (
+                state.holders > 0 or pending != commit or state.dispatched_pos != commit
+                or state.intent()[0] != 0)
+            start = min(state.flushed_pos, state.dispatched_pos, commit)
+            if start < log_files.min_offset:  # segments expired (a broker deleted them)
+                start = log_files.min_offset
+            # (Damage found last time starts where the last valid record ended.)
+            if not (state.damage_following and start == state.damage_pos
+                    ) and not self._is_boundary(start):
+                log.warning("store %s: position %d of %s is not a record boundary of the "
+                            "CommitLog; scanning from a segment start", self.root, start,
+                            state.path)
+                trusted = False
+                start = self._safe_scan_start(abort)
         else:
-            needs_scan = (abnormal or state.pending_end > state.commit_pos
-                          or state.dispatched_pos < state.commit_pos)
-        if not needs_scan:
-            report.commit_end = state.commit_pos  # clean shutdown: nothing to re-read
-        else:
-            start = min(state.flushed_pos, state.dispatched_pos, state.commit_pos)
-            report.scanned_from = start
+            commit = pending = -1
+            start = self._safe_scan_start(abort)
+        if full:
+            start = log_files.min_offset
+        flushed_before = state.flushed_pos if trusted else start
+        report.scanned_from = start
+        # An orderly end: every position equal, no holder died. Nothing past the
+        # end was dispatched, no index update was cut short.
+        quick = (trusted and not full and not report.abnormal_exit
+                 and start == commit == pending == state.dispatched_pos)
+        if not quick:
             self.index.repair_tail()  # a writer killed inside an index update
+        self._gaps.clear()
+        end, reason = self._redispatch(start, None)
+        if quick and end == commit and self._ends_a_record(end):
+            # An orderly end, and a record ends there (zeros inside a record look the
+            # same): what follows was never written. Searching it would cost the
+            # pages of WARM_AHEAD on every open.
+            after = None
+        else:
+            quick = quick and end != commit
+            after = self.commit_log.next_valid(end)
+        seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
+        if after is not None and start != seg_start and not self._is_record(start):
+            # Zeros at a position the state gave could be zeros inside a record:
+            # damage is only ever judged by a scan from a known record boundary.
+            start = report.scanned_from = max(seg_start, log_files.min_offset)
             end, reason = self._redispatch(start, None)
-            if state.valid and state.commit_pos < state.pending_end and (
-                    state.commit_pos <= end <= state.pending_end):
-                # A writer was killed inside an append: the records it had copied in
-                # full were never acknowledged (COMMIT_POS had not moved), so the whole
-                # append goes, as a live writer would wipe it (_sync_with_writers). An
-                # append of several records is then all or nothing, which the exactly-
-                # once sink's commit (final records + op record) relies on. Valid data
-                # past PENDING_END means the state file is older than the CommitLog
-                # (an OS crash lost its page): then nothing is cut.
-                if end > state.commit_pos:
-                    log.warning("store %s: discarding an unfinished append at CommitLog "
-                                "[%d, %d)", self.root, state.commit_pos, end)
-                    reason = "unfinished append"
-                end = state.commit_pos
-            report.commit_end = end
-            report.reason = reason
-            garbage_end = max(state.pending_end,
-                              self.commit_log.first_nonzero_tail(
-                                  end, self.config.max_message_size + 65536))
-            if garbage_end > end:
-                report.discarded_bytes = garbage_end - end
-                self.commit_log.wipe(end, garbage_end)
-            seg = self.config.mapped_file_size_commit_log
-            self.commit_log.files.delete_from(end - end % seg + seg)
-            report.truncated_queue_entries = self._truncate_queues(end)
-            rebuild = self.index.truncate(end)
-            if rebuild is not None and rebuild < end:
-                self._redispatch(end, None, index_from=rebuild)
-            state.commit_pos = state.dispatched_pos = state.pending_end = end
-            state.flushed_pos = min(state.flushed_pos, end)
-            state.synced_pos = min(state.synced_pos, end)
+            after = self.commit_log.next_valid(end)
+        report.reason = reason
+        damage: tuple[int, int, int] | None = None  # (resume, following, end of valid data)
+        cut = end
+        if trusted and commit < pending and commit <= end <= pending and (
+                self.commit_log.next_valid(pending) is None):
+            # A writer was killed inside an append: what it had copied was never
+            # acknowledged (COMMIT_POS had not moved). A record verifying past
+            # PENDING_END means the state is older than the log (an OS crash lost
+            # its page): then this rule does not apply.
+            if end > commit or (after is not None and after < pending):
+                log.warning("store %s: discarding an unfinished append at CommitLog "
+                            "[%d, %d)", self.root, commit, pending)
+                report.reason = "unfinished append"
+            cut = commit
+            garbage_end = max(pending, self.commit_log.first_nonzero_tail(
+                end, self.config.max_message_size + 65536))
+        elif after is None and quick and end == commit:
+            garbage_end = end
+        elif after is None:
+            garbage_end = self.commit_log.first_nonzero_tail(
+                end, self.config.max_message_size + 65536)
+            if trusted:
+                garbage_end = max(garbage_end, min(pending, self._segment_end(end)))
+        else:
+            resume, following, valid_end = self.commit_log.survey(after)
+            damage = (resume, following, valid_end)
+        if damage is not None and truncate_at is not None and truncate_at == end:
+            log.warning("store %s: truncating the CommitLog at %d as asked: %d valid "
+                        "record(s) after it are discarded", self.root, end, damage[1])
+            report.truncated_valid_records = damage[1]
+            self.commit_log.zero_from(end)
+            damage = None
+            garbage_end = end
+        elif truncate_at is not None:
+            where = (f"the damage is at offset {end}" if damage is not None
+                     else "the store is not damaged")
+            raise ConfigError(f"truncate_at {truncate_at}: {where}; nothing was truncated")
+        report.commit_end = cut
+        if damage is not None:
+            resume, following, valid_end = damage
+            f = self.commit_log.files.find(end)
+            report.damage = DamageReport(f.path if f else self.commit_log.directory, end,
+                                         resume, following)
+            log.error("store %s: %s", self.root, report.damage.describe())
+            state.damage_pos, state.damage_resume = end, resume
+            state.damage_following = following
+            # Readers may reach records up to the last valid one; the next first
+            # opener scans from the damage again (DISPATCHED_POS stays before it).
+            state.commit_pos = state.pending_end = max(valid_end, end)
+            state.dispatched_pos = end
+            state.flushed_pos = min(flushed_before, end)
+            state.synced_pos = min(state.synced_pos if trusted else end, end)
+        else:
+            if garbage_end > cut:
+                report.discarded_bytes = garbage_end - cut
+                self.commit_log.wipe(cut, garbage_end)
+            if not (quick and cut == commit):  # else nothing lies past the end
+                self.commit_log.files.delete_from(self._segment_end(cut))
+                report.truncated_queue_entries = self._truncate_queues(cut)
+                rebuild = self.index.truncate(cut)
+                if rebuild is not None and rebuild < cut:
+                    self._redispatch(cut, None, index_from=rebuild)
+            state.commit_pos = state.dispatched_pos = state.pending_end = cut
+            state.flushed_pos = min(flushed_before, cut)
+            state.synced_pos = min(state.synced_pos if trusted else cut, cut)
+            state.damage_pos = state.damage_resume = state.damage_following = 0
+        if not trusted:
+            state.stamp()  # every checked field is written: the file is trusted again
+        state.holders = 0
+        clean = quick and end == commit
+        if clean and damage is None:
+            report.scanned_from = None  # verified the end only: nothing re-read
+        if damage is None:
+            report.repaired_queues = self._repair_queues(cut, full=not clean)
+        elif self._gaps:
+            # A rebuild would drop the entries of records past the damage: queues
+            # are repaired once the damage is resolved.
+            log.warning("store %s: ConsumeQueues %s lack entries; rebuilt once the damage "
+                        "is resolved", self.root, sorted(self._gaps))
+            self._gaps.clear()
         with open(abort_path, "wb"):
             pass
         self._known_commit_pos = -1
         return report
+
+    def _segment_end(self, pos: int) -> int:
+        seg = self.config.mapped_file_size_commit_log
+        return pos - pos % seg + seg
+
+    def _ends_a_record(self, pos: int) -> bool:
+        """Does a record that verifies end exactly at ``pos`` (or a segment start there)?
+
+        Looks back for the last record before ``pos`` by its magic code (a few
+        hundred bytes, usually), checking PHYSICALOFFSET and CRC.
+        """
+        f = self.commit_log.files.find(pos)
+        if f is None:
+            f = self.commit_log.files.find(pos - 1)
+            if f is None or f.end_offset != pos:
+                return pos == self.commit_log.files.min_offset
+        rel = pos - f.start_offset
+        if rel == 0:
+            return True
+        low = max(0, rel - self.config.max_message_size - 65536)
+        mm = f.mm
+        hi = rel
+        while True:
+            hit = mm.rfind(MAGIC_PREFIX, low, hi)
+            if hit < 4:
+                return False
+            hi = hit + 2  # the next search ends before this hit
+            check = check_record(mm, hit - 4, f.start_offset + hit - 4)
+            if check.size > 0:
+                return hit - 4 + check.size == rel
+
+    def _is_record(self, pos: int) -> bool:
+        """Does a record that verifies start at ``pos``?"""
+        f = self.commit_log.files.find(pos)
+        return f is not None and check_record(f.mm, pos - f.start_offset, pos).size > 0
+
+    def _is_boundary(self, pos: int) -> bool:
+        """Can a scan start at ``pos``: a segment start, a record, a blank or the zeros
+        past the end (a trusted state's position only: zeros mid-record look the same)."""
+        f = self.commit_log.files.find(pos)
+        if f is None or pos == f.start_offset:
+            return True
+        check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=True)
+        return check.size != RECORD_INVALID
 
     def _adopt_unlisted_topics(self) -> None:
         """List topics that have ConsumeQueues but no entry in topics.json.
@@ -2010,21 +2402,122 @@ class MessageStore:
         return not self.commit_log.files.files
 
     def _safe_scan_start(self, abnormal: bool) -> int:
-        """Where to start scanning a store without our state file (e.g. a RocketMQ broker's)."""
+        """Where to scan from without a trusted state (damaged, or a RocketMQ broker's store).
+
+        A scan starts only at a segment whose first record verifies (magic
+        code, PHYSICALOFFSET, CRC): a broker's preallocated, all-zero next
+        segment is never one. After a clean shutdown, the third segment from
+        the end (as RocketMQ's normal recovery); after an abnormal exit, the
+        newest whose first record was stored before the checkpoint's time (by
+        then, everything before it was flushed and dispatched), else the first.
+        """
         files = self.commit_log.files.files
         if not files:
             return 0
+        starts = []
+        for f in files:
+            check = check_record(f.mm, 0, f.start_offset, verify_crc=True)
+            if check.size > 0:
+                starts.append((f.start_offset, check.store_timestamp))
+        if not starts:
+            return files[0].start_offset
         if not abnormal:
-            return files[max(0, len(files) - 3)].start_offset
+            return starts[max(0, len(starts) - 3)][0]
         safe = self.checkpoint.min_timestamp
-        for f in reversed(files):
-            try:
-                first_ts = self.commit_log.store_timestamp(f.start_offset)
-            except CorruptRecordError:
-                continue
+        for offset, first_ts in reversed(starts):
             if safe and first_ts <= safe:
-                return f.start_offset
-        return files[0].start_offset
+                return offset
+        return starts[0][0]
+
+    def _repair_queues(self, upto: int, *, full: bool) -> list[tuple[str, int, int, int]]:
+        """Find ConsumeQueue holes and rebuild those queues from the CommitLog.
+
+        A hole (an empty entry with written entries after it) hides every
+        later entry from readers. Every first open checks each queue's last
+        file (the one max_offset reads anyway); an open after anything but a
+        clean shutdown checks every file. Holes in the half-message queue are
+        only reported: its offsets identify transactions.
+        """
+        base = os.path.join(self.root, "consumequeue")
+        for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in sorted(os.listdir(tdir)):
+                if not qid.isdigit():
+                    continue
+                hole = _find_hole(self._cq(topic, int(qid)), full)
+                if hole is None:
+                    continue
+                if topic == TRANS_HALF_TOPIC:
+                    log.error("store %s: ConsumeQueue %s/%s has a hole at entry %d; half "
+                              "messages are named by their offsets, so it is left as is",
+                              self.root, topic, qid, hole)
+                    continue
+                key = (topic, int(qid))
+                self._gaps[key] = min(hole, self._gaps.get(key, hole))
+        return self._rebuild_queues(upto)
+
+    def _rebuild_queues(self, upto: int) -> list[tuple[str, int, int, int]]:
+        """Rebuild the queues in ``_gaps`` from the CommitLog, from their first missing entry.
+
+        The queue's records after its last good entry, in CommitLog order
+        (verified, up to ``upto``), become its entries from there. A record
+        numbered after a hole gets its entry's offset written into its
+        QUEUEOFFSET (BODYCRC does not cover it), so that a record's
+        QUEUEOFFSET is its entry again, as consumers expect (RocketMQ's
+        clients commit offsets by it). Entries once behind a hole thus move
+        down: an acknowledged put's queue offset changes, its message stays.
+        Returns (topic, queue id, first entry rebuilt, entries now) per queue.
+        """
+        done = []
+        gaps, self._gaps = self._gaps, {}
+        for (topic, qid), first in sorted(gaps.items()):
+            q = self._cq(topic, qid)
+            prev = q.entry(first - 1) if first > 0 else None
+            phy = prev[0] + prev[1] if prev is not None else self.commit_log.min_offset
+            q.truncate_to(first)
+            written = _written_end(q)
+            if written > first:
+                q._zero(first, written)
+            q._max = first
+            n = first
+            for pos, check in self.commit_log.scan(phy, verify_crc=True):
+                if pos >= upto or check.size <= 0:
+                    break
+                if ((check.topic, check.queue_id) != (topic, qid) or check.queue_offset < first
+                        or transaction_type(check.sys_flag) not in (
+                            0, SysFlag.TRANSACTION_COMMIT)):
+                    continue
+                if check.queue_offset != n:
+                    self.commit_log.set_queue_offset(pos, n)
+                q.put(n, [pos], [check.size], [self._queue_code(check)])
+                n += 1
+            self.commit_log.flush(phy, upto)
+            self._mark_dirty((topic, qid), first)
+            log.warning("store %s: ConsumeQueue %s/%d rebuilt from the CommitLog from entry "
+                        "%d; it has %d entries", self.root, topic, qid, first, n)
+            done.append((topic, qid, first, n))
+        return done
+
+    def _may_have_queue(self, topic: str, queue_id: int) -> bool:
+        """Is (topic, queue_id) a queue: on disk already, or within the topic's queue count
+        (a topic not listed in topics.json may have any queue, as a broker's store does)."""
+        if queue_id < 0:
+            return False
+        if os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            return True
+        cfg = self.topics.get(topic)
+        return cfg is None or queue_id < max(int(cfg["readQueueNums"]),
+                                             int(cfg["writeQueueNums"]))
+
+    def _queue_code(self, check: RecordCheck) -> int:
+        """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
+        if check.topic == SCHEDULE_TOPIC:
+            level = int((check.properties or {}).get(PROPERTY_DELAY_TIME_LEVEL, "1"))
+            level = min(max(level, 1), len(self._delay_ms))
+            return check.store_timestamp + self._delay_ms[level - 1]
+        return tags_code(check.tags)
 
     def _truncate_queues(self, end: int) -> int:
         dropped = 0
@@ -2045,9 +2538,35 @@ class MessageStore:
         return dropped
 
 
+@dataclass(frozen=True)
+class DamageReport:
+    """Damage in the CommitLog with valid records after it (the store is read-only)."""
+
+    file: str
+    offset: int
+    resume: int  # the first valid record after the damage
+    following: int  # how many valid records follow it
+
+    def describe(self) -> str:
+        return (f"the CommitLog is damaged at offset {self.offset} (file {self.file}), and "
+                f"{self.following} valid record(s) follow from offset {self.resume}; writes "
+                f"are refused until `rocketspark store recover --truncate-at {self.offset}` "
+                "discards everything from the damage on (or the bytes are restored)")
+
+
 @dataclass
 class RecoveryReport:
-    """What opening the store found and repaired."""
+    """What opening the store found and repaired.
+
+    ``abnormal_exit``: the last run did not end cleanly: the abort file was
+    left by a holder that had to close() and did not, by a writer killed
+    inside an append, a dispatch or a schedule step, or the state file could
+    not be trusted (a process opened with ``exit_without_close`` that ended
+    with nothing unfinished is not one). ``scanned_from``: where the CommitLog
+    scan started (None: only the recorded end was verified); ``commit_end``:
+    where the data ends now (the damage offset when ``damage`` is set);
+    ``state_damaged``: the state fields whose checks failed.
+    """
 
     abnormal_exit: bool
     scanned_from: int | None = None
@@ -2055,6 +2574,53 @@ class RecoveryReport:
     reason: str = ""
     discarded_bytes: int = 0
     truncated_queue_entries: int = 0
+    state_damaged: list[str] = dataclasses.field(default_factory=list)
+    damage: DamageReport | None = None
+    truncated_valid_records: int = 0
+    # (topic, queue id, first entry rebuilt, entries it has now)
+    repaired_queues: list[tuple[str, int, int, int]] = dataclasses.field(default_factory=list)
+
+
+def _find_hole(q: ConsumeQueue, full: bool) -> int | None:
+    """The first empty entry of ``q`` with a written entry after it (its last file only
+    unless ``full``), or None. Zeros before the queue's first entry are no hole (a
+    queue may start at any offset, see _dispatch_check)."""
+    all_files = q.files.files
+    files = all_files if full else all_files[-1:]
+    pending = None
+    for f in files:
+        # Only as far as the file holds data: the never-written rest is a hole of
+        # the sparse file (reading it would fault in every page for nothing).
+        stop = max((hi for _lo, hi in data_ranges(f, 0)), default=0)
+        count = min(q.entries_per_file, -(-stop // CQ_ENTRY_DTYPE.itemsize))
+        sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
+        written = np.flatnonzero(sizes)
+        base = f.start_offset // CQ_ENTRY_DTYPE.itemsize
+        if pending is not None and len(written):
+            return pending
+        lead = int(written[0]) if f is all_files[0] and len(written) else 0
+        zeros = np.flatnonzero(sizes[lead:] == 0)
+        if len(zeros):
+            z = lead + int(zeros[0])
+        elif count < q.entries_per_file:
+            z = count
+        else:
+            continue  # a full file
+        if len(written) and int(written[-1]) > z:
+            return base + z
+        if pending is None:
+            pending = base + z
+    return None
+
+
+def _written_end(q: ConsumeQueue) -> int:
+    """One past the last written entry of ``q``, holes or not."""
+    for f in reversed(q.files.files):
+        sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=q.entries_per_file)["size"]
+        written = np.flatnonzero(sizes)
+        if len(written):
+            return f.start_offset // CQ_ENTRY_DTYPE.itemsize + int(written[-1]) + 1
+    return 0
 
 
 def _half_offsets(half: object) -> list[int] | np.ndarray:
@@ -2132,6 +2698,70 @@ def _check_queue(info: TopicInfo, queue_id: int) -> None:
         raise OffsetOutOfRangeError(
             f"queue {queue_id} of topic {info.name!r} does not exist "
             f"(the topic has {info.read_queue_nums} queues)")
+
+
+def _utf8(text: str) -> bool:
+    """Does ``text`` encode as UTF-8 (holds no lone surrogate)?"""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
+    """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
+    try:
+        if isinstance(props, (str, bytes)):
+            raise TypeError
+        return dict(props)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(f"{where}properties must be a mapping or (name, value) "
+                                  f"pairs, got {props!r}") from None
+
+
+def _bad_property(where: str, name: Any, value: Any) -> None:
+    """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise InvalidMessageError(f"{where}message property {name!r}: names and values must "
+                                  "be strings")
+    if not name:
+        raise InvalidMessageError(f"{where}message property names must not be empty")
+
+
+def _joined_keys(keys: Any, where: str) -> str:
+    """Keys given as a sequence, joined as RocketMQ stores them (checked as Message does)."""
+    if keys.__class__ is list or keys.__class__ is tuple:  # the common case, C-level tests
+        try:
+            joined = " ".join(keys)
+        except TypeError:  # not strings: reported below
+            pass
+        else:
+            # no key is empty or holds a space: one space between keys, no more
+            if joined.count(" ") == len(keys) - 1 and "" not in keys:
+                return joined
+    if isinstance(keys, (bytes, Mapping)) or not isinstance(keys, Iterable):
+        raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
+                                  f"got {keys!r}")
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, str) or not k or " " in k:
+            raise InvalidMessageError(
+                f"{where}message key {k!r} must be a non-empty string without spaces")
+    return " ".join(keys)
+
+
+def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | None) -> None:
+    """Raise InvalidMessageError naming the field that does not encode as UTF-8."""
+    for name, value in props.items():
+        check_utf8("message property name", name, where)
+        check_utf8("message property value", value, f"{where}property {name!r}: ")
+    if tag:
+        check_utf8("message property tags", tag, where)
+    if key:
+        check_utf8("message property key", key, where)
 
 
 class _Columns:

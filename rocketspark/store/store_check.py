@@ -1,10 +1,16 @@
 """A read-only check of a store directory (``rocketspark store check``).
 
-Walks every CommitLog record (magic, sizes, PHYSICALOFFSET, body CRC), then
-every ConsumeQueue entry (does it point at a record of its own topic, queue
-and offset, with the same size and tags code?). Nothing is locked or written,
+Walks every CommitLog record (magic, sizes, PHYSICALOFFSET, body CRC), and
+past bad bytes on to the next record that verifies: damage followed by valid
+records is reported with how many follow (the store then opens read-only),
+bad bytes with nothing valid after them as a torn tail (opening discards it).
+Then every ConsumeQueue entry (does it point at a record of its own topic,
+queue and offset, with the same size and tags code? is there a hole, an empty
+entry before written ones?), and the checks of ``rocketspark.state``, as the
+next open will find them. Nothing is locked or written,
 so it can run beside writers, and on a directory a RocketMQ broker wrote.
-Segment sizes are read off the files themselves.
+Segment sizes are the store's geometry (``layout``): recorded, else read off
+the files themselves; a file of another size is a problem.
 """
 
 from __future__ import annotations
@@ -15,11 +21,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketspark.errors import CorruptRecordError
+from rocketspark.errors import CorruptRecordError, RocketSparkError
+from rocketspark.store import layout
+from rocketspark.store.commit_log import find_valid_record, scan_files
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue
 from rocketspark.store.message import SCHEDULE_TOPIC, tags_code, transaction_type
-from rocketspark.store.message_codec import RECORD_BLANK, RECORD_END, RECORD_INVALID, check_record
+from rocketspark.store.message_codec import RECORD_INVALID, check_record
+from rocketspark.store.store_state import (
+    CHECKED_FIELDS,
+    COMMIT_POS_OFFSET,
+    STATE_FILE,
+    STATE_FORMAT_VERSION,
+    STATE_HEADER,
+    STATE_MAGIC,
+    STATE_SIZE,
+    VALUE_MASK,
+    check_ok,
+)
 
 MAX_LISTED = 20
 
@@ -63,28 +82,52 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _segment_size(directory: str) -> int | None:
+def _has_segments(directory: str) -> bool:
     try:
-        names = sorted(n for n in os.listdir(directory)
-                       if len(n) == FILE_NAME_DIGITS and n.isdigit())
-    except FileNotFoundError:
-        return None
-    if not names:
-        return None
-    return os.path.getsize(os.path.join(directory, names[0]))
+        return any(len(n) == FILE_NAME_DIGITS and n.isdigit() for n in os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> CheckReport:
-    """Verify the store at ``path`` without changing it."""
+    """Verify the store at ``path`` without changing it.
+
+    A directory that is not a store, and files that are not the size of the
+    store's geometry (recorded, or read off its files), are problems.
+    """
     report = CheckReport(os.path.abspath(path))
-    if not os.path.isdir(path):
-        report.problem(f"{path} is not a directory")
+    root = report.path
+    try:
+        kind = layout.directory_kind(root)
+    except RocketSparkError as exc:
+        report.problem(str(exc))
         return report
+    if kind == "foreign":
+        report.problem(layout.describe_foreign(root))
+        return report
+    if kind != "store":
+        report.problem(f"{root} is not a store: it is "
+                       f"{'an empty directory' if kind == 'empty' else 'not there'}")
+        return report
+    try:
+        geometry = layout.read_geometry(root)
+    except RocketSparkError as exc:
+        report.problem(f"the store's geometry cannot be read: {exc}")
+        return report
+    wrong = layout.wrong_size_files(root, geometry)
+    for err in wrong:
+        report.problem(str(err))
+    bad_dirs = {os.path.dirname(err.file or "") for err in wrong}
     cl_dir = os.path.join(path, "commitlog")
-    seg_size = _segment_size(cl_dir)
+    if os.path.abspath(cl_dir) in bad_dirs:
+        report.notes.append("CommitLog and ConsumeQueues not scanned: a CommitLog segment "
+                            "has the wrong size")
+        return report
+    seg_size = geometry.values["mapped_file_size_commit_log"]
+    cq_size = geometry.values["mapped_file_size_consume_queue"]
     # (topic, queue) -> highest queue offset + 1 of dispatchable records
     expected: dict[tuple[str, int], int] = defaultdict(int)
-    if seg_size is None:
+    if not _has_segments(cl_dir):
         report.notes.append("no CommitLog segments")
         commit_end = 0
         files = None
@@ -101,8 +144,9 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
         if bar is not None:
             bar.close()
         report.bytes_used = commit_end - files.min_offset
+    _check_state(path, commit_end, report)
     try:
-        _check_queues(path, files, commit_end, report, expected)
+        _check_queues(path, files, commit_end, report, expected, cq_size, bad_dirs)
     finally:
         if files is not None:
             files.close()
@@ -111,39 +155,85 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
 
 def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
                      expected: dict[tuple[str, int], int], bar: Any) -> int:
+    """Verify every record; return the end of the last valid one."""
     pos = files.min_offset
-    last_index = len(files.files) - 1
-    for i, f in enumerate(files.files):
-        pos = f.start_offset
-        while True:
-            rel = pos - f.start_offset
-            check = check_record(f.mm, rel, pos)
-            if check.size == RECORD_BLANK:
+    end = pos
+    damages: list[tuple[int, str, int, int]] = []  # (offset, reason, records before, resume)
+    while True:
+        stop = pos
+        reason = ""
+        for at, check in scan_files(files, pos):
+            if check.size <= 0:
+                stop = at
+                reason = check.reason if check.size == RECORD_INVALID else "zero bytes"
                 break
-            if check.size == RECORD_END:
-                if i != last_index:
-                    report.problem(
-                        f"CommitLog segment {os.path.basename(f.path)} ends with zeros at "
-                        f"offset {pos}, but later segments exist")
-                if bar is not None:
-                    bar.update(pos - files.min_offset)
-                return pos
-            if check.size == RECORD_INVALID:
-                report.problem(f"corrupt record at CommitLog offset {pos} "
-                               f"(file {os.path.basename(f.path)}): {check.reason}")
-                return pos
             report.records += 1
             if transaction_type(check.sys_flag) in (0, 0x8):
                 key = (check.topic, check.queue_id)
                 expected[key] = max(expected[key], check.queue_offset + 1)
-            pos += check.size
+            end = stop = at + check.size
             if bar is not None and report.records % 1024 == 0:
-                bar.update(pos - files.min_offset)
-    return pos
+                bar.update(end - files.min_offset)
+        resume = find_valid_record(files, stop)
+        if resume is None:
+            if reason != "zero bytes":
+                f = files.find(stop, refresh=False)
+                report.problem(
+                    f"torn tail at CommitLog offset {stop} (file "
+                    f"{os.path.basename(f.path) if f else '?'}): {reason}; no valid record "
+                    "follows (opening the store discards it)")
+            break
+        damages.append((stop, reason, report.records, resume))
+        pos = resume
+    for offset, reason, before, resume in damages:
+        f = files.find(offset, refresh=False)
+        report.problem(
+            f"CommitLog damaged at offset {offset} (file "
+            f"{os.path.basename(f.path) if f else '?'}): {reason}; "
+            f"{report.records - before} valid record(s) follow from offset {resume} (the "
+            "store opens read-only until `rocketspark store recover --truncate-at "
+            f"{offset}` discards them, or the bytes are restored)")
+    if bar is not None:
+        bar.update(end - files.min_offset)
+    return end
+
+
+def _check_state(path: str, commit_end: int, report: CheckReport) -> None:
+    """Report ``rocketspark.state`` fields whose checks fail, as the next open will."""
+    try:
+        with open(os.path.join(path, STATE_FILE), "rb") as fh:
+            raw = fh.read(STATE_SIZE)
+    except FileNotFoundError:
+        return
+    if len(raw) < STATE_SIZE:
+        report.problem(f"{STATE_FILE} is {len(raw)} bytes, expected {STATE_SIZE} (the next "
+                       "open rebuilds it from the CommitLog)")
+        return
+    magic, version, _ = STATE_HEADER.unpack_from(raw, 0)
+    if magic != STATE_MAGIC:
+        report.problem(f"{STATE_FILE} has no valid header (the next open rebuilds it from "
+                       "the CommitLog)")
+        return
+    if version != STATE_FORMAT_VERSION:
+        report.notes.append(f"{STATE_FILE} has format {version}; the next open verifies the "
+                            f"CommitLog and rewrites it in format {STATE_FORMAT_VERSION}")
+        return
+    bad = [name for name, off in CHECKED_FIELDS.items() if not check_ok(raw[off:off + 8])]
+    if bad:
+        report.problem(f"{STATE_FILE}: {', '.join(bad)} "
+                       f"{'fails its check' if len(bad) == 1 else 'fail their checks'} (the "
+                       "next open does not trust the file and rebuilds it from the CommitLog)")
+        return
+    commit = int.from_bytes(raw[COMMIT_POS_OFFSET:COMMIT_POS_OFFSET + 8], "big") & VALUE_MASK
+    if commit < commit_end:
+        report.notes.append(f"records end at CommitLog offset {commit_end}, past "
+                            f"{STATE_FILE}'s COMMIT_POS {commit} (another program appended "
+                            "them; the next open dispatches them)")
 
 
 def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
-                  report: CheckReport, expected: dict[tuple[str, int], int]) -> None:
+                  report: CheckReport, expected: dict[tuple[str, int], int], size: int,
+                  bad_dirs: set[str]) -> None:
     import numpy as np
 
     base = os.path.join(path, "consumequeue")
@@ -154,14 +244,12 @@ def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
                 if not qid.isdigit():
                     continue
                 qdir = os.path.join(base, topic, qid)
-                size = _segment_size(qdir)
-                if size is None:
-                    continue
-                if size % CQ_STORE_UNIT_SIZE:
-                    report.problem(f"ConsumeQueue {topic}/{qid}: file size {size} is not a "
-                                   f"multiple of {CQ_STORE_UNIT_SIZE}")
-                    continue
                 key = (topic, int(qid))
+                if os.path.abspath(qdir) in bad_dirs:
+                    seen.add(key)  # a file of the wrong size is reported already
+                    continue
+                if not _has_segments(qdir):
+                    continue
                 seen.add(key)
                 report.queues += 1
                 q = MappedFileQueue(qdir, size, writable=False)
@@ -173,24 +261,37 @@ def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
                 if want > n:
                     report.problem(f"ConsumeQueue {topic}/{qid} has {n} entries but the "
                                    f"CommitLog holds records up to offset {want - 1} "
-                                   "(opening the store rebuilds them)")
+                                   "(`rocketspark store recover` rebuilds them)")
     for key, want in sorted(expected.items()):
         if key not in seen and want:
             report.problem(f"ConsumeQueue {key[0]}/{key[1]} is missing; the CommitLog holds "
-                           f"{want} of its records (opening the store rebuilds it)")
+                           f"{want} of its records (`rocketspark store recover` rebuilds it)")
 
 
 def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueue | None,
                  commit_end: int, report: CheckReport, np: Any) -> int:
+    """Check every written entry; return one past the last written one."""
     n = q.min_offset // CQ_STORE_UNIT_SIZE
+    hole = None  # the first empty entry, while no written one was seen after it
+    holes_reported = False
+    last = n
     for f in q.files:
         entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE,
                                 count=f.size // CQ_STORE_UNIT_SIZE)
         for off, size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
                                    entries["tags"].tolist()):
             if size == 0:
-                del entries
-                return n
+                if hole is None:
+                    hole = n
+                n += 1
+                continue
+            if hole is not None and not holes_reported:
+                report.problem(f"ConsumeQueue {topic}/{qid}: entry {hole} is empty but entry "
+                               f"{n} after it is written: a hole, which hides every later "
+                               "entry from readers (`rocketspark store recover` rebuilds "
+                               "the queue from the CommitLog)")
+                holes_reported = True
+            hole = None
             report.queue_entries += 1
             where = f"ConsumeQueue {topic}/{qid} entry {n}"
             if files is None or off + size > commit_end:
@@ -213,5 +314,6 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
                         report.problem(f"{where}: tags code {code} does not match tags "
                                        f"{c.tags!r}")
             n += 1
+            last = n
         del entries
-    return n
+    return last

@@ -11,14 +11,28 @@ downgrades to shared; the last to close upgrades again and shuts down cleanly.
 every process and says where the CommitLog's committed data ends::
 
     state := MAGIC:8 "RSPKSTAT" FORMAT_VERSION:i32 RESERVED:i32
-             COMMIT_POS:i64      end of committed records: the next write goes here
-             PENDING_END:i64     end of the region a writer is filling (> COMMIT_POS while it writes)
-             DISPATCHED_POS:i64  ConsumeQueues and index are built up to here
-             FLUSHED_POS:i64     CommitLog, ConsumeQueues and index are on disk up to here
+             COMMIT_POS:c64      end of committed records: the next write goes here
+             PENDING_END:c64     end of the region a writer is filling (> COMMIT_POS while
+                                 it writes)
+             DISPATCHED_POS:c64  ConsumeQueues and index are built up to here
+             FLUSHED_POS:c64     CommitLog, ConsumeQueues and index are on disk up to here
              WRITE_SEQ:i64       incremented by every commit (wakes long polls in other processes)
-             SYNCED_POS:i64      the CommitLog alone is on disk up to here (SYNC_FLUSH group commit)
+             SYNCED_POS:c64      the CommitLog alone is on disk up to here (SYNC_FLUSH group commit)
              INTENT:4 x i64      a schedule step about to deliver [FROM, TO) of a delay level,
                                  its put starting at COMMIT_BEFORE; zero when none is under way
+             HOLDERS:c64         open instances that must close() for their exit to be clean
+             DAMAGE_POS:c64      where damage followed by valid records begins (0: none)
+             DAMAGE_RESUME:c64   the first valid record after it
+             DAMAGE_FOLLOWING:c64  how many valid records follow it
+    c64    := CHECK:16 VALUE:48  CHECK = low 16 bits of CRC-32 of the 6 VALUE bytes
+
+Each checked field carries its own check, stored with its value in one
+aligned 8-byte write: a writer killed at any instant leaves every field whole,
+and concurrent writers of different fields (a flusher, an appender) never
+race on a shared checksum. A field whose check fails (a flipped bit, a torn
+page) makes the whole file untrusted: recovery then finds the end of the data
+from the CommitLog alone (see ``MessageStore._recover``). Positions are only
+ever hints; the CommitLog is the truth.
 
 Appends are serialised by ``flock`` on ``<root>/rocketspark.write.lock``. A
 writer that dies holding it leaves PENDING_END > COMMIT_POS; the next writer
@@ -34,6 +48,7 @@ import os
 import struct
 import threading
 import time
+import zlib
 
 from rocketspark.errors import StoreLockedError
 from rocketspark.store.mapped_file import reserve_blocks
@@ -44,7 +59,7 @@ FLUSH_LOCK_FILE = "rocketspark.flush.lock"
 LOCK_FILE = "lock"
 ABORT_FILE = "abort"
 STATE_MAGIC = b"RSPKSTAT"
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2  # 2: checked positions (1 had plain i64 ones)
 STATE_SIZE = 4096
 STATE_HEADER = struct.Struct(">8sii")
 _I64 = struct.Struct(">q")
@@ -56,6 +71,30 @@ WRITE_SEQ_OFFSET = FLUSHED_POS_OFFSET + 8
 SYNCED_POS_OFFSET = WRITE_SEQ_OFFSET + 8
 INTENT_OFFSET = SYNCED_POS_OFFSET + 8
 INTENT = struct.Struct(">qqqq")  # kind/level, from, to, CommitLog position before the put
+HOLDERS_OFFSET = INTENT_OFFSET + INTENT.size
+DAMAGE_POS_OFFSET = HOLDERS_OFFSET + 8
+DAMAGE_RESUME_OFFSET = DAMAGE_POS_OFFSET + 8
+DAMAGE_FOLLOWING_OFFSET = DAMAGE_RESUME_OFFSET + 8
+CHECKED_FIELDS = {
+    "COMMIT_POS": COMMIT_POS_OFFSET, "PENDING_END": PENDING_END_OFFSET,
+    "DISPATCHED_POS": DISPATCHED_POS_OFFSET, "FLUSHED_POS": FLUSHED_POS_OFFSET,
+    "SYNCED_POS": SYNCED_POS_OFFSET, "HOLDERS": HOLDERS_OFFSET,
+    "DAMAGE_POS": DAMAGE_POS_OFFSET, "DAMAGE_RESUME": DAMAGE_RESUME_OFFSET,
+    "DAMAGE_FOLLOWING": DAMAGE_FOLLOWING_OFFSET,
+}
+VALUE_MASK = (1 << 48) - 1
+_crc32 = zlib.crc32
+
+
+def checked(value: int) -> bytes:
+    """The 8 bytes of a checked field holding ``value`` (0 <= value < 2**48)."""
+    raw = value.to_bytes(6, "big")
+    return (zlib.crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
+
+
+def check_ok(word: bytes) -> bool:
+    """Does the checked field ``word`` (8 bytes) carry the check of its value?"""
+    return (zlib.crc32(word[2:8]) & 0xFFFF) == int.from_bytes(word[:2], "big")
 
 OPEN_WAIT_SECONDS = 120.0
 
@@ -84,17 +123,48 @@ class StoreState:
         self.valid = magic == STATE_MAGIC
         self.format_version = version if self.valid else None
 
+    def damaged_fields(self) -> list[str]:
+        """Return the checked fields whose check fails (all of them for a format-1 file)."""
+        if not self.valid or self.format_version != STATE_FORMAT_VERSION:
+            return list(CHECKED_FIELDS)
+        mm = self._mm
+        return [name for name, off in CHECKED_FIELDS.items() if not check_ok(mm[off:off + 8])]
+
+    def legacy_positions(self) -> tuple[int, int, int, int]:
+        """COMMIT_POS, PENDING_END, DISPATCHED_POS, FLUSHED_POS of a format-1 file."""
+        return tuple(_I64.unpack_from(self._mm, off)[0] for off in (  # type: ignore[return-value]
+            COMMIT_POS_OFFSET, PENDING_END_OFFSET, DISPATCHED_POS_OFFSET, FLUSHED_POS_OFFSET))
+
     def initialise(self) -> None:
-        """Stamp the header (first opener only)."""
+        """Stamp the header and zero every field, checks included (first opener only)."""
+        self._mm[COMMIT_POS_OFFSET:STATE_SIZE] = bytes(STATE_SIZE - COMMIT_POS_OFFSET)
+        for off in CHECKED_FIELDS.values():
+            self._set(off, 0)
+        STATE_HEADER.pack_into(self._mm, 0, STATE_MAGIC, STATE_FORMAT_VERSION, 0)
+        self.valid = True
+        self.format_version = STATE_FORMAT_VERSION
+
+    def stamp(self) -> None:
+        """Write the current header over an untrusted file whose fields were all rewritten."""
         STATE_HEADER.pack_into(self._mm, 0, STATE_MAGIC, STATE_FORMAT_VERSION, 0)
         self.valid = True
         self.format_version = STATE_FORMAT_VERSION
 
     def _get(self, off: int) -> int:
-        return _I64.unpack_from(self._mm, off)[0]
+        return _I64.unpack_from(self._mm, off)[0] & VALUE_MASK
 
     def _set(self, off: int, value: int) -> None:
-        _I64.pack_into(self._mm, off, value)
+        # One 8-byte slice copy: an aligned store no kill can tear (pack_into writes
+        # byte by byte), so a value and its check always land together. (checked(),
+        # inlined: every put sets three of these.)
+        raw = value.to_bytes(6, "big")
+        self._mm[off:off + 8] = (_crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
+
+    def _get_plain(self, off: int) -> int:
+        return _I64.unpack_from(self._mm, off)[0]
+
+    def _set_plain(self, off: int, value: int) -> None:
+        self._mm[off:off + 8] = _I64.pack(value)
 
     commit_pos = property(lambda s: s._get(COMMIT_POS_OFFSET),
                           lambda s, v: s._set(COMMIT_POS_OFFSET, v))
@@ -104,10 +174,18 @@ class StoreState:
                               lambda s, v: s._set(DISPATCHED_POS_OFFSET, v))
     flushed_pos = property(lambda s: s._get(FLUSHED_POS_OFFSET),
                            lambda s, v: s._set(FLUSHED_POS_OFFSET, v))
-    write_seq = property(lambda s: s._get(WRITE_SEQ_OFFSET),
-                         lambda s, v: s._set(WRITE_SEQ_OFFSET, v))
+    write_seq = property(lambda s: s._get_plain(WRITE_SEQ_OFFSET),
+                         lambda s, v: s._set_plain(WRITE_SEQ_OFFSET, v))
     synced_pos = property(lambda s: s._get(SYNCED_POS_OFFSET),
                           lambda s, v: s._set(SYNCED_POS_OFFSET, v))
+    holders = property(lambda s: s._get(HOLDERS_OFFSET),
+                       lambda s, v: s._set(HOLDERS_OFFSET, v))
+    damage_pos = property(lambda s: s._get(DAMAGE_POS_OFFSET),
+                          lambda s, v: s._set(DAMAGE_POS_OFFSET, v))
+    damage_resume = property(lambda s: s._get(DAMAGE_RESUME_OFFSET),
+                             lambda s, v: s._set(DAMAGE_RESUME_OFFSET, v))
+    damage_following = property(lambda s: s._get(DAMAGE_FOLLOWING_OFFSET),
+                                lambda s, v: s._set(DAMAGE_FOLLOWING_OFFSET, v))
 
     def intent(self) -> tuple[int, int, int, int]:
         return INTENT.unpack_from(self._mm, INTENT_OFFSET)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
+import threading
+import time
 
 import pytest
 from pyspark.sql import functions as F
@@ -289,3 +292,76 @@ def test_a_store_deleted_and_created_again_is_written_not_its_old_files(spark, s
         shutil.rmtree(store_path)  # the next round's store is a new one at the same path
     with pytest.raises(Exception, match="there is no store at"):
         write()
+
+
+def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, store_path, store):
+    """One task fails while the other is still writing: the job's abort runs before
+    that task's halves are in the store.
+
+    The writing task is stalled on the store's topic table (its first half creates
+    the half topic) until the write has failed, i.e. the abort is over, or (when
+    the abort waits for the task) for a while. A write before it warms the
+    driver's Python worker, so that the abort is over before Spark kills the
+    stalled task's Python worker (spark.python.task.killTimeout).
+    """
+    store.create_topic("out", queues=2)
+    store.create_topic("warm", queues=1)
+    (spark.range(1).selectExpr("'w' AS body").write.format("rocketmq")
+     .option("store", store_path).option("topic", "warm")
+     .option("deliveryGuarantee", "at_least_once").mode("append").save())
+    assert not store.has_topic("RMQ_SYS_TRANS_HALF_TOPIC")
+    gate = store.topics.lock_path
+    stalled, failed = threading.Event(), threading.Event()
+
+    def waiters(lock_path: str) -> int:  # local: pickled by value for the Python workers
+        """How many processes wait for a flock of ``lock_path`` (Linux's /proc/locks)."""
+        import os as _os
+
+        ino = f":{_os.stat(lock_path).st_ino} "
+        with open("/proc/locks") as f:
+            return sum(1 for line in f if " -> " in line and ino in line)
+
+    def hold_the_topic_table() -> None:
+        with open(gate, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            deadline = time.monotonic() + 120
+            while waiters(gate) == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            stalled.set()
+            failed.wait(15)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+    holder = threading.Thread(target=hold_the_topic_table)
+    holder.start()
+
+    def body(i: int) -> str:
+        if i == 0:  # the failing task waits for the writing one to be stalled
+            import time as _time
+
+            deadline = _time.monotonic() + 120
+            while waiters(gate) == 0 and _time.monotonic() < deadline:
+                _time.sleep(0.01)
+            raise ValueError("row 0 cannot be written")
+        return f"m{i}"
+
+    df = spark.range(0, 26, numPartitions=2).select(
+        F.udf(body, "string")("id").alias("body"))
+    try:
+        with pytest.raises(Exception, match="row 0 cannot be written"):
+            (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
+             .mode("append").save())
+    finally:
+        failed.set()
+        holder.join(60)
+    assert stalled.is_set()
+    # Wait for the stalled task to stop: its Python worker may outlive the Spark task.
+    deadline, last, since = time.monotonic() + 60, -1, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 3:
+        halves = store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) if store.has_topic(
+            "RMQ_SYS_TRANS_HALF_TOPIC") else 0
+        if halves != last or waiters(gate):
+            last, since = halves, time.monotonic()
+        time.sleep(0.1)
+    assert store.open_transactions() == []
+    assert _all(store, "out") == []
+    assert os.listdir(os.path.join(store_path, "config", "rocketsparkSinkJobs")) == []

@@ -7,12 +7,16 @@ killed inside a commit is a child process that SIGKILLs itself there.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
+import threading
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from rocketspark.datasource.options import parse_options
@@ -23,7 +27,8 @@ from rocketspark.datasource.sink import (
     SinkPlan,
     write_task,
 )
-from rocketspark.datasource.stores import StoreRef
+from rocketspark.datasource.stores import StoreRef, close_all
+from rocketspark.errors import SinkJobEndedError
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.transaction import TransactionService
 
@@ -199,3 +204,193 @@ def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, mo
     # A URI is not a path under the planning process's working directory.
     assert _location_key("s3://bucket/chk/") == "s3://bucket/chk"
     assert _location_key("dbfs:/chk") == "dbfs:/chk"
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+@pytest.mark.parametrize("bad", ["", None])
+def test_a_block_with_an_empty_or_null_body_writes_nothing(out_store, exactly_once, bad):
+    """RocketMQ's producer refuses empty bodies (its consumers stop at one): the sink
+    refuses the block, even when the bad row comes chunks after good ones."""
+    from rocketspark.datasource.sink import WRITE_CHUNK
+    from rocketspark.errors import ConfigError
+
+    plan = dataclasses.replace(_plan(out_store), exactly_once=exactly_once)
+    bodies = ["ok"] * (WRITE_CHUNK + 5) + [bad]
+    for kind in (pa.string(), pa.binary()):
+        block = pa.record_batch({"body": pa.array(bodies, kind)})
+        with pytest.raises(ConfigError, match=f"row {WRITE_CHUNK + 5} of the batch has a"):
+            write_task(plan, iter([block]))
+    with pytest.raises(ConfigError, match="row 1 of the batch has a"):
+        write_task(plan, iter([("x",), (bad,)]))  # rows, as a Python writer gets them
+    assert _bodies(out_store) == [] and _open_halves(out_store) == 0
+
+
+# -- a batch write's job ends for its late tasks too -------------------------------------
+
+
+def _batch_plan(path: str, **options: str) -> SinkPlan:
+    opts = parse_options({"store": path, "topic": "out", "deliveryGuarantee": "exactly_once",
+                          **options}, "write")
+    return SinkPlan.create(opts, StructType([StructField("body", BinaryType())]),
+                           streaming=False)
+
+
+def _batch(*bodies: str) -> pa.RecordBatch:
+    return pa.record_batch({"body": pa.array(list(bodies), pa.string())})
+
+
+def _job_files(path: str) -> list[str]:
+    directory = os.path.join(path, "config", "rocketsparkSinkJobs")
+    return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+
+
+def test_a_task_still_writing_when_its_job_is_aborted_writes_nothing_more(out_store):
+    plan = _batch_plan(out_store)
+    writer = RocketMQBatchWriter(plan)
+
+    def late_input():
+        yield _batch("a1", "a2")
+        # Spark aborts the job (another task failed) while this one is still running.
+        writer.abort([None, None])
+        yield _batch("late")
+
+    with pytest.raises(SinkJobEndedError, match="was committed or aborted"):
+        write_task(plan, late_input())
+    # A task that starts after the abort writes nothing either.
+    with pytest.raises(SinkJobEndedError):
+        write_task(plan, iter([_batch("later")]))
+    assert _open_halves(out_store) == 0 and _bodies(out_store) == []
+    assert _job_files(out_store) == []
+
+
+def test_a_speculative_attempt_after_the_commit_writes_nothing(out_store):
+    plan = _batch_plan(out_store)
+    good = write_task(plan, iter([_batch("r1")]))
+    assert len(_job_files(out_store)) == 1
+    RocketMQBatchWriter(plan).commit([good])
+    assert _job_files(out_store) == []
+    with pytest.raises(SinkJobEndedError):
+        write_task(plan, iter([_batch("r1-again")]))
+    assert _bodies(out_store) == ["r1"] and _open_halves(out_store) == 0
+
+
+@pytest.mark.parametrize("txn", [False, True])
+def test_the_abort_waits_for_a_chunk_a_task_is_writing(out_store, monkeypatch, txn):
+    options = {"txnAppId": "app", "txnVersion": "3"} if txn else {}
+    plan = _batch_plan(out_store, **options)
+    inside, go_on = threading.Event(), threading.Event()
+    real = MessageStore.prepare_columns
+
+    def slow_prepare(self, *args, **kwargs):
+        inside.set()
+        assert go_on.wait(60)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MessageStore, "prepare_columns", slow_prepare)
+    results: dict[str, object] = {}
+    task = threading.Thread(target=lambda: results.setdefault(
+        "task", write_task(plan, iter([_batch("x", "y")]))))
+    task.start()
+    assert inside.wait(60)
+    aborted = threading.Event()
+
+    def abort() -> None:
+        RocketMQBatchWriter(plan).abort([None])
+        aborted.set()
+
+    driver = threading.Thread(target=abort)
+    driver.start()
+    assert not aborted.wait(0.5)  # it waits for the chunk under way
+    go_on.set()
+    task.join(60)
+    driver.join(60)
+    assert aborted.is_set() and results["task"].count == 2
+    assert _open_halves(out_store) == 0 and _bodies(out_store) == []
+
+
+def _write_then_die(path: str, job: str, sink_id: str) -> None:
+    real = MessageStore.prepare_columns
+
+    def prepare_then_die(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)  # while holding the job file's lock
+
+    MessageStore.prepare_columns = prepare_then_die
+    write_task(dataclasses.replace(_plan(path, sink_id), job=job), iter([_batch("killed")]))
+
+
+def test_a_task_killed_in_the_middle_of_a_chunk_does_not_hold_up_the_abort(out_store):
+    plan = _batch_plan(out_store)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_write_then_die, args=(out_store, plan.job, plan.sink_id))
+    child.start()
+    child.join(120)
+    assert child.exitcode == -signal.SIGKILL
+    assert _open_halves(out_store) == 1
+    RocketMQBatchWriter(plan).abort([None])
+    assert _open_halves(out_store) == 0 and _bodies(out_store) == []
+
+
+def test_abandoned_jobs_are_ended_before_their_halves_are_rolled_back(out_store):
+    from rocketspark.datasource.sink import roll_back_abandoned_batch_writes
+
+    plan = _batch_plan(out_store)  # its driver dies: no commit, no abort
+    write_task(plan, iter([_batch("orphan")]))
+    live = _batch_plan(out_store)
+    with MessageStore.open(out_store) as s:
+        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 0
+        assert len(_job_files(out_store)) == 2
+        now = s.clock
+        s.clock = lambda: now() + 7_200_000
+        os.utime(os.path.join(out_store, "config", "rocketsparkSinkJobs", f"{live.job}.lock"),
+                 (now() / 1000 + 7_200, now() / 1000 + 7_200))  # created "just now"
+        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
+    assert _job_files(out_store) == [f"{live.job}.lock"]
+    with pytest.raises(SinkJobEndedError):  # a task of it that was still running
+        write_task(plan, iter([_batch("late")]))
+    RocketMQBatchWriter(live).commit([write_task(live, iter([_batch("live")]))])
+    assert _bodies(out_store) == ["live"] and _open_halves(out_store) == 0
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunks=st.lists(st.integers(1, 3), min_size=1, max_size=4), data=st.data())
+def test_no_half_of_an_ended_batch_job_stays_open(tmp_path_factory, chunks, data):
+    """Tasks of chunks[i] input batches each; the job ends (commit of the tasks done
+    by then, or abort) before some chunk of some task: every later chunk is refused."""
+    path = str(tmp_path_factory.mktemp("store"))
+    with MessageStore.open(path) as s:
+        s.create_topic("out", queues=2)
+    plan = _batch_plan(path)
+    writer = RocketMQBatchWriter(plan)
+    commit = data.draw(st.booleans(), "commit")
+    end_at = data.draw(st.integers(0, sum(chunks)), "end before chunk")
+    done: list[SinkCommit] = []
+    ended = False
+    n = 0
+    expected: list[str] = []
+    late_tasks = 0
+
+    def task_input(t: int, k: int):
+        nonlocal n, ended
+        for j in range(k):
+            if n == end_at:
+                (writer.commit if commit else writer.abort)(list(done))
+                ended = True
+            n += 1
+            yield _batch(f"t{t}-{j}")
+
+    for t, k in enumerate(chunks):
+        try:
+            done.append(write_task(plan, task_input(t, k)))
+            if not ended:
+                expected.extend(f"t{t}-{j}" for j in range(k))
+        except SinkJobEndedError:
+            late_tasks += 1
+    if not ended:
+        (writer.commit if commit else writer.abort)(list(done))
+    assert late_tasks == sum(1 for t in range(len(chunks)) if sum(chunks[:t + 1]) > end_at)
+    assert _bodies(path) == (sorted(expected) if commit else [])
+    assert _open_halves(path) == 0
+    assert _job_files(path) == []
+    close_all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -367,7 +368,7 @@ def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_pat
     _fill(store, "orders", 40, queues=4)
     df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="g4")
     _run_available_now(df, tmp_path, "a")
-    store.create_topic("orders", queues=2)  # fewer queues now
+    store.create_topic("orders", queues=2, force=True)  # fewer queues now
     _fill(store, "orders", 10)
     out, _ = _run_available_now(df, tmp_path, "a")
     assert len(spark.read.parquet(out).collect()) == 50
@@ -512,3 +513,61 @@ def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
 
     assert delay("500") == 500
     assert delay("30s") == 30_000 and delay("15m") == 900_000
+
+
+@pytest.mark.parametrize("role", ["read", "write"])
+def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
+    """rocketmq.storePathRootDir beside store was dropped silently; it is refused as the
+    store API refuses a path given twice, before any store is opened."""
+    from rocketspark.datasource.options import parse_options
+    from rocketspark.datasource.stores import StoreRef
+    from rocketspark.errors import ConfigError
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for key in ("rocketmq.storePathRootDir", "rocketmq.storepathrootdir"):
+        with pytest.raises(ConfigError, match=f"options store and {re.escape(key)} both"):
+            parse_options({"store": a, key: b, "topic": "t"}, role)
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_options({"rocketmq.flushDiskType": "SYNC_FLUSH",
+                       "rocketmq.flushdisktype": "ASYNC_FLUSH", "topic": "t"}, role)
+    assert parse_options({"rocketmq.storePathRootDir": b, "topic": "t"},
+                         role).store_overrides == {"storePathRootDir": b}
+    with pytest.raises(ConfigError, match="given twice"):
+        StoreRef.resolve(a, {"storePathRootDir": b})
+    assert not tmp_path.joinpath("a").exists() and not tmp_path.joinpath("b").exists()
+
+
+def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
+    from rocketspark.datasource.stores import StoreRef
+    from rocketspark.errors import StorePathError
+
+    other = tmp_path / "project"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for path in (other, tmp_path / "empty"):
+        path.mkdir(exist_ok=True)
+        with pytest.raises(StorePathError, match="not a store|no store"):
+            StoreRef.resolve(str(path), {}).require()
+        with pytest.raises(StorePathError, match="not a store|no store"):
+            StoreRef.resolve(str(path), {}).open()
+    assert os.listdir(other) == ["notes.txt"] and os.listdir(tmp_path / "empty") == []
+
+
+def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_changes(tmp_path):
+    """.option("rocketmq.mappedFileSizeConsumeQueue", ...) grew every ConsumeQueue file of
+    the store it read, which then could not be read with its own settings."""
+    from rocketspark.datasource.stores import StoreRef, close_all
+    from rocketspark.errors import ConfigError
+
+    root = str(tmp_path / "store")
+    with MessageStore.open(root) as s:
+        s.create_topic("orders", queues=2)
+        s.put_batch([Message("orders", b"x") for _ in range(4)])
+    stamps = {os.path.join(d, n): os.stat(os.path.join(d, n)).st_mtime_ns
+              for d, _, names in os.walk(root) for n in names}
+    sizes = {p: os.path.getsize(p) for p in stamps}
+    with pytest.raises(ConfigError, match="mappedFileSizeConsumeQueue=12000000"):
+        StoreRef.resolve(root, {"mappedFileSizeConsumeQueue": "12000000"}).require().open()
+    assert {p: os.stat(p).st_mtime_ns for p in stamps} == stamps
+    assert {p: os.path.getsize(p) for p in stamps} == sizes
+    close_all()

@@ -115,3 +115,22 @@ def test_writing_continues_where_rocketmq_stopped(golden):
         assert [m.queue_offset for m in res.messages] == [14, 15]
         assert res.messages[-1].body == b"from rocketspark"
     assert check_store(str(golden)).ok
+
+
+def test_a_brokers_store_opens_with_default_settings_in_its_own_geometry(golden):
+    """Nothing says what sizes a broker used: they are read off its files (segment
+    spacing, ConsumeQueue file size, index file size) and recorded, not imposed."""
+    sizes = {os.path.join(d, p): os.path.getsize(os.path.join(d, p))
+             for d, _, names in os.walk(golden) for p in names}
+    with MessageStore.open(golden) as store:
+        assert {k: getattr(store.config, f) for k, f in [
+            ("mappedFileSizeCommitLog", "mapped_file_size_commit_log"),
+            ("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue"),
+            ("maxHashSlotNum", "max_hash_slot_num"), ("maxIndexNum", "max_index_num")]} == SIZES
+        got = [m for e in EXPECTED["messages"][:5]
+               for m in store.pull(e["topic"], e["queueId"], e["queueOffset"], 1).messages]
+        assert [m.msg_id for m in got] == [e["msgId"] for e in EXPECTED["messages"][:5]]
+    for path, size in sizes.items():
+        assert os.path.getsize(path) == size, path
+    with open(os.path.join(golden, "rocketspark.geometry"), encoding="ascii") as f:
+        assert "mappedFileSizeConsumeQueue=1280" in f.read()

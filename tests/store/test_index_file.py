@@ -1,8 +1,8 @@
 """IndexFile and IndexService: byte layout, putKey/selectPhyOffset semantics, files.
 
 Golden values were worked out by hand from the spec, with the Java hashCodes
-taken from ``jshell``. When a JDK and the rocketmq-store jar are present (in
-``~/.m2`` or ``ROCKETMQ_STORE_CLASSPATH``), RocketMQ's own ``IndexFile`` writes
+taken from ``jshell``. When a JDK and the rocketmq jars ``./dev`` fetches (into
+``.jars/rocketmq``) are present, RocketMQ's own ``IndexFile`` writes
 files we compare byte for byte and reads files we wrote.
 """
 
@@ -43,6 +43,7 @@ from rocketspark.store.index_file import (
     java_hash_rows,
 )
 from rocketspark.store.message import java_string_hash
+from tests.store.helpers.jvm import QUIET, need_java
 
 SLOTS, ENTRIES = 64, 256
 T0 = 1_700_000_000_123
@@ -697,22 +698,10 @@ public class IndexFileDriver {
 """
 
 
-def _rocketmq_classpath() -> str | None:
-    explicit = os.environ.get("ROCKETMQ_STORE_CLASSPATH")
-    if explicit:
-        return explicit
-    repo = os.path.expanduser("~/.m2/repository")
-    if not glob.glob(f"{repo}/org/apache/rocketmq/rocketmq-store/*/rocketmq-store-*.jar"):
-        return None
-    return os.pathsep.join(sorted(glob.glob(f"{repo}/**/*.jar", recursive=True)))
-
-
 @pytest.fixture(scope="module")
 def rocketmq(tmp_path_factory):
-    """Run command lines through RocketMQ's IndexFile; skip without a JDK and the jar."""
-    classpath = _rocketmq_classpath()
-    if not (shutil.which("java") and shutil.which("javac") and classpath):
-        pytest.skip("needs java, javac and the rocketmq-store jar")
+    """Run command lines through RocketMQ's IndexFile; skip without a JDK and the jars."""
+    (classpath,) = need_java()
     build = tmp_path_factory.mktemp("java")
     (build / "IndexFileDriver.java").write_text(JAVA_DRIVER)
     subprocess.run(
@@ -726,6 +715,7 @@ def rocketmq(tmp_path_factory):
         done = subprocess.run(
             [
                 "java",
+                *QUIET,
                 "-cp",
                 f"{classpath}{os.pathsep}{build}",
                 "IndexFileDriver",

@@ -172,7 +172,7 @@ _text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ",
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=40), st.none() | _text,
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.none() | _text,
                           st.lists(_text, max_size=3),
                           st.dictionaries(_text.filter(lambda t: t not in ("TAGS", "KEYS",
                                                                            "DELAY")),

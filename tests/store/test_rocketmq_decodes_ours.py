@@ -1,18 +1,15 @@
 """We write, RocketMQ reads: RocketMQ 5.3.1's own MessageDecoder decodes every record
 of a CommitLog written by rocketspark (CRC checked), and agrees with our store on every
-field. Needs java, javac and the rocketmq jars in ~/.m2 (``./dev`` fetches them); under
+field. Needs java, javac and the rocketmq jars ``./dev`` fetches into ``.jars/rocketmq``; under
 CI their absence is a failure, not a skip."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import subprocess
 
-import pytest
-
 from rocketspark.store import Message, MessageStore
+from tests.store.helpers.jvm import QUIET, need_java
 
 JAVA = r"""
 import java.nio.ByteBuffer;
@@ -52,19 +49,8 @@ public class DecodeDriver {
 """
 
 
-def _classpath() -> str | None:
-    repo = os.path.expanduser("~/.m2/repository")
-    if not glob.glob(f"{repo}/org/apache/rocketmq/rocketmq-common/*/rocketmq-common-*.jar"):
-        return None
-    return os.pathsep.join(sorted(glob.glob(f"{repo}/**/*.jar", recursive=True)))
-
-
 def test_rocketmq_decodes_every_record_we_write(tmp_path):
-    classpath = _classpath()
-    if not (shutil.which("java") and shutil.which("javac") and classpath):
-        if os.environ.get("CI"):
-            pytest.fail("java, javac and the rocketmq jars (./dev fetches them) are missing")
-        pytest.skip("needs java, javac and the rocketmq jars in ~/.m2")
+    (classpath,) = need_java()
     path = str(tmp_path / "store")
     with MessageStore.open(path, mappedFileSizeCommitLog=64 * 1024) as s:
         s.create_topic("orders", queues=3)
@@ -88,7 +74,8 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
     (build / "DecodeDriver.java").write_text(JAVA)
     subprocess.run(["javac", "-cp", classpath, "-d", str(build), str(build / "DecodeDriver.java")],
                    check=True, capture_output=True, timeout=180)
-    done = subprocess.run(["java", "-cp", f"{classpath}{os.pathsep}{build}", "DecodeDriver", path],
+    done = subprocess.run(["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}",
+                           "DecodeDriver", path],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.split("\t") for line in done.stdout.splitlines() if line]
