@@ -518,7 +518,8 @@ class CommitLog:
         pos = start
         while True:
             f = self.files.find(pos)
-            if f is None:
+            if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
+                # No segment, or a hole (never written: the end, and unread, see data_limit).
                 yield pos, RecordCheck(RECORD_END)
                 return
             check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
@@ -696,8 +697,8 @@ def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True
     pos = start
     while True:
         f = files.find(pos, refresh=False)
-        if f is None:
-            yield pos, RecordCheck(RECORD_END)
+        if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
+            yield pos, RecordCheck(RECORD_END)  # (a hole: see CommitLog.scan)
             return
         check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
         if check.size == RECORD_BLANK:

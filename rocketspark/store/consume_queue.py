@@ -62,7 +62,10 @@ class ConsumeQueue:
         f = self.files.find(pos)
         if f is None:
             return 0
-        return _SIZE.unpack_from(f.mm, pos - f.start_offset + SIZE_FIELD_OFFSET)[0]
+        rel = pos - f.start_offset
+        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+            return 0
+        return _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]
 
     def max_offset(self) -> int:
         """Return the next logical offset to be written (entries below it exist)."""
@@ -93,7 +96,11 @@ class ConsumeQueue:
             if f is None:
                 return n
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
-            count = min(block, self.entries_per_file - first)
+            count = min(block, self.entries_per_file - first,
+                        (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
+                        // CQ_STORE_UNIT_SIZE)
+            if count <= 0:  # a hole: never written
+                return n
             sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count,
                                   offset=pos - f.start_offset)["size"]
             empty = np.flatnonzero(sizes == 0)
@@ -167,7 +174,12 @@ class ConsumeQueue:
             if f is None:
                 break
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
-            take = min(remaining, self.entries_per_file - first)
+            # Not into a hole past the queue's end (see MappedFile.data_limit).
+            take = min(remaining, self.entries_per_file - first,
+                       (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
+                       // CQ_STORE_UNIT_SIZE)
+            if take <= 0:
+                break
             view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
                                  offset=first * CQ_STORE_UNIT_SIZE)
             # SIZE fields first: a writer fills SIZE last, so every entry whose SIZE
@@ -192,6 +204,8 @@ class ConsumeQueue:
         if f is None:
             return None
         rel = pos - f.start_offset
+        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+            return None
         if not _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]:  # SIZE first (see read)
             return None
         off, size, tags = CQ_ENTRY.unpack_from(f.mm, rel)

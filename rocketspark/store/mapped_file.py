@@ -199,7 +199,7 @@ class MappedFile:
     """One segment: a file of fixed size mapped into memory."""
 
     __slots__ = ("path", "start_offset", "size", "_fd", "mm", "writable", "reserved",
-                 "chunk")
+                 "chunk", "_data")
 
     def __init__(self, path: str, start_offset: int, size: int, *, create: bool, writable: bool,
                  chunk: int = 0):
@@ -210,6 +210,7 @@ class MappedFile:
         # Bytes [0, reserved) have their blocks (known to this process); see reserve.
         self.reserved = 0
         self.chunk = min(chunk, size) if chunk > 0 else size
+        self._data = (0, 0)  # a range [lo, hi) of file positions known to hold data
         if create and not os.path.exists(path):
             create_segment(path, size, self.chunk)
             self.reserved = self.chunk
@@ -233,6 +234,29 @@ class MappedFile:
     @property
     def end_offset(self) -> int:
         return self.start_offset + self.size
+
+    def data_limit(self, pos: int) -> int:
+        """Return how far from file position ``pos`` the file holds data (``pos``: a hole).
+
+        Readers read no further: a hole reads as zeros (nothing written), and
+        reading one through a mapping allocates a page on tmpfs, which kills
+        the process when it is full. A range already seen costs no syscall.
+        """
+        lo, hi = self._data
+        if lo <= pos < hi:
+            return hi
+        try:
+            lo = os.lseek(self._fd, pos, os.SEEK_DATA)
+            if lo != pos:
+                return pos
+            hi = os.lseek(self._fd, pos, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a hole up to the end
+                return pos
+            return self.size  # the file system cannot tell
+        hi = min(hi, self.size)
+        self._data = (lo, hi)
+        return hi
 
     def reserve(self, end: int) -> None:
         """Make sure bytes up to ``end`` (file position) have their blocks; DiskFullError if not.

@@ -17,13 +17,18 @@ from collections import Counter
 
 import pytest
 
+import rocketspark.store.commit_log as commit_log
 import rocketspark.store.disk_guard as disk_guard
 from rocketspark.errors import ConfigError, DiskFullError
 from rocketspark.store import Message, MessageStore, PullStatus
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.index_file import IndexFile
-from rocketspark.store.mapped_file import MappedFileQueue, reserve_blocks
+from rocketspark.store.mapped_file import (
+    MappedFileQueue,
+    data_end,
+    reserve_blocks,
+)
 from rocketspark.store.metadata import write_json
 from rocketspark.store.store_check import check_store
 
@@ -72,11 +77,10 @@ def fill(mnt, leave: int) -> str:
     path = os.path.join(mnt, "filler")
     want = free_bytes(mnt) - leave
     chunk = b"\xa5" * (64 * 1024)
-    with open(path, "ab") as f:
+    with open(path, "ab", buffering=0) as f:  # unbuffered: no ENOSPC left for close()
         try:
             while want > 0:
                 want -= f.write(chunk[:want])
-                f.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return path
@@ -117,10 +121,19 @@ def mapped_files(store_dir) -> list[str]:
 
 
 def assert_nothing_sparse_or_empty(store_dir) -> None:
+    """No mapped file is empty or has a hole among its data (only past its last data)."""
     for path in mapped_files(store_dir):
         st = os.stat(path)
         assert st.st_size > 0, f"{path} is empty"
-        assert st.st_blocks * 512 >= st.st_size, f"{path} is sparse"
+        fd = os.open(path, os.O_RDWR)
+        try:
+            # A block missing among the data: fallocate would allocate it.
+            end = data_end(fd, st.st_size)
+            os.posix_fallocate(fd, 0, max(end, 1))
+            after = os.fstat(fd).st_blocks
+        finally:
+            os.close(fd)
+        assert after == st.st_blocks, f"{path} has holes among its data (which ends at {end})"
 
 
 # --- end to end: writers fill the disk, a reader reopens it, space is freed --------------
@@ -193,19 +206,27 @@ def _make_sparse(path: str) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("small_disk,ratio", [("ext4", 90), ("ext4", 100), ("tmpfs", 100)],
-                         indirect=["small_disk"])
-def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path, ratio):
-    """A store an older version left sparse: reads work, writes are refused, no SIGBUS.
+@pytest.mark.parametrize("small_disk,ratio,hole_in_data", [
+    ("ext4", 90, True), ("ext4", 100, False), ("tmpfs", 100, True), ("tmpfs", 100, False),
+], indirect=["small_disk"])
+def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path, ratio,
+                                                           hole_in_data):
+    """A store left sparse (an older version's, a broker's): reads work, writes are refused,
+    no SIGBUS, and once space is freed writes resume.
 
-    On tmpfs a mapping's read of a hole allocates memory too: opening is refused.
+    Holes past the written data are never read. A hole among the data (a page
+    of zeros inside a record): on tmpfs a mapping's read of it allocates
+    memory, so there opening is refused until space is freed.
     """
     store_dir = str(small_disk / "store")
     config = dict(SIZES, flushDiskType="SYNC_FLUSH", diskSpaceWarningLevelRatio=ratio)
     with MessageStore.open(store_dir, **config) as store:
         store.create_topic(TOPIC, queues=2)
+        store.create_topic("other", queues=1)
         for i in range(30):
             store.put(Message(TOPIC, f"old{i}".encode(), keys=[f"k{i}"], tags="t"))
+            if hole_in_data and i == 10:
+                store.put(Message("other", bytes(3 * 4096)))
     for path in mapped_files(store_dir):
         _make_sparse(path)
     filler = fill(small_disk, 0)
@@ -213,7 +234,7 @@ def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path
     seen = str(tmp_path / "seen")
     r = child("read", store_dir, seen, json.dumps(config))
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    if not (tmp_path / "ext4.img").exists():  # tmpfs
+    if hole_in_data and not (tmp_path / "ext4.img").exists():  # tmpfs
         assert r.stdout.startswith("open: DiskFullError"), r.stdout
     else:
         assert sorted(lines(seen)) == sorted(f"old{i}" for i in range(30))
@@ -269,7 +290,7 @@ def test_metadata_write_on_a_full_disk_keeps_the_old_file(small_disk):
 # --- without a small disk ---------------------------------------------------------------
 
 
-def test_store_files_are_never_sparse(tmp_path):
+def test_store_files_have_no_hole_among_their_data(tmp_path):
     with MessageStore.open(tmp_path / "s", **SIZES) as store:
         store.create_topic(TOPIC, queues=4)
         store.put_batch([Message(TOPIC, b"x" * 500, keys=[f"k{i}"]) for i in range(2000)])
@@ -326,22 +347,6 @@ def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
         assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"e"]
 
 
-def test_guard_refuses_when_the_next_files_would_not_fit(tmp_path, monkeypatch):
-    free = [1 << 40]
-    monkeypatch.setattr(disk_guard, "disk_usage", lambda path: (0.5, free[0]))
-    with MessageStore.open(tmp_path / "s", **SIZES) as store:
-        store.create_topic(TOPIC, queues=1)
-        store.put(Message(TOPIC, b"a"))
-        free[0] = 100 * 1024  # less than a CommitLog segment
-        store.put(Message(TOPIC, b"fits in the current segment"))
-        with pytest.raises(DiskFullError, match="need"):
-            store.put_batch([Message(TOPIC, b"z" * 1000)] * 300)  # needs the next segment
-        assert len(store.commit_log.files.files) == 1
-        free[0] = 1 << 40
-        store.put_batch([Message(TOPIC, b"z" * 1000)] * 300)
-        assert len(store.pull(TOPIC, 0, 0, max_msgs=1000).messages) == 302
-
-
 @pytest.mark.parametrize("value", ["0", "101", "-5"])
 def test_disk_ratios_are_percentages(value):
     for key in ("diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio",
@@ -349,3 +354,56 @@ def test_disk_ratios_are_percentages(value):
         with pytest.raises(ConfigError, match=key):
             MessageStoreConfig.load(None, **{key: value})
     assert MessageStoreConfig().disk_space_warning_level_ratio == 90
+
+
+# --- blocks reserved a chunk ahead of the writes -------------------------------------------
+
+
+def real_bytes(root) -> int:
+    """Blocks in use under ``root`` (du, not the apparent size)."""
+    total = 0
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            total += os.lstat(os.path.join(dirpath, n)).st_blocks * 512
+    return total
+
+
+def test_new_default_geometry_store_takes_little_disk(tmp_path):
+    """1 GiB segments, 6 MB queues, 420 MB index files: a few chunks in use, not ~1.4 GiB."""
+    with MessageStore.open(tmp_path / "s") as store:
+        store.create_topic(TOPIC, queues=4)
+        for i in range(1000):
+            store.put(Message(TOPIC, f"m{i}".encode(), keys=[f"k{i}"], tags="t"))
+        assert len(bodies_of(store)) == 1000
+    used = real_bytes(tmp_path / "s")
+    assert used < 64 << 20, used  # CommitLog chunk 16 MiB + slot table 20 MB + small ones
+
+
+def test_write_crossing_a_chunk_on_a_full_disk_is_refused_whole(small_disk, monkeypatch):
+    """The reservation past a chunk fails: DiskFullError, nothing written, offsets kept."""
+    monkeypatch.setattr(commit_log, "COMMIT_LOG_CHUNK", 1 << 20)  # the disk is 12 MiB
+    store_dir = str(small_disk / "store")
+    config = dict(SIZES, mappedFileSizeCommitLog=4 << 20,
+                  flushDiskType="ASYNC_FLUSH", diskSpaceWarningLevelRatio=100)
+    with MessageStore.open(store_dir, **config) as store:
+        store.create_topic(TOPIC, queues=1)
+        first = store.put(Message(TOPIC, b"a", keys=["ka"]))
+        seg = store.commit_log.files.files[0]
+        assert seg.reserved < seg.size  # sparse past the first chunk
+        commit = store.state.commit_pos
+        fill(small_disk, 0)
+        big = b"x" * (256 * 1024)
+        with pytest.raises(DiskFullError):
+            # the records pass the reserved chunk (2 MiB free at most after the filler)
+            store.put_batch([Message(TOPIC, big) for _ in range(seg.reserved // len(big) + 1)])
+        assert store.state.commit_pos == store.state.pending_end == commit
+        with pytest.raises(DiskFullError):
+            store.put_columns([big] * (seg.reserved // len(big) + 1), topic=TOPIC)
+        assert store.state.commit_pos == commit
+        assert len(store.commit_log.files.files) == 1
+        # Within the reserved chunk, puts still go through; the offsets were given back.
+        second = store.put(Message(TOPIC, b"b"))
+        assert second.queue_offset == first.queue_offset + 1
+        assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"b"]
+    report = check_store(store_dir)
+    assert report.ok, report.render()
