@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
-from rocketspark.store.mapped_file import INDEX_CHUNK, reserve_blocks
+from rocketspark.store.mapped_file import INDEX_CHUNK, reserve_ahead, reserve_blocks
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
 log = logging.getLogger(__name__)
@@ -390,7 +390,7 @@ class IndexFile:
         return f
 
     def reserve(self, entries: int) -> None:
-        """Give the next ``entries`` entries (and the slot table) their blocks; DiskFullError if not.
+        """Give the next ``entries`` entries (and the slot table) blocks; DiskFullError if not.
 
         A comparison unless they pass the reserved mark; then up to a chunk
         (INDEX_CHUNK) past them, capped at the file's size. A process that
@@ -401,13 +401,12 @@ class IndexFile:
         end = self._entries_at + min(count + entries, self.index_num) * INDEX_ENTRY_SIZE
         if end <= self._reserved:
             return
-        new = min(self.size, max(end, self._reserved) + INDEX_CHUNK)
         fd = os.open(self.path, os.O_RDWR)
         try:
-            reserve_blocks(fd, new, self.path, fresh=False, start=self._reserved)
+            self._reserved = reserve_ahead(fd, self.path, self._reserved, end,
+                                           min(self.size, max(end, self._reserved) + INDEX_CHUNK))
         finally:
             os.close(fd)
-        self._reserved = new
 
     @classmethod
     def open(

@@ -112,6 +112,23 @@ def reserve_blocks(fd: int, size: int, path: str, *, fresh: bool, start: int = 0
         raise
 
 
+def reserve_ahead(fd: int, path: str, mark: int, end: int, ahead: int) -> int:
+    """Reserve bytes [mark, ahead) of ``fd``, or at least [mark, end); return the new mark.
+
+    A full disk may still hold the blocks a write up to ``end`` needs (another
+    process reserved them, and fallocate allocates all or fails): then only
+    those are taken. DiskFullError when even they cannot be.
+    """
+    try:
+        reserve_blocks(fd, ahead, path, fresh=False, start=mark)
+        return ahead
+    except DiskFullError:
+        if ahead <= end:
+            raise
+    reserve_blocks(fd, end, path, fresh=False, start=mark)
+    return end
+
+
 def data_end(fd: int, size: int) -> int:
     """Return the end of the last range of ``fd`` holding data (0: all a hole).
 
@@ -271,9 +288,8 @@ class MappedFile:
         """
         if end <= self.reserved:
             return
-        new = min(self.size, max(end, self.reserved) + self.chunk)
-        reserve_blocks(self._fd, new, self.path, fresh=False, start=self.reserved)
-        self.reserved = new
+        self.reserved = reserve_ahead(self._fd, self.path, self.reserved, end,
+                                      min(self.size, max(end, self.reserved) + self.chunk))
 
     def prefill(self, start: int, end: int) -> None:
         """Write zeros over bytes [start, end) of this segment with write(2).
