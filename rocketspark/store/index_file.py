@@ -856,7 +856,11 @@ class IndexService:
         room = 0
         if self._files:  # (every put asks: the header read without the property's checks)
             f = self._files[-1]
-            room = max(0, self.index_num - max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1))
+            count = max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1)
+            room = max(0, self.index_num - count)
+            if entries <= room and (f._entries_at + (count + entries) * INDEX_ENTRY_SIZE
+                                    <= f._reserved):
+                return 0  # the hot path: reserved already
             if room:
                 f.reserve(min(entries, room))
         if entries <= room:
