@@ -303,17 +303,17 @@ class MessageStoreConfig:
     # caps the value at 90) and its clean service deletes expired files past
     # diskMaxUsedSpaceRatio (75), even unexpired ones past diskSpaceCleanForciblyRatio
     # (85). Here, with RocketMQ's defaults: puts are refused with DiskFullError past
-    # diskSpaceWarningLevelRatio, and also whenever the files a put needs would not
-    # fit in the space left. The value may go up to 100 (RocketMQ: at most 90),
-    # for a laptop whose disk is 90% used with space to spare: 100 leaves only the
-    # room-for-the-next-file check. An embedded store has no clean service, so the
+    # diskSpaceWarningLevelRatio, and also whenever the blocks a put writes cannot
+    # be reserved (fallocate, a chunk ahead). The value may go up to 100 (RocketMQ:
+    # at most 90), for a laptop whose disk is 90% used with space to spare: 100
+    # leaves only the reservation check. An embedded store has no clean service, so the
     # two clean thresholds only log a warning (once per crossing) that expired
     # files should be deleted (``rocketspark store clean``).
     disk_space_warning_level_ratio: int = _option(
         "diskSpaceWarningLevelRatio",
         90,
         "refuse puts (DiskFullError) while the store's disk is used past this percentage; "
-        "100: only when the next file would not fit (RocketMQ caps it at 90)",
+        "100: only when a put's blocks cannot be reserved (RocketMQ caps it at 90)",
         minimum=1,
         maximum=100,
     )
