@@ -55,7 +55,7 @@ from rocketspark.store.config import (
     validate_group,
     validate_topic,
 )
-from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
+from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
     IndexService,
@@ -1514,7 +1514,14 @@ class MessageStore:
             raise self._write_refused
         self._guard.check()
         for topic, qid, first, count in touched:
-            self._cq(topic, qid).reserve(first, count)
+            q = self._cq(topic, qid)
+            q_files = q.files.files
+            if q_files:  # the hot path, inlined: within the last file's reserved blocks
+                last = q_files[-1]
+                pos = first * CQ_STORE_UNIT_SIZE - last.start_offset
+                if pos >= 0 and pos + count * CQ_STORE_UNIT_SIZE <= last.reserved:
+                    continue
+            q.reserve(first, count)
         need = self.index.reserve(index_entries)
         if need:
             self._guard.require(need, "the new index files of this put")
