@@ -118,8 +118,7 @@ class ConsumeQueue:
         base = last.start_offset // CQ_STORE_UNIT_SIZE
         # Only the part holding data is read: reading a hole through a mapping
         # allocates a page on tmpfs (SIGBUS when it is full); holes hold no entry.
-        count = min(self.entries_per_file,
-                    -(-data_end(last._fd, last.size) // CQ_STORE_UNIT_SIZE))
+        count = min(self.entries_per_file, data_end(last._fd, last.size) // CQ_STORE_UNIT_SIZE)
         sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         empty = np.flatnonzero(sizes == 0)
         del sizes
