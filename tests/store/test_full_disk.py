@@ -245,7 +245,8 @@ def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path
     after = ["after"] if r.stdout.startswith("put: ok") else []
     if not hole_in_data:  # the check reads no hole either (a child: SIGBUS shows)
         checked = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-c", "import sys; from rocketspark.store.store_check import "
+            [sys.executable, "-X", "faulthandler", "-c",
+             "import sys; from rocketspark.store.store_check import "
              "check_store; r = check_store(sys.argv[1]); print(r.render()); "
              "sys.exit(0 if r.ok else 1)", store_dir],
             cwd=ROOT, capture_output=True, text=True, timeout=300)
