@@ -8,6 +8,8 @@ unchanged (a timeout may; a bad name never will).
 
 from __future__ import annotations
 
+from errno import ENOSPC as _ENOSPC
+
 __all__ = [
     "RocketSparkError",
     "ConfigError",
@@ -26,6 +28,7 @@ __all__ = [
     "TopicShrinkError",
     "StoreDamagedError",
     "InvalidMessageError",
+    "DiskFullError",
 ]
 
 
@@ -150,3 +153,25 @@ class SinkJobEndedError(TransactionError):
     Its job was committed or aborted (a task Spark was still cancelling, a
     speculative attempt): the task writes nothing more and fails.
     """
+
+
+class DiskFullError(RocketSparkError, OSError):
+    """The disk of the store cannot take a write; nothing of it was written.
+
+    Raised before any byte of the refused put is written: when creating a file
+    could not reserve its blocks, or when the store's file system is used past
+    diskSpaceWarningLevelRatio or has too little room left for the files a put
+    needs. Reads still work; writes succeed again once space is freed.
+    ``file`` names the file (or directory) and ``needed`` the bytes asked for.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, file: str | None = None, needed: int | None = None):
+        RocketSparkError.__init__(self, message)
+        self.errno = _ENOSPC  # for callers that test OSError.errno
+        self.file = file
+        self.needed = needed
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "disk full"

@@ -12,6 +12,8 @@ import mmap
 import os
 import struct
 
+from rocketspark.store.mapped_file import reserve_blocks
+
 CHECKPOINT_SIZE = 4096
 CHECKPOINT = struct.Struct(
     ">q"  # physicMsgTimestamp
@@ -29,8 +31,15 @@ class StoreCheckpoint:
         self.path = path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < CHECKPOINT_SIZE:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
+            size = os.fstat(fd).st_size
+            if size < CHECKPOINT_SIZE:
+                try:
+                    os.ftruncate(fd, CHECKPOINT_SIZE)
+                    reserve_blocks(fd, CHECKPOINT_SIZE, path, fresh=size == 0)
+                except BaseException:
+                    if size == 0:
+                        os.unlink(path)
+                    raise
             self._mm = mmap.mmap(fd, CHECKPOINT_SIZE)
         finally:
             os.close(fd)

@@ -22,7 +22,7 @@ import numpy as np
 
 from rocketspark.errors import CorruptRecordError, MessageTooLargeError
 from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
-from rocketspark.store.mapped_file import MappedFile, MappedFileQueue
+from rocketspark.store.mapped_file import COMMIT_LOG_CHUNK, MappedFile, MappedFileQueue
 from rocketspark.store.message import MessageExt, SysFlag
 from rocketspark.store.message_codec import (
     BLANK,
@@ -158,7 +158,8 @@ class CommitLog:
         self.segment_size = segment_size
         self.store_host = store_host
         self.header = HEADERS[(False, store_host.is_v6)]
-        self.files = MappedFileQueue(self.directory, segment_size, writable=writable)
+        self.files = MappedFileQueue(self.directory, segment_size, writable=writable,
+                                     chunk=COMMIT_LOG_CHUNK)
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
         self._warm = warm
 
@@ -242,7 +243,8 @@ class CommitLog:
         while pos < target:
             if pos < end or f is None:  # segments in order, as the write creates them
                 f = self.files.get_or_create(min(pos, end - 1))
-            stop = min(target, f.end_offset)
+            # Never past the reserved blocks: write(2) there could meet a full disk.
+            stop = min(target, f.end_offset, f.start_offset + f.reserved)
             if stop <= pos:
                 break
             f.prefill(pos - f.start_offset, stop - f.start_offset)
@@ -467,14 +469,22 @@ class CommitLog:
                          np.asarray(qoffs, dtype=np.int64), groups, pos)
 
     def wipe(self, start: int, end: int) -> None:
-        """Zero [start, end): the leftovers of a writer that died mid-append."""
+        """Zero [start, end): the leftovers of a writer that died mid-append.
+
+        Holes are skipped: they read as zeros already, and a store into one
+        would need a block the disk may not have (recovery on a full disk).
+        """
         pos = start
         while pos < end:
             f = self.files.find(pos)
             if f is None:
                 break
             stop = min(end, f.end_offset)
-            f.mm[pos - f.start_offset:stop - f.start_offset] = bytes(stop - pos)
+            for lo, hi in data_ranges(f, pos - f.start_offset):
+                hi = min(hi, stop - f.start_offset)
+                if hi <= lo:
+                    break
+                f.mm[lo:hi] = bytes(hi - lo)
             pos = stop
 
     # -- reading -----------------------------------------------------------------
@@ -528,7 +538,8 @@ class CommitLog:
         pos = start
         while True:
             f = self.files.find(pos)
-            if f is None:
+            if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
+                # No segment, or a hole (never written: the end, and unread, see data_limit).
                 yield pos, RecordCheck(RECORD_END)
                 return
             check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
@@ -585,14 +596,22 @@ class CommitLog:
         pos = end - f.start_offset
         last_nonzero = pos
         step = 1 << 20
-        while pos < f.size:
-            chunk = data[pos:pos + step]
-            nz = np.flatnonzero(chunk)
-            if len(nz):
-                last_nonzero = pos + int(nz[-1]) + 1
-            elif pos - last_nonzero >= window:
+        # Holes are zeros, never read (on tmpfs a read of one allocates a page).
+        for lo, hi in data_ranges(f, pos):
+            if lo - last_nonzero >= window:
                 break
-            pos += len(chunk)
+            pos = max(pos, lo)
+            while pos < hi:
+                chunk = data[pos:min(hi, pos + step)]
+                nz = np.flatnonzero(chunk)
+                if len(nz):
+                    last_nonzero = pos + int(nz[-1]) + 1
+                elif pos - last_nonzero >= window:
+                    break
+                pos += len(chunk)
+            else:
+                continue
+            break
         del data
         return f.start_offset + last_nonzero
 
@@ -698,8 +717,8 @@ def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True
     pos = start
     while True:
         f = files.find(pos, refresh=False)
-        if f is None:
-            yield pos, RecordCheck(RECORD_END)
+        if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
+            yield pos, RecordCheck(RECORD_END)  # (a hole: see CommitLog.scan)
             return
         check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
         if check.size == RECORD_BLANK:

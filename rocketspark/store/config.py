@@ -125,6 +125,11 @@ class MessageStoreConfig:
 
     Build it with :meth:`load`; constructing it directly validates the same way
     and raises ConfigError. Times are milliseconds unless a field says otherwise.
+
+    Disk space (diskSpaceWarningLevelRatio and the two clean ratios) follows
+    RocketMQ's defaults, with the differences the comment above those fields
+    gives: the refusal threshold may be set up to 100 (a laptop's disk may be
+    90% used with gigabytes free), and nothing is deleted automatically.
     """
 
     store_path_root_dir: str = _option(
@@ -302,6 +307,41 @@ class MessageStoreConfig:
         "04",
         "hours of the day when expired files are deleted, e.g. 04;16",
         check=_check_delete_when,
+    )
+    # RocketMQ's disk guard, as percentages of the store's file system used (df's
+    # Use%). Its broker stops taking puts past diskSpaceWarningLevelRatio (90; it
+    # caps the value at 90) and its clean service deletes expired files past
+    # diskMaxUsedSpaceRatio (75), even unexpired ones past diskSpaceCleanForciblyRatio
+    # (85). Here, with RocketMQ's defaults: puts are refused with DiskFullError past
+    # diskSpaceWarningLevelRatio, and also whenever the blocks a put writes cannot
+    # be reserved (fallocate, a chunk ahead). The value may go up to 100 (RocketMQ:
+    # at most 90), for a laptop whose disk is 90% used with space to spare: 100
+    # leaves only the reservation check. An embedded store has no clean service, so the
+    # two clean thresholds only log a warning (once per crossing) that expired
+    # files should be deleted (``rocketspark store clean``).
+    disk_space_warning_level_ratio: int = _option(
+        "diskSpaceWarningLevelRatio",
+        90,
+        "refuse puts (DiskFullError) while the store's disk is used past this percentage; "
+        "100: only when a put's blocks cannot be reserved (RocketMQ caps it at 90)",
+        minimum=1,
+        maximum=100,
+    )
+    disk_space_clean_forcibly_ratio: int = _option(
+        "diskSpaceCleanForciblyRatio",
+        85,
+        "warn that expired files should be deleted past this disk usage percentage "
+        "(RocketMQ deletes them then; nothing here deletes by itself)",
+        minimum=1,
+        maximum=100,
+    )
+    disk_max_used_space_ratio: int = _option(
+        "diskMaxUsedSpaceRatio",
+        75,
+        "warn that expired files should be deleted past this disk usage percentage "
+        "(RocketMQ's clean threshold; nothing here deletes by itself)",
+        minimum=1,
+        maximum=100,
     )
 
     def __post_init__(self) -> None:

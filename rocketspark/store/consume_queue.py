@@ -21,7 +21,7 @@ import struct
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError
-from rocketspark.store.mapped_file import MappedFileQueue
+from rocketspark.store.mapped_file import CONSUME_QUEUE_CHUNK, MappedFileQueue, data_end
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(
@@ -48,7 +48,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
         self.entries_per_file = file_size // CQ_STORE_UNIT_SIZE
-        self.files = MappedFileQueue(self.directory, file_size, writable=writable)
+        self.files = MappedFileQueue(self.directory, file_size, writable=writable,
+                                     chunk=CONSUME_QUEUE_CHUNK)
         self._max = -1  # cached next logical offset; -1 until first looked up
 
     # -- positions ---------------------------------------------------------------
@@ -61,7 +62,10 @@ class ConsumeQueue:
         f = self.files.find(pos)
         if f is None:
             return 0
-        return _SIZE.unpack_from(f.mm, pos - f.start_offset + SIZE_FIELD_OFFSET)[0]
+        rel = pos - f.start_offset
+        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+            return 0
+        return _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]
 
     def max_offset(self) -> int:
         """Return the next logical offset to be written (entries below it exist)."""
@@ -92,7 +96,11 @@ class ConsumeQueue:
             if f is None:
                 return n
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
-            count = min(block, self.entries_per_file - first)
+            count = min(block, self.entries_per_file - first,
+                        (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
+                        // CQ_STORE_UNIT_SIZE)
+            if count <= 0:  # a hole: never written
+                return n
             sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count,
                                   offset=pos - f.start_offset)["size"]
             empty = np.flatnonzero(sizes == 0)
@@ -108,13 +116,16 @@ class ConsumeQueue:
         if last is None:
             return 0
         base = last.start_offset // CQ_STORE_UNIT_SIZE
-        sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE,
-                              count=self.entries_per_file)["size"]
+        # Only the part holding data is read: reading a hole through a mapping
+        # allocates a page on tmpfs (SIGBUS when it is full); holes hold no entry.
+        count = min(self.entries_per_file, data_end(last._fd, last.size) // CQ_STORE_UNIT_SIZE)
+        sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         empty = np.flatnonzero(sizes == 0)
-        # Entries are written in order, so the first empty slot ends the queue.
-        end = base + (int(empty[0]) if len(empty) else self.entries_per_file)
         del sizes
-        return self._scan_end(end)
+        # Entries are written in order, so the first empty slot ends the queue.
+        if len(empty) or count < self.entries_per_file:
+            return base + (int(empty[0]) if len(empty) else count)
+        return self._scan_end(base + count)
 
     def min_offset(self, commitlog_min: int = 0) -> int:
         """Return the first logical offset still readable.
@@ -162,7 +173,12 @@ class ConsumeQueue:
             if f is None:
                 break
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
-            take = min(remaining, self.entries_per_file - first)
+            # Not into a hole past the queue's end (see MappedFile.data_limit).
+            take = min(remaining, self.entries_per_file - first,
+                       (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
+                       // CQ_STORE_UNIT_SIZE)
+            if take <= 0:
+                break
             view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
                                  offset=first * CQ_STORE_UNIT_SIZE)
             # SIZE fields first: a writer fills SIZE last, so every entry whose SIZE
@@ -187,12 +203,29 @@ class ConsumeQueue:
         if f is None:
             return None
         rel = pos - f.start_offset
+        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+            return None
         if not _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]:  # SIZE first (see read)
             return None
         off, size, tags = CQ_ENTRY.unpack_from(f.mm, rel)
         return off, size, tags
 
     # -- writing (callers hold the store's write lock) -----------------------------
+
+    def reserve(self, start: int, count: int) -> None:
+        """Give entries [start, start + count) their files and blocks (DiskFullError if not).
+
+        An append calls it before writing its record; ``put`` calls it again
+        (a comparison) for the writes of recovery and redispatch.
+        """
+        pos = start * CQ_STORE_UNIT_SIZE
+        end = pos + count * CQ_STORE_UNIT_SIZE
+        files = self.files.files
+        if files:
+            last = files[-1]
+            if last.start_offset <= pos and end - last.start_offset <= last.reserved:
+                return
+        self.files.reserve(pos, end)
 
     def put(self, start: int, offsets: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
         """Write entries for logical offsets start, start+1, ...
@@ -201,6 +234,7 @@ class ConsumeQueue:
         lock-free readers never see a half-written entry.
         """
         n = len(offsets)
+        self.reserve(start, n)
         if n == 1:  # the common single put: struct, not numpy
             pos = start * CQ_STORE_UNIT_SIZE
             f = self.files.get_or_create(pos)

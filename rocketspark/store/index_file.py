@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.store.mapped_file import INDEX_CHUNK, reserve_ahead, reserve_blocks
 from rocketspark.store.mapped_file import publish as _publish
 from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
@@ -331,6 +332,9 @@ class IndexFile:
         self.writable = writable
         self._mm = mm
         self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # Bytes [0, _reserved) have their blocks (known to this process): the header
+        # and slot table (random writes) whole, the entries a chunk ahead.
+        self._reserved = 0
         self._slots: np.ndarray | None = np.frombuffer(
             mm, dtype=">i4", count=hash_slot_num, offset=INDEX_HEADER_SIZE
         )
@@ -362,7 +366,12 @@ class IndexFile:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         mm = None
         try:
-            os.ftruncate(fd, size)  # sparse: slots and entries are never written as zeros
+            os.ftruncate(fd, size)
+            # The header, the slot table and the first entries get their blocks: a
+            # store into a page the file system cannot allocate kills the process
+            # (SIGBUS). Later entries are reserved ahead as they come (reserve).
+            reserved = min(size, INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + INDEX_CHUNK)
+            reserve_blocks(fd, reserved, path, fresh=True)
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             phy = prev_end_phy_offset if prev_end_phy_offset > 0 else 0
             ts = prev_end_timestamp if prev_end_timestamp > 0 else 0
@@ -376,7 +385,28 @@ class IndexFile:
             raise
         finally:
             os.close(fd)
-        return cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=True)
+        f = cls(path, mm, hash_slot_num=hash_slot_num, index_num=index_num, writable=True)
+        f._reserved = reserved
+        return f
+
+    def reserve(self, entries: int) -> None:
+        """Give the next ``entries`` entries (and the slot table) blocks; DiskFullError if not.
+
+        A comparison unless they pass the reserved mark; then up to a chunk
+        (INDEX_CHUNK) past them, capped at the file's size. A process that
+        opened the file reserves from its start once (the header and slot
+        table, a no-op where the file system already has their blocks).
+        """
+        count = max(_INT.unpack_from(self._mm, INDEX_COUNT_OFFSET)[0], 1)
+        end = self._entries_at + min(count + entries, self.index_num) * INDEX_ENTRY_SIZE
+        if end <= self._reserved:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._reserved = reserve_ahead(fd, self.path, self._reserved, end,
+                                           min(self.size, max(end, self._reserved) + INDEX_CHUNK))
+        finally:
+            os.close(fd)
 
     @classmethod
     def open(
@@ -488,6 +518,8 @@ class IndexFile:
         count = self._index_count()
         if count >= self.index_num:
             return False
+        if self._entries_at + (count + 1) * INDEX_ENTRY_SIZE > self._reserved:
+            self.reserve(1)
         key_hash = _abs_java_hash(java_hash)
         slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         prev = HASH_SLOT.unpack_from(mm, slot_at)[0]
@@ -535,6 +567,8 @@ class IndexFile:
         n = min(len(hashes), self.index_num - count)
         if n <= 0:
             return 0
+        if self._entries_at + (count + n) * INDEX_ENTRY_SIZE > self._reserved:
+            self.reserve(n)
         h = hashes[:n].astype(np.int64)
         phys, stamps = phys[:n], stamps[:n]
         key_hash = np.abs(h)
@@ -793,6 +827,37 @@ class IndexService:
             if f.index_count > 1:
                 return f.end_phy_offset
         return -1
+
+    def reserve(self, entries: int) -> int:
+        """Reserve the blocks of ``entries`` more entries in the newest file (DiskFullError
+        if not); return the bytes the new files they would start need (0: none).
+
+        Called by an append before it writes (holding the write lock): its
+        entries then never meet a missing block in the newest file; new files
+        reserve their blocks when created (only checked for room here).
+        """
+        room = 0
+        if self._files:  # (every put asks: the header read without the property's checks)
+            f = self._files[-1]
+            count = max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1)
+            room = max(0, self.index_num - count)
+            if entries <= room and (f._entries_at + (count + entries) * INDEX_ENTRY_SIZE
+                                    <= f._reserved):
+                return 0  # the hot path: reserved already
+            if room:
+                f.reserve(min(entries, room))
+        if entries <= room:
+            return 0
+        per_file = self.index_num - 1  # entry 0 is never used
+        left = entries - room
+        size = index_file_size(self.hash_slot_num, self.index_num)
+        slots_end = INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE
+        need = 0
+        while left > 0:
+            take = min(left, per_file)
+            need += min(size, slots_end + (take + 1) * INDEX_ENTRY_SIZE + INDEX_CHUNK)
+            left -= take
+        return need
 
     # -- writing -----------------------------------------------------------------------
 

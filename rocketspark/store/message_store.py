@@ -24,6 +24,7 @@ import numpy as np
 from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
+    DiskFullError,
     FlushTimeoutError,
     InvalidMessageError,
     MessageTooLargeError,
@@ -54,7 +55,8 @@ from rocketspark.store.config import (
     validate_group,
     validate_topic,
 )
-from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
+from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
     IndexService,
     hex_suffixed_hash,
@@ -343,6 +345,14 @@ class MessageStore:
             self.config = config
             if first:  # nobody else has the store open: nothing is being made or grown
                 layout.check_file_sizes(self.root, geometry)
+            # Sparse files (an older store's) get their blocks now; when some cannot
+            # (a full disk), files are mapped read-only and writes refused until reopened.
+            self._write_refused = reserve_sparse_files(self.root) if first else None
+            self._files_writable = self._write_refused is None
+            self._guard = DiskGuard(self.root, config.disk_space_warning_level_ratio,
+                                    config.disk_space_clean_forcibly_ratio,
+                                    config.disk_max_used_space_ratio)
+            self._touched: list[tuple[str, int, int, int]] = []  # queue offsets an append took
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
@@ -357,12 +367,13 @@ class MessageStore:
             # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
             # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
             self.commit_log = CommitLog(self.root, config.mapped_file_size_commit_log,
-                                        self.store_host,
+                                        self.store_host, writable=self._files_writable,
                                         warm=config.flush_disk_type != "SYNC_FLUSH")
             self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
             self.index = IndexService(os.path.join(self.root, "index"),
                                       hash_slot_num=config.max_hash_slot_num,
-                                      index_num=config.max_index_num)
+                                      index_num=config.max_index_num,
+                                      writable=self._files_writable)
             config_dir = os.path.join(self.root, "config")
             self.topics = TopicConfigTable(config_dir)
             self.offsets = ConsumerOffsetTable(config_dir)
@@ -396,7 +407,13 @@ class MessageStore:
             # (topic, queue id) -> first missing entry (see _rebuild_queues).
             self._gaps: dict[tuple[str, int], int] = {}
             if first:
-                self.recovery_report = self._recover(truncate_at, full=full_recovery)
+                try:
+                    self.recovery_report = self._recover(truncate_at, full=full_recovery)
+                except Exception as exc:
+                    if self._write_refused is None:
+                        raise
+                    raise DiskFullError(f"store {self.root} needs recovery, which cannot "
+                                        f"write: {self._write_refused}") from exc
                 self._adopt_unlisted_topics()
                 self._lock.downgrade()
             elif truncate_at is not None:
@@ -586,7 +603,8 @@ class MessageStore:
                 q = self._queues.get(key)
                 if q is None:
                     q = ConsumeQueue(self.root, topic, queue_id,
-                                     self.config.mapped_file_size_consume_queue)
+                                     self.config.mapped_file_size_consume_queue,
+                                     writable=self._files_writable)
                     self._queues[key] = q
         return q
 
@@ -699,6 +717,7 @@ class MessageStore:
                     msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip,
                     store.port, msg.reconsume_times, 0, len(body)), body, rest]))
                 end = pos + total
+                self._make_room(writes[0][0], end, 1 + len(keys))
                 state.pending_end = end
                 self.commit_log.warm(writes[0][0], end)
                 self.commit_log._write(writes)
@@ -1240,8 +1259,11 @@ class MessageStore:
         state = self.state
         start = state.commit_pos
         store_ts = max(now, self.clock())
+        index_entries = (len(batch) + sum(s.count(" ") + 1 for s in key_strings)
+                         + _index_entries(then))
 
         def set_pending(end: int) -> None:
+            self._make_room(start, end, index_entries)
             state.pending_end = end
 
         try:
@@ -1420,6 +1442,7 @@ class MessageStore:
         store_ts = max(now, self.clock())
 
         def set_pending(end: int) -> None:
+            self._make_room(start, end, _index_entries(prepared))
             state.pending_end = end
 
         try:
@@ -1467,7 +1490,47 @@ class MessageStore:
     def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
         n = self._next_queue_offset(topic, queue_id)
         self._qo[(topic, queue_id)] = n + count
+        self._touched.append((topic, queue_id, n, count))
         return n
+
+    def _make_room(self, start: int, end: int, index_entries: int) -> None:
+        """Reserve the blocks an append of CommitLog [start, end) writes, or refuse it.
+
+        Called holding the write lock once the append has reserved its queue
+        offsets (``_touched``) and before it writes a byte, so a refused append
+        (DiskFullError: the disk guard, or no blocks for its writes; its caller
+        gives the queue offsets back) leaves nothing behind but, at most,
+        ConsumeQueue blocks or files past their queue's end, which hold
+        nothing. Blocks are reserved a chunk ahead (MappedFile.reserve): most
+        appends cost a comparison per file. The ConsumeQueue entries first,
+        then the index entries, the CommitLog last (a segment past an
+        unfinished one would be left empty). An index file the append will
+        start is only checked for room: it is created, with the blocks of its
+        slot table and first entries, when the append's entries reach it.
+        """
+        touched = self._touched
+        if touched:
+            self._touched = []
+        if self._write_refused is not None:
+            raise self._write_refused
+        self._guard.check()
+        for topic, qid, first, count in touched:
+            q = self._cq(topic, qid)
+            q_files = q.files.files
+            if q_files:  # the hot path, inlined: within the last file's reserved blocks
+                last = q_files[-1]
+                pos = first * CQ_STORE_UNIT_SIZE - last.start_offset
+                if pos >= 0 and pos + count * CQ_STORE_UNIT_SIZE <= last.reserved:
+                    continue
+            q.reserve(first, count)
+        need = self.index.reserve(index_entries)
+        if need:
+            self._guard.require(need, "the new index files of this put")
+        cl = self.commit_log.files
+        files = cl.files
+        if (not files or start < files[-1].start_offset
+                or end - files[-1].start_offset > files[-1].reserved):
+            cl.reserve(start, end)
 
     def _give_back_queue_offsets(self) -> None:
         """Forget reserved queue offsets after an append failed before COMMIT_POS moved.
@@ -1477,6 +1540,7 @@ class MessageStore:
         append reads each queue's end from its ConsumeQueue again.
         """
         self._qo.clear()
+        self._touched = []
 
     def _check_delay_level(self, level: int, where: str = "") -> int:
         """Return ``level`` if it is one of the configured delay levels (1..n)."""
@@ -2637,6 +2701,11 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
         else:
             out.append(int(h))
     return out
+
+
+def _index_entries(records: Sequence[PreparedRecord]) -> int:
+    """At most how many index entries ``records`` add (UNIQ_KEY and each key)."""
+    return sum(1 + len(r.keys) for r in records)
 
 
 def _parse_host(text: str) -> HostAddress:

@@ -32,6 +32,7 @@ size) on every call and re-read it when another process has replaced it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -45,6 +46,7 @@ from typing import Any
 
 from rocketspark.errors import CorruptRecordError
 from rocketspark.store.config import validate_group, validate_topic
+from rocketspark.store.mapped_file import disk_full
 
 __all__ = [
     "TOPICS_FILE",
@@ -181,6 +183,12 @@ def _replace(path: str, data: bytes, *, backup: bool) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The old file stays as it was; the half-written copy goes.
+        os.unlink(tmp)
+        raise disk_full(path, len(data), exc) from None
     finally:
         os.close(fd)
     if backup and os.path.exists(path):

@@ -25,7 +25,7 @@ from rocketspark.errors import CorruptRecordError, RocketSparkError
 from rocketspark.store import layout
 from rocketspark.store.commit_log import find_valid_record, scan_files
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
-from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue
+from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue, data_end
 from rocketspark.store.message import SCHEDULE_TOPIC, tags_code, transaction_type
 from rocketspark.store.message_codec import RECORD_INVALID, check_record
 from rocketspark.store.store_state import (
@@ -279,8 +279,11 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
     holes_reported = False
     last = n
     for f in q.files:
-        entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE,
-                                count=f.size // CQ_STORE_UNIT_SIZE)
+        # Only what holds data: holes are empty entries, and reading one through
+        # the mapping allocates a page on tmpfs (SIGBUS when it is full).
+        per_file = f.size // CQ_STORE_UNIT_SIZE
+        count = min(per_file, data_end(f._fd, f.size) // CQ_STORE_UNIT_SIZE)
+        entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)
         for off, size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
                                    entries["tags"].tolist()):
             if size == 0:
@@ -319,4 +322,8 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
             n += 1
             last = n
         del entries
+        if count < per_file:  # the holes: empty entries
+            if hole is None:
+                hole = n
+            n += per_file - count
     return last

@@ -51,6 +51,7 @@ import time
 import zlib
 
 from rocketspark.errors import StoreLockedError
+from rocketspark.store.mapped_file import reserve_blocks
 
 STATE_FILE = "rocketspark.state"
 WRITE_LOCK_FILE = "rocketspark.write.lock"
@@ -105,9 +106,16 @@ class StoreState:
         self.path = os.path.join(root, STATE_FILE)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self.existed = os.fstat(fd).st_size >= STATE_SIZE
+            size = os.fstat(fd).st_size
+            self.existed = size >= STATE_SIZE
             if not self.existed:
-                os.ftruncate(fd, STATE_SIZE)
+                try:
+                    os.ftruncate(fd, STATE_SIZE)
+                    reserve_blocks(fd, STATE_SIZE, self.path, fresh=size == 0)
+                except BaseException:
+                    if size == 0:
+                        os.unlink(self.path)
+                    raise
             self._mm = mmap.mmap(fd, STATE_SIZE)
         finally:
             os.close(fd)
