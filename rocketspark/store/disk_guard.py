@@ -109,7 +109,7 @@ def _mapped_files(root: str) -> list[str]:
     return paths
 
 
-def reserve_sparse_files(root: str) -> DiskFullError | None:
+def reserve_sparse_files(root: str, segments: list[str] | None = None) -> DiskFullError | None:
     """Reserve the holes inside the written data of every mapped file of the store at ``root``.
 
     Stores written by older rocketspark versions or by a RocketMQ broker may
@@ -117,22 +117,35 @@ def reserve_sparse_files(root: str) -> DiskFullError | None:
     where a write through the mapping (recovery, the next put) would die of
     SIGBUS on a full disk. Holes past a file's last data are left alone: the
     store reads none of them (scans skip holes) and writers reserve blocks
-    ahead of themselves. Call holding the store's lock
+    ahead of themselves. ``segments``: the CommitLog, ConsumeQueue and index
+    files, when a listing of them is at hand. Call holding the store's lock
     exclusively (holes may be filled with zeros, see ``reserve_blocks``).
     Returns None when every file is reserved, else the DiskFullError that
     writes must be refused with (the store still serves reads). On tmpfs even
     reading a hole through a mapping allocates memory, so there it raises.
     """
     failed: list[DiskFullError] = []
-    for path in _mapped_files(root):
+    paths = (_mapped_files(root) if segments is None else
+             [os.path.join(root, name) for name in (STATE_FILE, "checkpoint")] + segments)
+    for path in paths:
         try:
             fd = os.open(path, os.O_RDWR)
         except (FileNotFoundError, IsADirectoryError):
             continue
         try:
-            size = os.fstat(fd).st_size
-            # fallocate of blocks a file already has is a no-op (a walk of its extents).
-            reserve_blocks(fd, data_end(fd, size), path, fresh=False)
+            st = os.fstat(fd)
+            end = data_end(fd, st.st_size)
+            try:
+                first_hole = os.lseek(fd, 0, os.SEEK_HOLE)
+            except OSError:
+                first_hole = 0  # the file system cannot tell: reserve
+            if first_hole >= end:
+                continue  # no hole among the data (the common case: nothing to do)
+            reserve_blocks(fd, end, path, fresh=False)
+            # Reserving blocks changes no byte, but ext4 stamps the file's mtime all the
+            # same, and segments expire by mtime (fileReservedTime, `store clean`).
+            if os.fstat(fd).st_mtime_ns != st.st_mtime_ns:
+                os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         except DiskFullError as exc:
             failed.append(exc)
         finally:

@@ -422,10 +422,12 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
 
 
 def wrong_size_files(root: str, geometry: StoreGeometry, *,
-                     remove_temporaries: bool = False) -> list[SegmentSizeError]:
+                     remove_temporaries: bool = False,
+                     seen: list[str] | None = None) -> list[SegmentSizeError]:
     """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's.
 
     One listing of each directory; ``remove_temporaries``: see :func:`check_file_sizes`.
+    ``seen`` collects the path of every file looked at.
     """
     g = geometry.values
     out = []
@@ -439,6 +441,8 @@ def wrong_size_files(root: str, geometry: StoreGeometry, *,
     for directory, size, what, key, digits in checks:
         for start, actual, path in _segment_files(directory, digits=digits,
                                                   remove_temporaries=remove_temporaries):
+            if seen is not None:
+                seen.append(path)
             if actual != size or (digits == FILE_NAME_DIGITS and start % size):
                 out.append(_size_error(path, what, key, size, actual))
     if remove_temporaries:
@@ -446,15 +450,18 @@ def wrong_size_files(root: str, geometry: StoreGeometry, *,
     return out
 
 
-def check_file_sizes(root: str, geometry: StoreGeometry) -> None:
+def check_file_sizes(root: str, geometry: StoreGeometry) -> list[str]:
     """Raise SegmentSizeError for the first file :func:`wrong_size_files` finds.
 
     Also deletes the segment and index files a killed process left half made:
-    only for the first opener, which holds the store exclusively.
+    only for the first opener, which holds the store exclusively. Returns the
+    paths of the CommitLog, ConsumeQueue and index files (one listing serves
+    the open's later walks too).
     """
-    wrong = wrong_size_files(root, geometry, remove_temporaries=True)
+    seen: list[str] = []
+    wrong = wrong_size_files(root, geometry, remove_temporaries=True, seen=seen)
     if not wrong:
-        return
+        return seen
     first = wrong[0]
     if len(wrong) > 1:
         first.args = (f"{first}; and {len(wrong) - 1} more file(s) of the wrong size "

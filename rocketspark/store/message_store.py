@@ -343,11 +343,13 @@ class MessageStore:
                 geometry = layout.read_geometry(self.root, config, explicit)
             config = dataclasses.replace(config, **geometry.as_config())
             self.config = config
+            self._write_refused = None
             if first:  # nobody else has the store open: nothing is being made or grown
-                layout.check_file_sizes(self.root, geometry)
-            # Sparse files (an older store's) get their blocks now; when some cannot
-            # (a full disk), files are mapped read-only and writes refused until reopened.
-            self._write_refused = reserve_sparse_files(self.root) if first else None
+                segments = layout.check_file_sizes(self.root, geometry)
+                # Sparse files (an older store's) get their blocks now; when some cannot
+                # (a full disk), files are mapped read-only and writes refused until
+                # reopened.
+                self._write_refused = reserve_sparse_files(self.root, segments)
             self._files_writable = self._write_refused is None
             self._guard = DiskGuard(self.root, config.disk_space_warning_level_ratio,
                                     config.disk_space_clean_forcibly_ratio,
