@@ -2415,10 +2415,21 @@ class MessageStore:
         """
         done = []
         gaps, self._gaps = self._gaps, {}
+        starts = {}
+        for key, first in gaps.items():
+            prev = self._cq(*key).entry(first - 1) if first > 0 else None
+            starts[key] = prev[0] + prev[1] if prev is not None else self.commit_log.min_offset
+        # A process killed half way leaves entries dropped and records renumbered
+        # with no hole left to find: DISPATCHED_POS goes back to where the scans
+        # start, so the next sync or open redispatches from there, meets the
+        # records not yet renumbered as a gap and rebuilds again.
+        state = self.state
+        dispatched = state.dispatched_pos
+        if starts and min(starts.values()) < dispatched:
+            state.dispatched_pos = min(starts.values())
         for (topic, qid), first in sorted(gaps.items()):
             q = self._cq(topic, qid)
-            prev = q.entry(first - 1) if first > 0 else None
-            phy = prev[0] + prev[1] if prev is not None else self.commit_log.min_offset
+            phy = starts[(topic, qid)]
             q.truncate_to(first)
             written = _written_end(q)
             if written > first:
@@ -2441,6 +2452,7 @@ class MessageStore:
             log.warning("store %s: ConsumeQueue %s/%d rebuilt from the CommitLog from entry "
                         "%d; it has %d entries", self.root, topic, qid, first, n)
             done.append((topic, qid, first, n))
+        state.dispatched_pos = dispatched
         return done
 
     def _may_have_queue(self, topic: str, queue_id: int) -> bool:

@@ -375,6 +375,39 @@ def test_a_hole_in_an_earlier_consumequeue_file_is_rebuilt_after_a_crash(tmp_pat
     assert check_store(root).ok
 
 
+_KILLED_REBUILD = """
+import os, signal, sys
+from rocketspark.store import MessageStore
+from rocketspark.store.commit_log import CommitLog
+from tests.store.helpers.writer import SMALL
+rewrite, left = CommitLog.set_queue_offset, [int(sys.argv[2])]
+def killing(self, pos, queue_offset):
+    rewrite(self, pos, queue_offset)
+    left[0] -= 1
+    if not left[0]:
+        os.kill(os.getpid(), signal.SIGKILL)  # renumbered, its entry not yet written
+CommitLog.set_queue_offset = killing
+MessageStore.open(sys.argv[1], **SMALL)
+"""
+
+
+@pytest.mark.parametrize("kill_after", [1, 3, 6])
+def test_a_rebuild_killed_half_way_is_finished_by_the_next_open(tmp_path, kill_after):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        _put_after_a_refused_put(s, 3, 6, holes=2)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_REBUILD, root, str(kill_after)],
+                          cwd=ROOT, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    with MessageStore.open(root, **SMALL) as s:
+        assert s.max_offset("t", 0) == 9
+        msgs = s.pull("t", 0, 0, 20).messages
+        assert [m.body for m in msgs] == [b"a0", b"a1", b"a2"] + [b"b%d" % i for i in range(6)]
+        assert [m.queue_offset for m in msgs] == list(range(9))
+    assert check_store(root).ok
+
+
 def test_store_recover_rebuilds_entries_a_consumequeue_lost(tmp_path):
     root = str(tmp_path / "s")
     _build(root, n=40, queues=1)
