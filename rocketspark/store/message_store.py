@@ -2127,8 +2127,11 @@ class MessageStore:
         state = self.state
         abort_path = os.path.join(self.root, ABORT_FILE)
         abort = os.path.exists(abort_path)
-        damaged = state.damaged_fields() if state.existed and state.valid else []
-        trusted = state.valid and not damaged
+        # A format-1 file (no checks, written by an older rocketspark) is not damaged:
+        # its positions serve as a scan start once the CommitLog confirms it.
+        legacy = state.existed and state.valid and state.format_version == 1
+        damaged = state.damaged_fields() if state.existed and state.valid and not legacy else []
+        trusted = state.valid and not damaged and not legacy
         report = RecoveryReport(abnormal_exit=abort)
         log_files = self.commit_log.files
         if not state.valid:
@@ -2137,7 +2140,7 @@ class MessageStore:
             report.state_damaged = damaged
             log.warning("store %s: %s fails its checks (%s); finding the end of the data "
                         "from the CommitLog", self.root, state.path,
-                        "format 1" if state.format_version == 1 else ", ".join(damaged))
+                        ", ".join(damaged))
         if trusted:
             commit, pending = state.commit_pos, state.pending_end
             # Processes that may exit without close() (Spark's workers) and left
@@ -2158,7 +2161,9 @@ class MessageStore:
                 start = self._safe_scan_start(abort)
         else:
             commit = pending = -1
-            start = self._safe_scan_start(abort)
+            start = self._legacy_scan_start() if legacy else None
+            if start is None:
+                start = self._safe_scan_start(abort)
         if full:
             start = log_files.min_offset
         flushed_before = state.flushed_pos if trusted else start
@@ -2343,6 +2348,17 @@ class MessageStore:
 
     def _is_empty(self) -> bool:
         return not self.commit_log.files.files
+
+    def _legacy_scan_start(self) -> int | None:
+        """The scan start a format-1 state gives (its lowest position), if the CommitLog
+        confirms it: a record starts or ends there. None: it does not."""
+        commit, _pending, dispatched, flushed = self.state.legacy_positions()
+        start = min(commit, dispatched, flushed)
+        if start < self.commit_log.files.min_offset or not (
+                self._is_record(start) or self._ends_a_record(start)):
+            return None
+        log.info("store %s: upgrading a format-1 state file; scanning from %d", self.root, start)
+        return start
 
     def _safe_scan_start(self, abnormal: bool) -> int:
         """Where to scan from without a trusted state (damaged, or a RocketMQ broker's store).

@@ -512,6 +512,34 @@ def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
     shutil.rmtree(root)
 
 
+@SETTINGS
+@given(data=st.data())
+def test_a_v1_state_is_a_hint_not_damage(tmp_path_factory, data):
+    """An older rocketspark's state (no checks) is no damage to report; its end,
+    once the CommitLog confirms it, spares the upgrade a scan of the whole log."""
+    import struct
+
+    root = str(tmp_path_factory.mktemp("v1") / "s")
+    results = _build(root)
+    ends = [r.commitlog_offset + r.store_size for r in results]
+    end = ends[-1]
+    claim = data.draw(st.one_of(st.just(end), st.sampled_from(ends),
+                                st.integers(0, end + 5000)))
+    raw = bytearray(open(os.path.join(root, "rocketspark.state"), "rb").read())
+    struct.pack_into(">8sii", raw, 0, b"RSPKSTAT", 1, 0)
+    for off in (16, 24, 32, 40, 56):
+        struct.pack_into(">q", raw, off, claim)
+    open(os.path.join(root, "rocketspark.state"), "wb").write(bytes(raw))
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.state_damaged == [] and rep.damage is None
+        if claim == end:
+            assert rep.scanned_from == end
+        assert len(_bodies(s)) == 60
+        assert s.put(Message("t", b"n")).commitlog_offset == end
+    assert check_store(root).ok
+
+
 def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
     """A hole behind damage is not rebuilt yet: a rebuild would drop the entries of
     the records after the damage."""
