@@ -2263,7 +2263,12 @@ class MessageStore:
         clean = quick and end == commit
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
-        if damage is None:
+        if damage is None and clean and not abort and not self._gaps:
+            # The last process to close flushed every queue: only a crash (which leaves
+            # the abort file) or an older rocketspark (a format-1 state, never clean
+            # here) leaves a hole, so a clean open maps no ConsumeQueue.
+            pass
+        elif damage is None:
             report.repaired_queues = self._repair_queues(cut, full=not clean)
         elif self._gaps:
             # A rebuild would drop the entries of records past the damage: queues
@@ -2392,9 +2397,10 @@ class MessageStore:
         """Find ConsumeQueue holes and rebuild those queues from the CommitLog.
 
         A hole (an empty entry with written entries after it) hides every
-        later entry from readers. Every first open checks each queue's last
-        file (the one max_offset reads anyway); an open after anything but a
-        clean shutdown checks every file. Holes in the half-message queue are
+        later entry from readers. A first open after processes that ended
+        without close() checks each queue's last file (the one max_offset
+        reads anyway); one after a crash, an older rocketspark or anything
+        the scan repaired checks every file (a clean shutdown: none). Holes in the half-message queue are
         only reported: its offsets identify transactions.
         """
         base = os.path.join(self.root, "consumequeue")

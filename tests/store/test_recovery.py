@@ -82,6 +82,23 @@ def _touch_abort(root):
     open(os.path.join(root, "abort"), "wb").close()
 
 
+def _as_format_1(root, pos=None):
+    """Leave the state file as a rocketspark before checked fields wrote it (every
+    position ``pos``, by default the end of the data)."""
+    import struct
+
+    if pos is None:
+        state = StoreState(root)
+        pos = state.commit_pos
+        state.close()
+    path = os.path.join(root, "rocketspark.state")
+    raw = bytearray(open(path, "rb").read())
+    struct.pack_into(">8sii", raw, 0, b"RSPKSTAT", 1, 0)
+    for off in (16, 24, 32, 40, 56):
+        struct.pack_into(">q", raw, off, pos)
+    open(path, "wb").write(bytes(raw))
+
+
 def _crash(root):
     """Leave the store as a process that had to close() it and died leaves it."""
     _touch_abort(root)
@@ -352,6 +369,8 @@ def test_a_consumequeue_hole_is_rebuilt_on_the_next_open(tmp_path, holes, crashe
         _put_after_a_refused_put(s, 3, 4, holes=holes)
     if crashed:
         _touch_abort(root)
+    else:  # closed cleanly by the older rocketspark that made the hole
+        _as_format_1(root)
     assert any("hole" in p for p in check_store(root).problems)
     with MessageStore.open(root, **SMALL) as s:
         assert s.max_offset("t", 0) == 7
@@ -360,6 +379,19 @@ def test_a_consumequeue_hole_is_rebuilt_on_the_next_open(tmp_path, holes, crashe
         assert [m.queue_offset for m in msgs] == list(range(7))  # renumbered
         assert s.put(Message("t", b"c", queue_id=0)).queue_offset == 7
     assert check_store(root).ok
+
+
+def test_an_open_after_a_clean_shutdown_maps_no_consumequeue(tmp_path):
+    """Hole checks cost a mapping per queue; after a clean close there is none to find."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        for t in range(20):
+            s.create_topic(f"t{t}", queues=4)
+            s.put_batch([Message(f"t{t}", b"x", queue_id=q) for q in range(4)])
+    with MessageStore.open(root, **SMALL) as s:
+        assert s.recovery_report.scanned_from is None
+        assert not s._queues
+        assert s.max_offset("t7", 3) == 1
 
 
 def test_a_hole_in_an_earlier_consumequeue_file_is_rebuilt_after_a_crash(tmp_path):
@@ -397,6 +429,7 @@ def test_a_rebuild_killed_half_way_is_finished_by_the_next_open(tmp_path, kill_a
     with MessageStore.open(root, **SMALL) as s:
         s.create_topic("t", queues=1)
         _put_after_a_refused_put(s, 3, 6, holes=2)
+    _as_format_1(root)  # the older rocketspark that made the hole closed cleanly
     proc = subprocess.run([sys.executable, "-c", _KILLED_REBUILD, root, str(kill_after)],
                           cwd=ROOT, capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
@@ -517,19 +550,13 @@ def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
 def test_a_v1_state_is_a_hint_not_damage(tmp_path_factory, data):
     """An older rocketspark's state (no checks) is no damage to report; its end,
     once the CommitLog confirms it, spares the upgrade a scan of the whole log."""
-    import struct
-
     root = str(tmp_path_factory.mktemp("v1") / "s")
     results = _build(root)
     ends = [r.commitlog_offset + r.store_size for r in results]
     end = ends[-1]
     claim = data.draw(st.one_of(st.just(end), st.sampled_from(ends),
                                 st.integers(0, end + 5000)))
-    raw = bytearray(open(os.path.join(root, "rocketspark.state"), "rb").read())
-    struct.pack_into(">8sii", raw, 0, b"RSPKSTAT", 1, 0)
-    for off in (16, 24, 32, 40, 56):
-        struct.pack_into(">q", raw, off, claim)
-    open(os.path.join(root, "rocketspark.state"), "wb").write(bytes(raw))
+    _as_format_1(root, claim)
     with MessageStore.open(root, **SMALL) as s:
         rep = s.recovery_report
         assert rep.state_damaged == [] and rep.damage is None
