@@ -2151,9 +2151,11 @@ class MessageStore:
             start = min(state.flushed_pos, state.dispatched_pos, commit)
             if start < log_files.min_offset:  # segments expired (a broker deleted them)
                 start = log_files.min_offset
-            # (Damage found last time starts where the last valid record ended.)
+            # (Damage found last time starts where the last valid record ended; a torn
+            # record at COMMIT_POS, as a writer killed inside an append leaves it,
+            # starts where a verified record ends.)
             if not (state.damage_following and start == state.damage_pos
-                    ) and not self._is_boundary(start):
+                    ) and not self._is_boundary(start) and not self._ends_a_record(start):
                 log.warning("store %s: position %d of %s is not a record boundary of the "
                             "CommitLog; scanning from a segment start", self.root, start,
                             state.path)
@@ -2185,7 +2187,8 @@ class MessageStore:
             quick = quick and end != commit
             after = self.commit_log.next_valid(end)
         seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
-        if after is not None and start != seg_start and not self._is_record(start):
+        if (after is not None and start != seg_start and not self._is_record(start)
+                and not self._ends_a_record(start)):
             # Zeros at a position the state gave could be zeros inside a record:
             # damage is only ever judged by a scan from a known record boundary.
             start = report.scanned_from = max(seg_start, log_files.min_offset)

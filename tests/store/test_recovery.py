@@ -526,6 +526,41 @@ def test_a_sigkilled_worker_inside_an_append_is_still_a_crash(tmp_path):
         assert [m.body for m in s.pull("t", 0, 0).messages] == [b"kept"]
 
 
+_KILLED_AFTER_HEADERS = """
+import os, signal, sys
+from rocketspark.store import MessageStore, commit_log
+from tests.store.helpers.writer import SMALL
+s = MessageStore.open(sys.argv[1], **SMALL)
+copy = commit_log.interleave_rows
+def headers_only(columns, widths, out):
+    copy(columns, widths, out)
+    out.reshape(-1, sum(widths))[:, widths[0]:] = 0  # bodies and the rest not copied yet
+    os.kill(os.getpid(), signal.SIGKILL)
+commit_log.interleave_rows = headers_only
+s.put_columns([b"u%05d" % i for i in range(3000)], topic="t", queue_ids=[0] * 3000)
+"""
+
+
+def test_a_torn_record_at_commit_pos_keeps_the_state_trusted(tmp_path, caplog):
+    """A writer killed after copying the records' headers (the columnar put copies column
+    by column) leaves a torn record at COMMIT_POS: that is an unfinished append, not a
+    reason to distrust the state and re-verify a whole segment."""
+    root = str(tmp_path / "s")
+    results = _build(root, n=300, queues=1)
+    end = results[-1].commitlog_offset + results[-1].store_size
+    assert end % SEG, "the append must start inside a segment"
+    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER_HEADERS, root], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.scanned_from == end and rep.commit_end == end and rep.damage is None
+        assert "not a record boundary" not in caplog.text
+        assert len(_bodies(s)) == 300
+        assert s.put(Message("t", b"next")).commitlog_offset == end
+    assert check_store(root).ok
+
+
 def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
     """A store last written by a rocketspark whose state had no checks."""
     root = str(tmp_path / "s")
