@@ -561,6 +561,38 @@ def test_a_torn_record_at_commit_pos_keeps_the_state_trusted(tmp_path, caplog):
     assert check_store(root).ok
 
 
+_KILLED_MID_COPY = """
+import os, signal, sys
+from rocketspark.store import Message, MessageStore, commit_log
+from tests.store.helpers.writer import SMALL
+s = MessageStore.open(sys.argv[1], **SMALL)
+def copied_but_the_first_bytes(self, writes):
+    for at, parts in writes:
+        f = self.files.find(at)
+        data = b"".join(parts)
+        f.mm[at - f.start_offset + 32:at - f.start_offset + len(data)] = data[32:]
+    os.kill(os.getpid(), signal.SIGKILL)  # memcpy stores its first vector last
+commit_log.CommitLog._write = copied_but_the_first_bytes
+s.put_batch([Message("t", b"unacked%d" % i) for i in range(5)])
+"""
+
+
+def test_store_check_after_a_writer_killed_mid_copy_reports_no_damage(tmp_path):
+    """Valid records inside an unfinished append are the open's to discard, not damage."""
+    root = str(tmp_path / "s")
+    _build(root, n=60, queues=2)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, root], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    problems = check_store(root).problems
+    assert len(problems) == 1 and problems[0].startswith("unfinished append"), problems
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.damage is None and rep.reason == "unfinished append"
+        assert len(_bodies(s)) == 60
+    assert check_store(root).ok
+
+
 def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
     """A store last written by a rocketspark whose state had no checks."""
     root = str(tmp_path / "s")
