@@ -2163,7 +2163,13 @@ class MessageStore:
                 start = self._safe_scan_start(abort)
         else:
             commit = pending = -1
-            start = self._legacy_scan_start() if legacy else None
+            start = None
+            if legacy:
+                commit_v1, _pending, dispatched_v1, flushed_v1 = state.legacy_positions()
+                start = self._confirmed_start(min(commit_v1, dispatched_v1, flushed_v1))
+            elif damaged and "FLUSHED_POS" not in damaged:
+                # FLUSHED_POS <= DISPATCHED_POS: all before it was dispatched and flushed.
+                start = self._confirmed_start(state.flushed_pos)
             if start is None:
                 start = self._safe_scan_start(abort)
         if full:
@@ -2357,15 +2363,14 @@ class MessageStore:
     def _is_empty(self) -> bool:
         return not self.commit_log.files.files
 
-    def _legacy_scan_start(self) -> int | None:
-        """The scan start a format-1 state gives (its lowest position), if the CommitLog
-        confirms it: a record starts or ends there. None: it does not."""
-        commit, _pending, dispatched, flushed = self.state.legacy_positions()
-        start = min(commit, dispatched, flushed)
+    def _confirmed_start(self, start: int) -> int | None:
+        """``start`` (a position of a state file not trusted as a whole) if the CommitLog
+        confirms it as a place to scan from: a record starts or ends there."""
         if start < self.commit_log.files.min_offset or not (
                 self._is_record(start) or self._ends_a_record(start)):
             return None
-        log.info("store %s: upgrading a format-1 state file; scanning from %d", self.root, start)
+        log.info("store %s: scanning from %d, where %s says the data was dispatched",
+                 self.root, start, self.state.path)
         return start
 
     def _safe_scan_start(self, abnormal: bool) -> int:

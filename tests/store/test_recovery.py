@@ -175,6 +175,31 @@ def test_a_damaged_state_file_is_reported_and_rebuilt(tmp_path):
     assert check_store(root).ok
 
 
+@pytest.mark.parametrize("field", ["COMMIT_POS", "DISPATCHED_POS", "FLUSHED_POS"])
+def test_a_damaged_field_leaves_the_intact_flushed_pos_a_hint(tmp_path, field):
+    """Only FLUSHED_POS (the lowest position: dispatched and on disk before it), once the
+    CommitLog confirms it, spares a scan from a segment start."""
+    from rocketspark.store.store_state import CHECKED_FIELDS
+
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=2)
+        results = s.put_batch([Message("t", b"m%03d" % i + b"p" * 300) for i in range(500)])
+    end = results[-1].commitlog_offset + results[-1].store_size
+    assert end > 2 * SEG
+    _flip(os.path.join(root, "rocketspark.state"), CHECKED_FIELDS[field] + 5, 0x10)
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.state_damaged == [field] and rep.damage is None and rep.commit_end == end
+        if field == "FLUSHED_POS":
+            assert rep.scanned_from % SEG == 0 and rep.scanned_from < end
+        else:
+            assert rep.scanned_from == end
+        assert len(_bodies(s)) == 500
+        assert s.put(Message("t", b"n")).commitlog_offset == end
+    assert check_store(root).ok
+
+
 # -- records another writer appended -------------------------------------------------------
 
 
