@@ -2107,7 +2107,8 @@ class MessageStore:
 
         - none: the end is a torn tail; its bytes are zeroed, queue and index
           entries past it dropped;
-        - with a trusted state saying a writer died inside an append
+        - with a trusted state (or a format-1 one whose COMMIT_POS a record
+          ends at) saying a writer died inside an append
           (COMMIT_POS < PENDING_END) and no record verifying at or past
           PENDING_END: the whole append goes, as a live writer would wipe it
           (_sync_with_writers), so an append of several records is all or
@@ -2165,8 +2166,12 @@ class MessageStore:
             commit = pending = -1
             start = None
             if legacy:
-                commit_v1, _pending, dispatched_v1, flushed_v1 = state.legacy_positions()
+                commit_v1, pending_v1, dispatched_v1, flushed_v1 = state.legacy_positions()
                 start = self._confirmed_start(min(commit_v1, dispatched_v1, flushed_v1))
+                if start is not None and self._ends_a_record(commit_v1):
+                    # A writer of that rocketspark killed inside an append: all or
+                    # nothing, as it recovered (the unfinished-append rule below).
+                    commit, pending = commit_v1, pending_v1
             elif damaged and "FLUSHED_POS" not in damaged:
                 # FLUSHED_POS <= DISPATCHED_POS: all before it was dispatched and flushed.
                 start = self._confirmed_start(state.flushed_pos)
@@ -2203,7 +2208,7 @@ class MessageStore:
         report.reason = reason
         damage: tuple[int, int, int] | None = None  # (resume, following, end of valid data)
         cut = end
-        if trusted and commit < pending and commit <= end <= pending and (
+        if commit < pending and commit <= end <= pending and (
                 self.commit_log.next_valid(pending) is None):
             # A writer was killed inside an append: what it had copied was never
             # acknowledged (COMMIT_POS had not moved). A record verifying past

@@ -618,6 +618,31 @@ def test_store_check_after_a_writer_killed_mid_copy_reports_no_damage(tmp_path):
     assert check_store(root).ok
 
 
+def test_an_append_a_v1_writer_died_inside_is_still_all_or_nothing(tmp_path):
+    """A store whose older rocketspark writer was killed inside a put_batch (COMMIT_POS
+    before it, PENDING_END after it): the upgrade discards the whole append, as that
+    rocketspark did, instead of keeping its copied records."""
+    root = str(tmp_path / "s")
+    kept = _build(root, n=60)
+    commit = kept[-1].commitlog_offset + kept[-1].store_size
+    with MessageStore.open(root, **SMALL) as s:
+        lost = s.put_batch([Message("t", b"unacked%d" % i) for i in range(7)])
+    pending = lost[-1].commitlog_offset + lost[-1].store_size
+    _as_format_1(root, commit)
+    import struct
+
+    with open(os.path.join(root, "rocketspark.state"), "r+b") as f:
+        f.seek(24)  # PENDING_END
+        f.write(struct.pack(">q", pending))
+    _touch_abort(root)
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.commit_end == commit and rep.damage is None
+        assert len(_bodies(s)) == 60
+        assert s.put(Message("t", b"n")).commitlog_offset == commit
+    assert check_store(root).ok
+
+
 def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
     """A store last written by a rocketspark whose state had no checks."""
     root = str(tmp_path / "s")
