@@ -535,21 +535,7 @@ class CommitLog:
         Stops after yielding the first RECORD_END or RECORD_INVALID check.
         Blank fillers are followed to the next segment.
         """
-        pos = start
-        while True:
-            f = self.files.find(pos)
-            if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
-                # No segment, or a hole (never written: the end, and unread, see data_limit).
-                yield pos, RecordCheck(RECORD_END)
-                return
-            check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
-            if check.size == RECORD_BLANK:
-                pos = f.end_offset
-                continue
-            yield pos, check
-            if check.size in (RECORD_END, RECORD_INVALID):
-                return
-            pos += check.size
+        return scan_files(self.files, start, verify_crc=verify_crc, refresh=True)
 
     def next_valid(self, pos: int, limit: int | None = None) -> int | None:
         """Return the offset of the first record at or after ``pos`` (and before
@@ -711,14 +697,16 @@ def survey_records(files: MappedFileQueue, pos: int) -> tuple[int, int, int]:
     return first, count, end
 
 
-def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True
-               ) -> Iterator[tuple[int, RecordCheck]]:
-    """CommitLog.scan over a queue of segments (read-only callers)."""
+def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True,
+               refresh: bool = False) -> Iterator[tuple[int, RecordCheck]]:
+    """CommitLog.scan over a queue of segments (``refresh``: map segments other
+    processes made meanwhile)."""
     pos = start
     while True:
-        f = files.find(pos, refresh=False)
+        f = files.find(pos, refresh=refresh)
         if f is None or f.data_limit(pos - f.start_offset) <= pos - f.start_offset:
-            yield pos, RecordCheck(RECORD_END)  # (a hole: see CommitLog.scan)
+            # No segment, or a hole (never written: the end, and unread, see data_limit).
+            yield pos, RecordCheck(RECORD_END)
             return
         check = check_record(f.mm, pos - f.start_offset, pos, verify_crc=verify_crc)
         if check.size == RECORD_BLANK:

@@ -2223,7 +2223,8 @@ class MessageStore:
 
         - none: the end is a torn tail; its bytes are zeroed, queue and index
           entries past it dropped;
-        - with a trusted state saying a writer died inside an append
+        - with a trusted state (or a format-1 one whose COMMIT_POS a record
+          ends at) saying a writer died inside an append
           (COMMIT_POS < PENDING_END) and no record verifying at or past
           PENDING_END: the whole append goes, as a live writer would wipe it
           (_sync_with_writers), so an append of several records is all or
@@ -2243,8 +2244,11 @@ class MessageStore:
         state = self.state
         abort_path = os.path.join(self.root, ABORT_FILE)
         abort = os.path.exists(abort_path)
-        damaged = state.damaged_fields() if state.existed and state.valid else []
-        trusted = state.valid and not damaged
+        # A format-1 file (no checks, written by an older rocketspark) is not damaged:
+        # its positions serve as a scan start once the CommitLog confirms it.
+        legacy = state.existed and state.valid and state.format_version == 1
+        damaged = state.damaged_fields() if state.existed and state.valid and not legacy else []
+        trusted = state.valid and not damaged and not legacy
         report = RecoveryReport(abnormal_exit=abort)
         log_files = self.commit_log.files
         if not state.valid:
@@ -2253,7 +2257,7 @@ class MessageStore:
             report.state_damaged = damaged
             log.warning("store %s: %s fails its checks (%s); finding the end of the data "
                         "from the CommitLog", self.root, state.path,
-                        "format 1" if state.format_version == 1 else ", ".join(damaged))
+                        ", ".join(damaged))
         if trusted:
             commit, pending = state.commit_pos, state.pending_end
             # Processes that may exit without close() (Spark's workers) and left
@@ -2264,9 +2268,11 @@ class MessageStore:
             start = min(state.flushed_pos, state.dispatched_pos, commit)
             if start < log_files.min_offset:  # segments expired (a broker deleted them)
                 start = log_files.min_offset
-            # (Damage found last time starts where the last valid record ended.)
+            # (Damage found last time starts where the last valid record ended; a torn
+            # record at COMMIT_POS, as a writer killed inside an append leaves it,
+            # starts where a verified record ends.)
             if not (state.damage_following and start == state.damage_pos
-                    ) and not self._is_boundary(start):
+                    ) and not self._is_boundary(start) and not self._ends_a_record(start):
                 log.warning("store %s: position %d of %s is not a record boundary of the "
                             "CommitLog; scanning from a segment start", self.root, start,
                             state.path)
@@ -2274,7 +2280,19 @@ class MessageStore:
                 start = self._safe_scan_start(abort)
         else:
             commit = pending = -1
-            start = self._safe_scan_start(abort)
+            start = None
+            if legacy:
+                commit_v1, pending_v1, dispatched_v1, flushed_v1 = state.legacy_positions()
+                start = self._confirmed_start(min(commit_v1, dispatched_v1, flushed_v1))
+                if start is not None and self._ends_a_record(commit_v1):
+                    # A writer of that rocketspark killed inside an append: all or
+                    # nothing, as it recovered (the unfinished-append rule below).
+                    commit, pending = commit_v1, pending_v1
+            elif damaged and "FLUSHED_POS" not in damaged:
+                # FLUSHED_POS <= DISPATCHED_POS: all before it was dispatched and flushed.
+                start = self._confirmed_start(state.flushed_pos)
+            if start is None:
+                start = self._safe_scan_start(abort)
         if full:
             start = log_files.min_offset
         flushed_before = state.flushed_pos if trusted else start
@@ -2296,7 +2314,8 @@ class MessageStore:
             quick = quick and end != commit
             after = self.commit_log.next_valid(end)
         seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
-        if after is not None and start != seg_start and not self._is_record(start):
+        if (after is not None and start != seg_start and not self._is_record(start)
+                and not self._ends_a_record(start)):
             # Zeros at a position the state gave could be zeros inside a record:
             # damage is only ever judged by a scan from a known record boundary.
             start = report.scanned_from = max(seg_start, log_files.min_offset)
@@ -2305,7 +2324,7 @@ class MessageStore:
         report.reason = reason
         damage: tuple[int, int, int] | None = None  # (resume, following, end of valid data)
         cut = end
-        if trusted and commit < pending and commit <= end <= pending and (
+        if commit < pending and commit <= end <= pending and (
                 self.commit_log.next_valid(pending) is None):
             # A writer was killed inside an append: what it had copied was never
             # acknowledged (COMMIT_POS had not moved). A record verifying past
@@ -2374,11 +2393,13 @@ class MessageStore:
         clean = quick and end == commit
         if clean and damage is None:
             report.scanned_from = None  # verified the end only: nothing re-read
-        if damage is None and not clean:
+        if damage is None and (not clean or self._gaps):
             # After an orderly end no queue can have a hole (a refused put gives its
-            # offsets back), and walking every queue costs a store of many queues
-            # more than the rest of the open together: only other opens look.
-            report.repaired_queues = self._repair_queues(cut, full=True)
+            # offsets back; the abort file may still be there, as Spark's workers leave
+            # it), and walking every queue costs a store of many queues more than the
+            # rest of the open together: only a crash or an older rocketspark's store
+            # (a format-1 state, never clean here) needs the walk.
+            report.repaired_queues = self._repair_queues(cut, full=not clean)
         elif self._gaps:
             # A rebuild would drop the entries of records past the damage: queues
             # are repaired once the damage is resolved.
@@ -2463,6 +2484,16 @@ class MessageStore:
     def _is_empty(self) -> bool:
         return not self.commit_log.files.files
 
+    def _confirmed_start(self, start: int) -> int | None:
+        """``start`` (a position of a state file not trusted as a whole) if the CommitLog
+        confirms it as a place to scan from: a record starts or ends there."""
+        if start < self.commit_log.files.min_offset or not (
+                self._is_record(start) or self._ends_a_record(start)):
+            return None
+        log.info("store %s: scanning from %d, where %s says the data was dispatched",
+                 self.root, start, self.state.path)
+        return start
+
     def _safe_scan_start(self, abnormal: bool) -> int:
         """Where to scan from without a trusted state (damaged, or a RocketMQ broker's store).
 
@@ -2495,9 +2526,10 @@ class MessageStore:
         """Find ConsumeQueue holes and rebuild those queues from the CommitLog.
 
         A hole (an empty entry with written entries after it) hides every
-        later entry from readers. Every first open checks each queue's last
-        file (the one max_offset reads anyway); an open after anything but a
-        clean shutdown checks every file. Holes in the half-message queue are
+        later entry from readers. A first open after processes that ended
+        without close() checks each queue's last file (the one max_offset
+        reads anyway); one after a crash, an older rocketspark or anything
+        the scan repaired checks every file (a clean shutdown: none). Holes in the half-message queue are
         only reported: its offsets identify transactions.
         """
         base = os.path.join(self.root, "consumequeue")
@@ -2534,10 +2566,21 @@ class MessageStore:
         """
         done = []
         gaps, self._gaps = self._gaps, {}
+        starts = {}
+        for key, first in gaps.items():
+            prev = self._cq(*key).entry(first - 1) if first > 0 else None
+            starts[key] = prev[0] + prev[1] if prev is not None else self.commit_log.min_offset
+        # A process killed half way leaves entries dropped and records renumbered
+        # with no hole left to find: DISPATCHED_POS goes back to where the scans
+        # start, so the next sync or open redispatches from there, meets the
+        # records not yet renumbered as a gap and rebuilds again.
+        state = self.state
+        dispatched = state.dispatched_pos
+        if starts and min(starts.values()) < dispatched:
+            state.dispatched_pos = min(starts.values())
         for (topic, qid), first in sorted(gaps.items()):
             q = self._cq(topic, qid)
-            prev = q.entry(first - 1) if first > 0 else None
-            phy = prev[0] + prev[1] if prev is not None else self.commit_log.min_offset
+            phy = starts[(topic, qid)]
             q.truncate_to(first)
             written = _written_end(q)
             if written > first:
@@ -2560,6 +2603,7 @@ class MessageStore:
             log.warning("store %s: ConsumeQueue %s/%d rebuilt from the CommitLog from entry "
                         "%d; it has %d entries", self.root, topic, qid, first, n)
             done.append((topic, qid, first, n))
+        state.dispatched_pos = dispatched
         return done
 
     def _may_have_queue(self, topic: str, queue_id: int) -> bool:

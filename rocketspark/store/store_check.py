@@ -31,6 +31,7 @@ from rocketspark.store.message_codec import RECORD_INVALID, check_record
 from rocketspark.store.store_state import (
     CHECKED_FIELDS,
     COMMIT_POS_OFFSET,
+    PENDING_END_OFFSET,
     STATE_FILE,
     STATE_FORMAT_VERSION,
     STATE_HEADER,
@@ -143,7 +144,8 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
         report.segments = len(files.files)
         total = report.segments * seg_size
         bar = progress(total) if progress else None
-        commit_end = _scan_commit_log(files, seg_size, report, expected, bar)
+        commit_end = _scan_commit_log(files, seg_size, report, expected, bar,
+                                      _unfinished_append(path, files))
         if bar is not None:
             bar.close()
         report.bytes_used = commit_end - files.min_offset
@@ -156,9 +158,30 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
     return report
 
 
+def _unfinished_append(path: str, files: MappedFileQueue) -> tuple[int, int] | None:
+    """[COMMIT_POS, PENDING_END) of a trusted state when a writer died inside that append
+    and nothing verifies past it: the next open discards the region whatever it holds."""
+    try:
+        with open(os.path.join(path, STATE_FILE), "rb") as fh:
+            raw = fh.read(STATE_SIZE)
+    except FileNotFoundError:
+        return None
+    if len(raw) < STATE_SIZE or STATE_HEADER.unpack_from(raw, 0)[:2] != (
+            STATE_MAGIC, STATE_FORMAT_VERSION) or not all(
+            check_ok(raw[off:off + 8]) for off in CHECKED_FIELDS.values()):
+        return None
+    commit, pending = (int.from_bytes(raw[off:off + 8], "big") & VALUE_MASK
+                       for off in (COMMIT_POS_OFFSET, PENDING_END_OFFSET))
+    if commit >= pending or find_valid_record(files, pending) is not None:
+        return None
+    return commit, pending
+
+
 def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
-                     expected: dict[tuple[str, int], int], bar: Any) -> int:
-    """Verify every record; return the end of the last valid one."""
+                     expected: dict[tuple[str, int], int], bar: Any,
+                     unfinished: tuple[int, int] | None = None) -> int:
+    """Verify every record (up to an ``unfinished`` append); return the end of the last
+    valid one."""
     pos = files.min_offset
     end = pos
     damages: list[tuple[int, str, int, int]] = []  # (offset, reason, records before, resume)
@@ -166,6 +189,9 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
         stop = pos
         reason = ""
         for at, check in scan_files(files, pos):
+            if unfinished is not None and at >= unfinished[0]:
+                stop = at
+                break
             if check.size <= 0:
                 stop = at
                 reason = check.reason if check.size == RECORD_INVALID else "zero bytes"
@@ -177,6 +203,12 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
             end = stop = at + check.size
             if bar is not None and report.records % 1024 == 0:
                 bar.update(end - files.min_offset)
+        if unfinished is not None and stop >= unfinished[0]:
+            report.problem(
+                f"unfinished append at CommitLog [{unfinished[0]}, {unfinished[1]}): a "
+                "writer died inside it, before it was acknowledged (opening the store "
+                "discards it)")
+            break
         resume = find_valid_record(files, stop)
         if resume is None:
             if reason != "zero bytes":

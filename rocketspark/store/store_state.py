@@ -86,12 +86,6 @@ VALUE_MASK = (1 << 48) - 1
 _crc32 = zlib.crc32
 
 
-def checked(value: int) -> bytes:
-    """The 8 bytes of a checked field holding ``value`` (0 <= value < 2**48)."""
-    raw = value.to_bytes(6, "big")
-    return (zlib.crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
-
-
 def check_ok(word: bytes) -> bool:
     """Does the checked field ``word`` (8 bytes) carry the check of its value?"""
     return (zlib.crc32(word[2:8]) & 0xFFFF) == int.from_bytes(word[:2], "big")
@@ -155,8 +149,7 @@ class StoreState:
 
     def _set(self, off: int, value: int) -> None:
         # One 8-byte slice copy: an aligned store no kill can tear (pack_into writes
-        # byte by byte), so a value and its check always land together. (checked(),
-        # inlined: every put sets three of these.)
+        # byte by byte), so a value and its check always land together.
         raw = value.to_bytes(6, "big")
         self._mm[off:off + 8] = (_crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
 

@@ -82,6 +82,23 @@ def _touch_abort(root):
     open(os.path.join(root, "abort"), "wb").close()
 
 
+def _as_format_1(root, pos=None):
+    """Leave the state file as a rocketspark before checked fields wrote it (every
+    position ``pos``, by default the end of the data)."""
+    import struct
+
+    if pos is None:
+        state = StoreState(root)
+        pos = state.commit_pos
+        state.close()
+    path = os.path.join(root, "rocketspark.state")
+    raw = bytearray(open(path, "rb").read())
+    struct.pack_into(">8sii", raw, 0, b"RSPKSTAT", 1, 0)
+    for off in (16, 24, 32, 40, 56):
+        struct.pack_into(">q", raw, off, pos)
+    open(path, "wb").write(bytes(raw))
+
+
 def _crash(root):
     """Leave the store as a process that had to close() it and died leaves it."""
     _touch_abort(root)
@@ -155,6 +172,31 @@ def test_a_damaged_state_file_is_reported_and_rebuilt(tmp_path):
         assert len(_bodies(s)) == 60
     with MessageStore.open(root, **SMALL) as s:  # rewritten whole: trusted again
         assert s.recovery_report.state_damaged == [] and s.recovery_report.scanned_from is None
+    assert check_store(root).ok
+
+
+@pytest.mark.parametrize("field", ["COMMIT_POS", "DISPATCHED_POS", "FLUSHED_POS"])
+def test_a_damaged_field_leaves_the_intact_flushed_pos_a_hint(tmp_path, field):
+    """Only FLUSHED_POS (the lowest position: dispatched and on disk before it), once the
+    CommitLog confirms it, spares a scan from a segment start."""
+    from rocketspark.store.store_state import CHECKED_FIELDS
+
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=2)
+        results = s.put_batch([Message("t", b"m%03d" % i + b"p" * 300) for i in range(500)])
+    end = results[-1].commitlog_offset + results[-1].store_size
+    assert end > 2 * SEG
+    _flip(os.path.join(root, "rocketspark.state"), CHECKED_FIELDS[field] + 5, 0x10)
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.state_damaged == [field] and rep.damage is None and rep.commit_end == end
+        if field == "FLUSHED_POS":
+            assert rep.scanned_from % SEG == 0 and rep.scanned_from < end
+        else:
+            assert rep.scanned_from == end
+        assert len(_bodies(s)) == 500
+        assert s.put(Message("t", b"n")).commitlog_offset == end
     assert check_store(root).ok
 
 
@@ -343,22 +385,6 @@ def _put_after_a_refused_put(s, n_before, n_after, queue_id=0, holes=1):
         s.put(Message("t", b"b%d" % i, queue_id=queue_id))
 
 
-def _as_old_code_left_it(root):
-    """Rewrite the state as ccb5b62 (format 1, unchecked positions) wrote it on close."""
-    import struct
-
-    path = os.path.join(root, "rocketspark.state")
-    state = StoreState(root)
-    positions = [state.commit_pos, state.pending_end, state.dispatched_pos, state.flushed_pos,
-                 state.synced_pos]
-    state.close()
-    raw = bytearray(open(path, "rb").read())
-    struct.pack_into(">8sii", raw, 0, b"RSPKSTAT", 1, 0)
-    for off, value in zip((16, 24, 32, 40, 56), positions, strict=True):
-        struct.pack_into(">q", raw, off, value)
-    open(path, "wb").write(bytes(raw))
-
-
 @pytest.mark.parametrize("holes", [1, 3])
 @pytest.mark.parametrize("left_by", ["crash", "old code"])
 def test_a_consumequeue_hole_is_rebuilt_on_the_next_open(tmp_path, holes, left_by):
@@ -372,8 +398,8 @@ def test_a_consumequeue_hole_is_rebuilt_on_the_next_open(tmp_path, holes, left_b
         _put_after_a_refused_put(s, 3, 4, holes=holes)
     if left_by == "crash":
         _crash(root)
-    else:
-        _as_old_code_left_it(root)
+    else:  # closed cleanly by the older rocketspark that made the hole
+        _as_format_1(root)
     assert any("hole" in p for p in check_store(root).problems)
     with MessageStore.open(root, **SMALL) as s:
         assert s.max_offset("t", 0) == 7
@@ -382,6 +408,19 @@ def test_a_consumequeue_hole_is_rebuilt_on_the_next_open(tmp_path, holes, left_b
         assert [m.queue_offset for m in msgs] == list(range(7))  # renumbered
         assert s.put(Message("t", b"c", queue_id=0)).queue_offset == 7
     assert check_store(root).ok
+
+
+def test_an_open_after_a_clean_shutdown_maps_no_consumequeue(tmp_path):
+    """Hole checks cost a mapping per queue; after a clean close there is none to find."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        for t in range(20):
+            s.create_topic(f"t{t}", queues=4)
+            s.put_batch([Message(f"t{t}", b"x", queue_id=q) for q in range(4)])
+    with MessageStore.open(root, **SMALL) as s:
+        assert s.recovery_report.scanned_from is None
+        assert not s._queues
+        assert s.max_offset("t7", 3) == 1
 
 
 def test_a_hole_in_an_earlier_consumequeue_file_is_rebuilt_after_a_crash(tmp_path):
@@ -394,6 +433,40 @@ def test_a_hole_in_an_earlier_consumequeue_file_is_rebuilt_after_a_crash(tmp_pat
     with MessageStore.open(root, **SMALL) as s:
         assert s.max_offset("t", 0) == per_file + 30
         assert len(s.pull("t", 0, 0, 1000).messages) == per_file + 30
+    assert check_store(root).ok
+
+
+_KILLED_REBUILD = """
+import os, signal, sys
+from rocketspark.store import MessageStore
+from rocketspark.store.commit_log import CommitLog
+from tests.store.helpers.writer import SMALL
+rewrite, left = CommitLog.set_queue_offset, [int(sys.argv[2])]
+def killing(self, pos, queue_offset):
+    rewrite(self, pos, queue_offset)
+    left[0] -= 1
+    if not left[0]:
+        os.kill(os.getpid(), signal.SIGKILL)  # renumbered, its entry not yet written
+CommitLog.set_queue_offset = killing
+MessageStore.open(sys.argv[1], **SMALL)
+"""
+
+
+@pytest.mark.parametrize("kill_after", [1, 3, 6])
+def test_a_rebuild_killed_half_way_is_finished_by_the_next_open(tmp_path, kill_after):
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        _put_after_a_refused_put(s, 3, 6, holes=2)
+    _as_format_1(root)  # the older rocketspark that made the hole closed cleanly
+    proc = subprocess.run([sys.executable, "-c", _KILLED_REBUILD, root, str(kill_after)],
+                          cwd=ROOT, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    with MessageStore.open(root, **SMALL) as s:
+        assert s.max_offset("t", 0) == 9
+        msgs = s.pull("t", 0, 0, 20).messages
+        assert [m.body for m in msgs] == [b"a0", b"a1", b"a2"] + [b"b%d" % i for i in range(6)]
+        assert [m.queue_offset for m in msgs] == list(range(9))
     assert check_store(root).ok
 
 
@@ -482,6 +555,98 @@ def test_a_sigkilled_worker_inside_an_append_is_still_a_crash(tmp_path):
         assert [m.body for m in s.pull("t", 0, 0).messages] == [b"kept"]
 
 
+_KILLED_AFTER_HEADERS = """
+import os, signal, sys
+from rocketspark.store import MessageStore, commit_log
+from tests.store.helpers.writer import SMALL
+s = MessageStore.open(sys.argv[1], **SMALL)
+copy = commit_log.interleave_rows
+def headers_only(columns, widths, out):
+    copy(columns, widths, out)
+    out.reshape(-1, sum(widths))[:, widths[0]:] = 0  # bodies and the rest not copied yet
+    os.kill(os.getpid(), signal.SIGKILL)
+commit_log.interleave_rows = headers_only
+s.put_columns([b"u%05d" % i for i in range(3000)], topic="t", queue_ids=[0] * 3000)
+"""
+
+
+def test_a_torn_record_at_commit_pos_keeps_the_state_trusted(tmp_path, caplog):
+    """A writer killed after copying the records' headers (the columnar put copies column
+    by column) leaves a torn record at COMMIT_POS: that is an unfinished append, not a
+    reason to distrust the state and re-verify a whole segment."""
+    root = str(tmp_path / "s")
+    results = _build(root, n=300, queues=1)
+    end = results[-1].commitlog_offset + results[-1].store_size
+    assert end % SEG, "the append must start inside a segment"
+    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER_HEADERS, root], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.scanned_from == end and rep.commit_end == end and rep.damage is None
+        assert "not a record boundary" not in caplog.text
+        assert len(_bodies(s)) == 300
+        assert s.put(Message("t", b"next")).commitlog_offset == end
+    assert check_store(root).ok
+
+
+_KILLED_MID_COPY = """
+import os, signal, sys
+from rocketspark.store import Message, MessageStore, commit_log
+from tests.store.helpers.writer import SMALL
+s = MessageStore.open(sys.argv[1], **SMALL)
+def copied_but_the_first_bytes(self, writes):
+    for at, parts in writes:
+        f = self.files.find(at)
+        data = b"".join(parts)
+        f.mm[at - f.start_offset + 32:at - f.start_offset + len(data)] = data[32:]
+    os.kill(os.getpid(), signal.SIGKILL)  # memcpy stores its first vector last
+commit_log.CommitLog._write = copied_but_the_first_bytes
+s.put_batch([Message("t", b"unacked%d" % i) for i in range(5)])
+"""
+
+
+def test_store_check_after_a_writer_killed_mid_copy_reports_no_damage(tmp_path):
+    """Valid records inside an unfinished append are the open's to discard, not damage."""
+    root = str(tmp_path / "s")
+    _build(root, n=60, queues=2)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, root], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    problems = check_store(root).problems
+    assert len(problems) == 1 and problems[0].startswith("unfinished append"), problems
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.damage is None and rep.reason == "unfinished append"
+        assert len(_bodies(s)) == 60
+    assert check_store(root).ok
+
+
+def test_an_append_a_v1_writer_died_inside_is_still_all_or_nothing(tmp_path):
+    """A store whose older rocketspark writer was killed inside a put_batch (COMMIT_POS
+    before it, PENDING_END after it): the upgrade discards the whole append, as that
+    rocketspark did, instead of keeping its copied records."""
+    root = str(tmp_path / "s")
+    kept = _build(root, n=60)
+    commit = kept[-1].commitlog_offset + kept[-1].store_size
+    with MessageStore.open(root, **SMALL) as s:
+        lost = s.put_batch([Message("t", b"unacked%d" % i) for i in range(7)])
+    pending = lost[-1].commitlog_offset + lost[-1].store_size
+    _as_format_1(root, commit)
+    import struct
+
+    with open(os.path.join(root, "rocketspark.state"), "r+b") as f:
+        f.seek(24)  # PENDING_END
+        f.write(struct.pack(">q", pending))
+    _touch_abort(root)
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.commit_end == commit and rep.damage is None
+        assert len(_bodies(s)) == 60
+        assert s.put(Message("t", b"n")).commitlog_offset == commit
+    assert check_store(root).ok
+
+
 def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
     """A store last written by a rocketspark whose state had no checks."""
     root = str(tmp_path / "s")
@@ -499,6 +664,28 @@ def test_a_v1_state_file_is_upgraded_without_loss(tmp_path):
         assert s.put(Message("t", b"n")).commitlog_offset == end
     assert check_store(root).ok
     shutil.rmtree(root)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_v1_state_is_a_hint_not_damage(tmp_path_factory, data):
+    """An older rocketspark's state (no checks) is no damage to report; its end,
+    once the CommitLog confirms it, spares the upgrade a scan of the whole log."""
+    root = str(tmp_path_factory.mktemp("v1") / "s")
+    results = _build(root)
+    ends = [r.commitlog_offset + r.store_size for r in results]
+    end = ends[-1]
+    claim = data.draw(st.one_of(st.just(end), st.sampled_from(ends),
+                                st.integers(0, end + 5000)))
+    _as_format_1(root, claim)
+    with MessageStore.open(root, **SMALL) as s:
+        rep = s.recovery_report
+        assert rep.state_damaged == [] and rep.damage is None
+        if claim == end:
+            assert rep.scanned_from == end
+        assert len(_bodies(s)) == 60
+        assert s.put(Message("t", b"n")).commitlog_offset == end
+    assert check_store(root).ok
 
 
 def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
