@@ -21,7 +21,12 @@ import struct
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError
-from rocketspark.store.mapped_file import CONSUME_QUEUE_CHUNK, MappedFileQueue, data_end
+from rocketspark.store.mapped_file import (
+    CONSUME_QUEUE_CHUNK,
+    MappedFile,
+    MappedFileQueue,
+    data_end,
+)
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(
@@ -112,9 +117,16 @@ class ConsumeQueue:
 
     def _find_end(self) -> int:
         self.files.refresh()
-        last = self.files.last
-        if last is None:
+        files = self.files.files
+        if not files:
             return 0
+        # Files made ahead of their entries (room a put reserved before it was refused,
+        # or its process killed) hold none: the queue ends in the last file that holds
+        # one, or the next file's start, never at an empty file's start.
+        i = len(files) - 1
+        while i > 0 and not self._holds_an_entry(files[i]):
+            i -= 1
+        last = files[i]
         base = last.start_offset // CQ_STORE_UNIT_SIZE
         # Only the part holding data is read: reading a hole through a mapping
         # allocates a page on tmpfs (SIGBUS when it is full); holes hold no entry.
@@ -126,6 +138,14 @@ class ConsumeQueue:
         if len(empty) or count < self.entries_per_file:
             return base + (int(empty[0]) if len(empty) else count)
         return self._scan_end(base + count)
+
+    @staticmethod
+    def _holds_an_entry(f: MappedFile) -> bool:
+        # Entries are written in order: a file holds one when its first is written
+        # (read only where data is: see _find_end).
+        if data_end(f._fd, CQ_STORE_UNIT_SIZE) == 0:
+            return False
+        return bool(np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=1)["size"][0])
 
     def min_offset(self, commitlog_min: int = 0) -> int:
         """Return the first logical offset still readable.

@@ -705,3 +705,33 @@ def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
         assert s.recovery_report.damage.offset == results[20].commitlog_offset
         assert s._cq("t", 0).entry(51) is not None
         assert s.get_message(s._cq("t", 0).entry(51)[0]).body == b"after-hole"
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_end(tmp_path,
+                                                                                 reopen):
+    """A put reserves room (ConsumeQueue files included) before it writes; refused or
+    killed after that, it leaves empty files past the queue's last entry. The queue
+    still ends after its last entry: the next put follows it, with no hole."""
+    root = str(tmp_path / "s")
+    with MessageStore.open(root, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([Message("t", b"m%d" % i, queue_id=0) for i in range(5)])
+        qdir = os.path.join(root, "consumequeue", "t", "0")
+        size = SMALL["mappedFileSizeConsumeQueue"]
+        for k in (1, 2):  # two files ahead, as a refused put of many entries leaves them
+            with open(os.path.join(qdir, "%020d" % (k * size)), "wb") as f:
+                f.truncate(size)
+        if not reopen:
+            # As a refused put leaves it: its offsets given back, the end read anew.
+            s._existing_cq("t", 0)._max = -1
+            s._qo.pop(("t", 0), None)
+            assert s.put(Message("t", b"next", queue_id=0)).queue_offset == 5
+    if reopen:
+        with MessageStore.open(root, **SMALL) as s:
+            assert s.max_offset("t", 0) == 5
+            assert s.put(Message("t", b"next", queue_id=0)).queue_offset == 5
+    with MessageStore.open(root, **SMALL) as s:
+        assert [m.body for m in s.pull("t", 0, 0, 10).messages] == [
+            b"m0", b"m1", b"m2", b"m3", b"m4", b"next"]
+    assert check_store(root).ok
