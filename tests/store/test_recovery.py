@@ -720,7 +720,7 @@ def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_en
         qdir = os.path.join(root, "consumequeue", "t", "0")
         size = SMALL["mappedFileSizeConsumeQueue"]
         for k in (1, 2):  # two files ahead, as a refused put of many entries leaves them
-            with open(os.path.join(qdir, "%020d" % (k * size)), "wb") as f:
+            with open(os.path.join(qdir, f"{k * size:020d}"), "wb") as f:
                 f.truncate(size)
         if not reopen:
             # As a refused put leaves it: its offsets given back, the end read anew.
