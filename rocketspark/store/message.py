@@ -236,6 +236,35 @@ def message_body(body: Any, where: str = "") -> bytes:
     return body
 
 
+def user_properties(props: Any, where: str = "",
+                    reserved: frozenset[str] = RESERVED_PROPERTIES) -> dict[str, str]:
+    """Return ``props`` (a mapping or (name, value) pairs) as a checked dict.
+
+    Raises InvalidMessageError, prefixed by ``where``, unless every name and
+    value is a string that encodes as UTF-8 without a \\x01 / \\x02 separator,
+    no name is empty and none is in ``reserved``.
+    """
+    try:
+        if isinstance(props, (str, bytes, bytearray, memoryview)):
+            raise TypeError
+        props = dict(props)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(
+            f"{where}properties must be a mapping or (name, value) pairs, got "
+            f"{props!r}") from None
+    for name, value in props.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessageError(
+                f"{where}message property {name!r}: names and values must be strings")
+        if not name:
+            raise InvalidMessageError(f"{where}message property names must not be empty")
+        if name in reserved:
+            raise InvalidMessageError(where + reserved_property_error(name))
+        _check_property_text("name", name, where)
+        _check_property_text("value", value, where)
+    return props
+
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -279,7 +308,9 @@ class Message:
         elif keys is None:
             keys = ()
         elif not isinstance(keys, tuple):
-            if not isinstance(keys, Iterable):
+            # bytes would be keys of numbers, a mapping its names: refused, as put_columns does
+            if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
+                    keys, Iterable):
                 raise InvalidMessageError(
                     f"keys must be a string or an iterable of strings, got {keys!r}")
             keys = tuple(keys)
@@ -296,26 +327,8 @@ class Message:
         elif self.properties is None:
             object.__setattr__(self, "properties", _EMPTY)
         elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
-            try:
-                if isinstance(self.properties, (str, bytes)):
-                    raise TypeError
-                props = dict(self.properties)
-            except (TypeError, ValueError):
-                raise InvalidMessageError(
-                    "properties must be a mapping or (name, value) pairs, got "
-                    f"{self.properties!r}") from None
-            for name, value in props.items():
-                if not isinstance(name, str) or not isinstance(value, str):
-                    raise InvalidMessageError(
-                        f"message property {name!r}: names and values must be strings"
-                    )
-                if not name:
-                    raise InvalidMessageError("message property names must not be empty")
-                if name in RESERVED_PROPERTIES:
-                    raise InvalidMessageError(reserved_property_error(name))
-                _check_property_text("name", name)
-                _check_property_text("value", value)
-            object.__setattr__(self, "properties", MappingProxyType(props))
+            object.__setattr__(self, "properties",
+                               MappingProxyType(user_properties(self.properties)))
         if self.flag.__class__ is not int or not INT32_MIN <= self.flag <= INT32_MAX:
             object.__setattr__(self, "flag", check_int("flag", self.flag, INT32_MIN, INT32_MAX))
         if self.delay_level.__class__ is not int or self.delay_level < 0:

@@ -65,6 +65,7 @@ from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
     INT32_MAX,
+    INT32_MIN,
     INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
@@ -92,6 +93,7 @@ from rocketspark.store.message import (
     retry_topic,
     tags_code,
     transaction_type,
+    user_properties,
 )
 from rocketspark.store.message_codec import (
     BLANK,
@@ -1072,11 +1074,20 @@ class MessageStore:
         for col in (cols.queue_ids, cols.sharding_keys):
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
-        if cols.properties is not None and any(cols.properties):
+        # An empty row is None or an empty mapping / sequence; any other false value
+        # (0, False, b"") is one the row loop refuses.
+        props_col = cols.properties
+        if props_col is not None and (not isinstance(props_col, list) or props_col.count(None)
+                                      + props_col.count({}) + props_col.count([])
+                                      + props_col.count(()) != n):
             return None
         key_texts: list[bytes] | None = None
         keyed: list[int] = []
         key_strings: list[str] = []
+        if cols.keys is not None and not any(cols.keys) and (
+                not isinstance(cols.keys, list) or cols.keys.count(None) + cols.keys.count("")
+                + cols.keys.count([]) + cols.keys.count(()) != n):
+            return None
         if cols.keys is not None and any(cols.keys):
             if not isinstance(cols.keys, list):
                 return None
@@ -1084,7 +1095,10 @@ class MessageStore:
             spaces = 0
             try:
                 for i, k in enumerate(cols.keys):
-                    if k:
+                    if not k:
+                        if k is not None and not isinstance(k, (str, list, tuple)):
+                            return None
+                    else:
                         keyed.append(i)
                         if isinstance(k, str):
                             key_strings.append(k)
@@ -1941,7 +1955,22 @@ class MessageStore:
         validate_group(group)
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
-                     else max_reconsume_times)
+                     else check_int("max_reconsume_times", max_reconsume_times,
+                                    INT32_MIN, INT32_MAX))
+        messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, MessageExt):
+                raise InvalidMessageError(f"message {i}: expected a MessageExt the store "
+                                          f"handed out, got {type(m).__name__}")
+        for name, col in (("delay_levels", delay_levels), ("properties", properties)):
+            if col is not None and len(col) != len(messages):
+                raise ConfigError(f"{name} has {len(col)} entries, messages has "
+                                  f"{len(messages)}")
+        # Checked as a Message's are, before anything is written; the delay comes from
+        # delay_levels (the store sets DELAY), the rest may replace the message's own.
+        added = [{} if p is None else user_properties(
+            p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
+            for i, p in enumerate(() if properties is None else properties)]
         for i, level in enumerate(() if delay_levels is None else delay_levels):
             # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
             # at the last level as RocketMQ's broker does; a given level must exist
@@ -1957,8 +1986,8 @@ class MessageStore:
             props.pop(PROPERTY_REAL_TOPIC, None)
             props.pop(PROPERTY_REAL_QUEUE_ID, None)
             props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            if properties is not None:
-                props.update(properties[i])
+            if added:
+                props.update(added[i])
             delay_ms = 0
             if message.reconsume_times >= max_times or delay_level < 0:
                 topic = dlq_topic(group)
@@ -2652,7 +2681,7 @@ def _utf8(text: str) -> bool:
 def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
     """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
     try:
-        if isinstance(props, (str, bytes)):
+        if isinstance(props, (str, bytes, bytearray, memoryview)):
             raise TypeError
         return dict(props)
     except (TypeError, ValueError):
@@ -2680,7 +2709,8 @@ def _joined_keys(keys: Any, where: str) -> str:
             # no key is empty or holds a space: one space between keys, no more
             if joined.count(" ") == len(keys) - 1 and "" not in keys:
                 return joined
-    if isinstance(keys, (bytes, Mapping)) or not isinstance(keys, Iterable):
+    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys,
+                                                                                Iterable):
         raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
                                   f"got {keys!r}")
     keys = list(keys)
@@ -2702,6 +2732,17 @@ def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | 
         check_utf8("message property key", key, where)
 
 
+def _column_length(name: str, col: Any) -> int:
+    """The length of a column: a sized sequence, not one text (whose characters a
+    column of the same length would silently take for its rows)."""
+    if col.__class__ is list:
+        return len(col)
+    if isinstance(col, (str, bytes, bytearray, Mapping)) or not hasattr(col, "__len__"):
+        raise ConfigError(f"column {name} must be a sequence with one entry per message, "
+                          f"got {type(col).__name__}")
+    return len(col)
+
+
 class _Columns:
     """The columns of a columnar put, checked for equal lengths."""
 
@@ -2711,11 +2752,11 @@ class _Columns:
     def __init__(self, bodies: Sequence[Any], topic: str | None, topics: Any, tags: Any,
                  keys: Any, properties: Any, queue_ids: Any, sharding_keys: Any,
                  extra: tuple[Any, Any, Any] | None = None):
-        n = len(bodies)
+        n = _column_length("bodies", bodies)
         for name, col in (("topics", topics), ("tags", tags), ("keys", keys),
                           ("properties", properties), ("queue_ids", queue_ids),
                           ("sharding_keys", sharding_keys)):
-            if col is not None and len(col) != n:
+            if col is not None and _column_length(name, col) != n:
                 raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
         if topic is None and topics is None:
             raise ConfigError("no topic: give topic= (one for all rows) or topics=")
