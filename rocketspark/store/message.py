@@ -66,8 +66,17 @@ FIRST_HALF_ERROR = (f"property {PROPERTY_FIRST_HALF!r} is the store's own record
                     "(drop it from properties copied from another message)")
 
 
+# What a prepare sets on each half (see transaction.py).
+PREPARE_PROPERTIES = frozenset({
+    PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID, PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
+
+
 def check_extra_properties(extra: Mapping[str, str] | None) -> None:
     """Properties a transactional prepare adds to every half: user properties too."""
+    if extra is not None and not isinstance(extra, Mapping):
+        raise ConfigError(f"extra properties must be a mapping of names to values, got "
+                          f"{type(extra).__name__}")
     for k, v in (extra or {}).items():
         if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
             raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
@@ -76,6 +85,10 @@ def check_extra_properties(extra: Mapping[str, str] | None) -> None:
         _check_property_text("value", v, f"extra property {k!r}: ")
         if k in RESERVED_PROPERTIES:
             raise ConfigError(reserved_property_error(k, "extra property"))
+        if k in PREPARE_PROPERTIES:
+            # one value for every half: it would move them to another producer group,
+            # give them one message id, or undo what the prepare itself records
+            raise ConfigError(f"extra property {k!r} is set by the prepare itself")
         if k == PROPERTY_FIRST_HALF:
             raise ConfigError(f"extra {FIRST_HALF_ERROR}")
 

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import itertools
 import logging
+import numbers
 import os
 import threading
 import time
@@ -2596,21 +2597,38 @@ def _written_end(q: ConsumeQueue) -> int:
 
 
 def _half_offsets(half: object) -> list[int] | np.ndarray:
+    """Half-queue offsets of PutResults, ints or an integer array; anything else (a
+    bool, a float that would be truncated, a negative number) is refused by name."""
     if isinstance(half, np.ndarray):
-        return half.astype(np.int64, copy=False)
+        if half.dtype.kind not in "iu":
+            raise ConfigError(f"half message offsets must be integers, got an array of "
+                              f"{half.dtype}")
+        half = half.astype(np.int64, copy=False)
+        if len(half) and int(half.min()) < 0:  # (a uint64 beyond int64 wraps negative)
+            raise OffsetOutOfRangeError(
+                f"no half message at offset {half.min()} of {TRANS_HALF_TOPIC}")
+        return half
     if isinstance(half, PutResults):
         if len(half) and half.topics != TRANS_HALF_TOPIC:
             raise ConfigError(f"these are not half messages (topic {half.topics!r})")
         return half.queue_offsets
-    if isinstance(half, (PutResult, int)):
+    if isinstance(half, (PutResult, numbers.Integral)) or not isinstance(half, Iterable):
         half = [half]
     out = []
-    for h in half:  # type: ignore[attr-defined]
+    for h in half:
         if isinstance(h, PutResult):
             if h.topic != TRANS_HALF_TOPIC:
                 raise ConfigError(f"{h.msg_id} is not a half message (topic {h.topic!r})")
             out.append(h.queue_offset)
+        elif h.__class__ is int and 0 <= h <= INT64_MAX:
+            out.append(h)
         else:
+            if isinstance(h, bool) or not isinstance(h, numbers.Integral):
+                raise ConfigError(f"a half message is named by its PutResult or its queue "
+                                  f"offset (an integer), got {h!r}")
+            if not 0 <= h <= INT64_MAX:
+                raise OffsetOutOfRangeError(f"no half message at offset {h} of "
+                                            f"{TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out
 

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketspark.errors import ConfigError, InvalidMessageError, RocketSparkError
+from rocketspark.errors import (
+    ConfigError,
+    InvalidMessageError,
+    OffsetOutOfRangeError,
+    RocketSparkError,
+)
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message import SCHEDULE_TOPIC, dlq_topic
 
@@ -159,3 +165,52 @@ def test_a_retry_pipelines_failure_reason_with_separators_is_stored_readably(tmp
         (back,) = s.pull(SCHEDULE_TOPIC, 2, 0).messages
         assert back.properties[PROPERTY_REASON] == "bad\ufffdEVIL\ufffdx row"
         assert "EVIL" not in back.properties
+
+
+@pytest.mark.parametrize("bad, error", [
+    (-1, OffsetOutOfRangeError), ([-2], OffsetOutOfRangeError),
+    (np.array([-1]), OffsetOutOfRangeError),
+    ([True], ConfigError), ([0.9], ConfigError), (1.7, ConfigError), ("0", ConfigError),
+    (None, ConfigError), ([10**30], OffsetOutOfRangeError), (np.array([0.9]), ConfigError),
+    (np.array([2**64 - 1], dtype=np.uint64), OffsetOutOfRangeError),
+])
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_half_is_named_by_a_non_negative_integer_offset(tmp_path, bad, error, commit):
+    """A negative offset raised IndexError (or named the last half: numpy indexing
+    wraps), True committed half 1 and 0.9 half 0: each is refused, nothing resolved."""
+    with MessageStore.open(tmp_path) as store:
+        store.create_topic("t", queues=1)
+        halves = store.prepare_batch([Message("t", b"a"), Message("t", b"b")])
+        end = store.commit_transaction if commit else store.rollback_transaction
+        with pytest.raises(error):
+            end(bad)
+        assert [store.transaction_status(h) for h in halves] == ["open", "open"]
+        assert store.max_offset("t", 0) == 0
+        store.commit_transaction([np.int64(halves[0].queue_offset), halves[1]])
+        assert [m.body for m in store.pull("t", 0, 0).messages] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("extra, match", [
+    ([("a", "b")], "must be a mapping"), ("ab", "must be a mapping"),
+    ({"PGROUP": "other"}, "set by the prepare itself"),
+    ({"UNIQ_KEY": "same"}, "set by the prepare itself"),
+    ({"REAL_TOPIC": "x"}, "set by the prepare itself"),
+    ({"TRAN_MSG": "false"}, "set by the prepare itself"),
+])
+@pytest.mark.parametrize("how", ["prepare", "prepare_columns1", "prepare_columns70"])
+def test_extra_properties_of_a_prepare_are_a_mapping_of_the_callers_own(tmp_path, extra, match,
+                                                                        how):
+    """A list raised AttributeError; PGROUP moved every half to another producer group
+    (its open_transactions and checks), UNIQ_KEY gave them all one message id."""
+    with MessageStore.open(tmp_path) as store:
+        store.create_topic("t", queues=1)
+        with pytest.raises(ConfigError, match=match):
+            if how == "prepare":
+                store.prepare(Message("t", b"x"), producer_group="g", properties=extra)
+            else:
+                n = int(how.removeprefix("prepare_columns"))
+                store.prepare_columns([b"x"] * n, producer_group="g", topic="t",
+                                      extra_properties=extra)
+        assert store.open_transactions() == []
+        h = store.prepare(Message("t", b"x"), producer_group="g", properties={"mine": "1"})
+        assert h.queue_offset == 0 and len(store.open_transactions("g")) == 1
