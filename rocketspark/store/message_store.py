@@ -882,7 +882,10 @@ class MessageStore:
             half_info = self._topic_info(TRANS_HALF_TOPIC)
             half_head_text = half_info[1].decode("latin-1")
         for i in range(n):
-            topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
+            # only None takes the default: an empty name is refused as Message's is
+            topic = col_topics[i] if col_topics is not None else None
+            if topic is None:
+                topic = default_topic
             if topic is None or (topic is not last_topic and topic != last_topic):
                 if topic is None:
                     raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
@@ -1054,7 +1057,7 @@ class MessageStore:
         if cols.topics is not None:
             if not isinstance(cols.topics, list) or cols.topics.count(cols.topics[0]) != n:
                 return None
-            topic = cols.topics[0] or cols.topic
+            topic = cols.topics[0] if cols.topics[0] is not None else cols.topic
         tag = None
         tag_of: np.ndarray | None = None  # per row, an index into tag_values (tags vary)
         tag_values: list[Any] = []
@@ -2804,8 +2807,10 @@ class _Columns:
         for b, t, tg, k, p, q, sk in zip(self.bodies, col(self.topics), col(self.tags),
                                          col(self.keys), col(self.properties),
                                          col(self.queue_ids), col(self.sharding_keys)):
-            out.append(Message(t or self.topic, b, tags=tg, keys=k or (),
-                               properties=dict(p) if p else {}, queue_id=q, sharding_key=sk))
+            # None: not set; any other value is Message's to check (as the row loop does)
+            out.append(Message(t if t is not None else self.topic, b, tags=tg, keys=k,
+                               properties=p if p is not None else {}, queue_id=q,
+                               sharding_key=sk))
         return out
 
 

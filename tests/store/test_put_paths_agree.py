@@ -20,6 +20,7 @@ from rocketspark.errors import (
     InvalidMessageError,
     OffsetOutOfRangeError,
     RocketSparkError,
+    UnknownTopicError,
 )
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message import SCHEDULE_TOPIC, dlq_topic
@@ -54,6 +55,10 @@ def test_a_false_but_wrong_column_entry_is_refused_on_every_path(
         assert _outcome(lambda: store.prepare_columns(
             [b"x"] * rows, producer_group="g", topic="t",
             **{field: column})) is InvalidMessageError
+        store._columnar = False  # the per-record path (IPv6 hosts) builds Messages
+        assert _outcome(lambda: store.put_columns([b"x"] * rows, topic="t",
+                                                  **{field: column})) is InvalidMessageError
+        store._columnar = True
         assert store.put(Message("t", b"after")).queue_offset == 0
         assert [m.body for m in store.pull("t", 0, 0, 1000).messages] == [b"after"]
         assert store.open_transactions() == []
@@ -214,3 +219,25 @@ def test_extra_properties_of_a_prepare_are_a_mapping_of_the_callers_own(tmp_path
         assert store.open_transactions() == []
         h = store.prepare(Message("t", b"x"), producer_group="g", properties={"mine": "1"})
         assert h.queue_offset == 0 and len(store.open_transactions("g")) == 1
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+@pytest.mark.parametrize("rows", [3, 70])
+def test_an_empty_topic_name_is_refused_not_sent_to_the_default_topic(tmp_path, columnar,
+                                                                      rows):
+    """Only a None entry of ``topics`` takes ``topic``: an empty name went to the
+    default topic unasked, where put(Message("", ...)) refuses it."""
+    with MessageStore.open(tmp_path) as store:
+        store.create_topic("t", queues=1)
+        store.create_topic("default", queues=1)
+        store._columnar = columnar
+        with pytest.raises(UnknownTopicError, match="topic ''"):
+            store.put(Message("", b"x"))
+        with pytest.raises(UnknownTopicError, match="topic ''"):
+            store.put_batch([Message("", b"x")] * rows)
+        for topics in ([""] * rows, ["t"] * (rows - 1) + [""]):
+            with pytest.raises(UnknownTopicError, match="topic ''"):
+                store.put_columns([b"x"] * rows, topic="default", topics=topics)
+        assert store.max_offset("default", 0) == store.max_offset("t", 0) == 0
+        store.put_columns([b"x"] * rows, topic="default", topics=[None] * rows)
+        assert store.max_offset("default", 0) == rows
