@@ -543,10 +543,13 @@ class MessageStore:
             current = max(int(existing.get("readQueueNums", 0)),
                           int(existing.get("writeQueueNums", 0)))
             holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            if n < current:
+                holding = sorted(set(holding) | self._queues_awaited(topic, n))
             if holding:
                 raise TopicShrinkError(
                     f"topic {topic!r} has {current} queues; {n} would hide the messages of "
-                    f"queue(s) {', '.join(map(str, holding))}, which hold messages. Pass "
+                    f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
+                    "delayed or half messages are bound for). Pass "
                     "force=True (rocketspark topic create --force) to shrink it anyway")
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
@@ -573,6 +576,36 @@ class MessageStore:
             return False
         q = self._cq(topic, queue_id)
         return q.max_offset() > q.min_offset(self.commit_log.min_offset)
+
+    def _queues_awaited(self, topic: str, first: int) -> set[int]:
+        """Queues from ``first`` on of ``topic`` that a delayed message not yet due or an
+        open half message is bound for (its REAL_QID): delivered there after a shrink, it
+        would be in a queue no consumer reads."""
+        found: set[int] = set()
+
+        def note(props: Mapping[str, str]) -> None:
+            if props.get(PROPERTY_REAL_TOPIC) == topic:
+                q = props.get(PROPERTY_REAL_QUEUE_ID, "0")
+                if q.isdigit() and int(q) >= first:
+                    found.add(int(q))
+
+        if self.has_topic(SCHEDULE_TOPIC):
+            for level in range(1, len(self._delay_ms) + 1):
+                if not self._queue_holds_messages(SCHEDULE_TOPIC, level - 1):
+                    continue
+                cq = self._cq(SCHEDULE_TOPIC, level - 1)
+                start, end = self._schedule._start_offset(level), cq.max_offset()
+                while start < end:
+                    entries = cq.read(start, min(end - start, 4096))
+                    if not len(entries):
+                        break
+                    for phy in entries["offset"].tolist():
+                        note(self.commit_log.read(int(phy)).properties)
+                    start += len(entries)
+        if self.has_topic(TRANS_HALF_TOPIC):
+            for half in self.open_transactions():
+                note(half.properties)
+        return found
 
     def _ensure_system_topic(self, topic: str, queues: int) -> None:
         if self.topics.get(topic) is None:

@@ -241,3 +241,29 @@ def test_an_empty_topic_name_is_refused_not_sent_to_the_default_topic(tmp_path, 
         assert store.max_offset("default", 0) == store.max_offset("t", 0) == 0
         store.put_columns([b"x"] * rows, topic="default", topics=[None] * rows)
         assert store.max_offset("default", 0) == rows
+
+
+@pytest.mark.parametrize("pending", ["delayed", "half"])
+def test_a_topic_does_not_shrink_under_a_message_bound_for_a_dropped_queue(tmp_path, clock,
+                                                                           pending):
+    """A delayed message (or an open half) names its queue; delivered (committed) after
+    the shrink it went to a queue the topic no longer has, where no consumer reads it."""
+    from rocketspark.errors import TopicShrinkError
+
+    with MessageStore.open(tmp_path, clock=clock) as store:
+        store.create_topic("t", queues=4)
+        if pending == "delayed":
+            store.put(Message("t", b"late", delay_level=1, queue_id=3))
+        else:
+            half = store.prepare(Message("t", b"half", queue_id=3))
+        with pytest.raises(TopicShrinkError, match="queue\\(s\\) 3"):
+            store.create_topic("t", queues=2)
+        assert store.topic("t").write_queue_nums == 4
+        store.create_topic("t", queues=4)  # no shrink: fine
+        clock.advance(10_000)
+        if pending == "delayed":
+            assert store.run_schedule() == 1
+        else:
+            store.commit_transaction(half)
+        assert [m.body for m in store.pull("t", 3, 0).messages] in ([b"late"], [b"half"])
+        store.create_topic("t", queues=2, force=True)  # what it hides is asked for
