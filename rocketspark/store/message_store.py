@@ -967,8 +967,16 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                named = props if isinstance(props, Mapping) else _property_pairs(
-                    props, f"row {i} of topic {topic!r}: ")
+                if isinstance(props, Mapping):
+                    named = props
+                else:
+                    try:  # the common case without formatting the error's prefix per row
+                        named = dict(props) if (props.__class__ is list
+                                                or props.__class__ is tuple) else None
+                    except (TypeError, ValueError):
+                        named = None
+                    if named is None:
+                        named = _property_pairs(props, f"row {i} of topic {topic!r}: ")
                 parts = []
                 for k, v in named.items():
                     if k.__class__ is not str or v.__class__ is not str or not k:
@@ -1001,7 +1009,17 @@ class MessageStore:
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
-                    key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
+                    # the common case (one space between keys, none in them) checked here,
+                    # without formatting the error's prefix per row; the rest there
+                    try:
+                        joined = " ".join(key) if (key.__class__ is list or key.__class__
+                                                   is tuple) and "" not in key else None
+                    except TypeError:  # not strings
+                        joined = None
+                    if joined is not None and joined.count(" ") == len(key) - 1:
+                        key = joined
+                    else:
+                        key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
                 text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
                 key_strings.append(key)
@@ -1112,20 +1130,19 @@ class MessageStore:
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
         # An empty row is None or an empty mapping / sequence; any other false value
-        # (0, False, b"") is one the row loop refuses.
+        # (0, False, b"") is one the row loop refuses. (Columns of Messages hold no such.)
         props_col = cols.properties
-        if props_col is not None and (not isinstance(props_col, list) or props_col.count(None)
-                                      + props_col.count({}) + props_col.count([])
-                                      + props_col.count(()) != n):
+        if props_col is not None and (any(props_col) or not (
+                cols.checked or _only_empty(props_col, n, ({}, None, [], ())))):
             return None
         key_texts: list[bytes] | None = None
         keyed: list[int] = []
         key_strings: list[str] = []
-        if cols.keys is not None and not any(cols.keys) and (
-                not isinstance(cols.keys, list) or cols.keys.count(None) + cols.keys.count("")
-                + cols.keys.count([]) + cols.keys.count(()) != n):
+        has_keys = cols.keys is not None and any(cols.keys)
+        if cols.keys is not None and not has_keys and not (
+                cols.checked or _only_empty(cols.keys, n, (None, (), [], ""))):
             return None
-        if cols.keys is not None and any(cols.keys):
+        if has_keys:
             if not isinstance(cols.keys, list):
                 return None
             listed = []  # keys given as sequences, and the spaces joining them
@@ -2786,6 +2803,21 @@ def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | 
         check_utf8("message property key", key, where)
 
 
+def _only_empty(col: Any, n: int, empties: tuple[Any, ...]) -> bool:
+    """Is every entry of the list ``col`` (n long) equal to one of ``empties``?
+
+    C-level counts, the likeliest empty first: one scan in the common case.
+    """
+    if not isinstance(col, list):
+        return False
+    left = n
+    for empty in empties:
+        left -= col.count(empty)
+        if not left:
+            return True
+    return False
+
+
 def _column_length(name: str, col: Any) -> int:
     """The length of a column: a sized sequence, not one text (whose characters a
     column of the same length would silently take for its rows)."""
@@ -2801,7 +2833,7 @@ class _Columns:
     """The columns of a columnar put, checked for equal lengths."""
 
     __slots__ = ("bodies", "topic", "topics", "tags", "keys", "properties", "queue_ids",
-                 "sharding_keys", "extra")
+                 "sharding_keys", "extra", "checked")
 
     def __init__(self, bodies: Sequence[Any], topic: str | None, topics: Any, tags: Any,
                  keys: Any, properties: Any, queue_ids: Any, sharding_keys: Any,
@@ -2818,6 +2850,7 @@ class _Columns:
             bodies, topic, topics, tags, keys)
         self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
         self.extra = extra
+        self.checked = False  # the columns of Messages, whose fields they checked
 
     @classmethod
     def of_messages(cls, messages: Sequence[Message]) -> _Columns:
@@ -2825,10 +2858,12 @@ class _Columns:
         if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
             extra = ([m.flag for m in messages], [m.reconsume_times for m in messages],
                      [m.born_timestamp for m in messages])
-        return cls([m.body for m in messages], None, [m.topic for m in messages],
+        cols = cls([m.body for m in messages], None, [m.topic for m in messages],
                    [m.tags for m in messages], [m.keys for m in messages],
                    [m.properties for m in messages], [m.queue_id for m in messages],
                    [m.sharding_key for m in messages], extra)
+        cols.checked = True
+        return cols
 
     def messages(self) -> list[Message]:
         n = len(self.bodies)
