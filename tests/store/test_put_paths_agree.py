@@ -267,3 +267,12 @@ def test_a_topic_does_not_shrink_under_a_message_bound_for_a_dropped_queue(tmp_p
             store.commit_transaction(half)
         assert [m.body for m in store.pull("t", 3, 0).messages] in ([b"late"], [b"half"])
         store.create_topic("t", queues=2, force=True)  # what it hides is asked for
+
+
+def test_the_sink_refuses_an_empty_topic_name_before_writing():
+    """Its rows went to the option topic (an empty name counted as null)."""
+    from rocketspark.datasource.sink import check_columns
+
+    with pytest.raises(ConfigError, match="column topic: a row has an empty topic name"):
+        check_columns({"body": [b"a", b"b"], "topic": ["t", ""]})
+    check_columns({"body": [b"a", b"b"], "topic": ["t", None]})
