@@ -320,6 +320,8 @@ class Message:
             keys = tuple(k for k in keys.split(KEY_SEPARATOR) if k)
         elif keys is None:
             keys = ()
+        elif keys.__class__ is list:
+            keys = tuple(keys)  # the common case, without the ABC checks below
         elif not isinstance(keys, tuple):
             # bytes would be keys of numbers, a mapping its names: refused, as put_columns does
             if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
@@ -332,25 +334,36 @@ class Message:
                 raise InvalidMessageError(
                     f"message key {k!r} must be a non-empty string without spaces")
             _check_property_text("key", k)
-        object.__setattr__(self, "keys", keys)
-        if self.tags is not None:
-            _check_property_text("tags", self.tags)
-        if self.properties.__class__ is dict and not self.properties:
+        if keys is not self.keys:
+            object.__setattr__(self, "keys", keys)
+        tags = self.tags
+        if tags is not None and not (tags.__class__ is str and tags.isascii()
+                                     and "\x01" not in tags and "\x02" not in tags):
+            _check_property_text("tags", tags)
+        props = self.properties
+        if props.__class__ is dict and not props:
             pass  # the default
-        elif self.properties is None:
+        elif props.__class__ is dict:
+            # the common case in a few C-level scans: ASCII strings without separators,
+            # no name empty or reserved; anything else is user_properties' to judge
+            try:
+                text = "".join(props) + "".join(props.values())
+            except TypeError:  # not all strings
+                text = "\x01"
+            if (text.isascii() and "\x01" not in text and "\x02" not in text
+                    and "" not in props and RESERVED_PROPERTIES.isdisjoint(props)):
+                object.__setattr__(self, "properties", MappingProxyType(props.copy()))
+            else:
+                object.__setattr__(self, "properties", MappingProxyType(user_properties(props)))
+        elif props is None:
             object.__setattr__(self, "properties", _EMPTY)
         elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
             object.__setattr__(self, "properties",
                                MappingProxyType(user_properties(self.properties)))
-        if self.flag.__class__ is not int or not INT32_MIN <= self.flag <= INT32_MAX:
-            object.__setattr__(self, "flag", check_int("flag", self.flag, INT32_MIN, INT32_MAX))
-        if self.delay_level.__class__ is not int or self.delay_level < 0:
-            object.__setattr__(self, "delay_level",
-                               check_int("delay_level", self.delay_level, 0, INT32_MAX))
-        if self.reconsume_times.__class__ is not int or not (
-                0 <= self.reconsume_times <= INT32_MAX):
-            object.__setattr__(self, "reconsume_times", check_int(
-                "reconsume_times", self.reconsume_times, 0, INT32_MAX))
+        flag, level, times = self.flag, self.delay_level, self.reconsume_times
+        if (flag.__class__ is not int or level.__class__ is not int
+                or times.__class__ is not int or flag != 0 or level != 0 or times != 0):
+            self._check_ints(flag, level, times)
         if self.born_timestamp is not None and (
                 self.born_timestamp.__class__ is not int
                 or not 0 <= self.born_timestamp <= INT64_MAX):
@@ -364,6 +377,17 @@ class Message:
         if self.sharding_key is not None and not isinstance(self.sharding_key, str):
             raise InvalidMessageError(
                 f"sharding_key must be a string, got {self.sharding_key!r}")
+
+    def _check_ints(self, flag: Any, level: Any, times: Any) -> None:
+        """flag, delay_level and reconsume_times other than all three 0."""
+        if flag.__class__ is not int or not INT32_MIN <= flag <= INT32_MAX:
+            object.__setattr__(self, "flag", check_int("flag", flag, INT32_MIN, INT32_MAX))
+        if level.__class__ is not int or level < 0:
+            object.__setattr__(self, "delay_level",
+                               check_int("delay_level", level, 0, INT32_MAX))
+        if times.__class__ is not int or not 0 <= times <= INT32_MAX:
+            object.__setattr__(self, "reconsume_times", check_int(
+                "reconsume_times", times, 0, INT32_MAX))
 
     def all_properties(self) -> dict[str, str]:
         """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""
