@@ -200,11 +200,20 @@ class RetryPipeline:
                                   f"topics are {ours[0]!r} and {ours[1]!r}")
             msgs.append(m)
             keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
-            props.append({PROPERTY_REASON: "" if r.reason is None else str(r.reason)[:2000],
+            props.append({PROPERTY_REASON: _reason_text(r.reason),
                           PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
                           "KEYS": keys})
         store.send_back_batch(self.group, msgs, properties=props)
         return len(msgs)
+
+
+def _reason_text(reason: Any) -> str:
+    """A failure reason as a property value: RocketMQ's separators and lone surrogates
+    (which a property cannot hold) replaced by U+FFFD, cut at 2000 characters."""
+    text = "" if reason is None else str(reason)[:2000]
+    if "\x01" in text or "\x02" in text:
+        text = text.replace("\x01", "\ufffd").replace("\x02", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8") if not text.isascii() else text
 
 
 def _query_id(batch_df: Any) -> str | None:

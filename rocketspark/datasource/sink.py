@@ -411,6 +411,9 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
     topics = cols.get("topic")
     if topics is not None:
         for t in set(topics):
+            if t == "":  # only null takes the default topic (the store refuses the name)
+                raise ConfigError("column topic: a row has an empty topic name; give a topic "
+                                  "or null (null: the option topic)")
             if t is not None and is_system_topic(t):
                 raise ConfigError(f"column topic: {t!r} is a RocketMQ system topic; the sink "
                                   "does not write there")

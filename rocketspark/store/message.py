@@ -66,8 +66,17 @@ FIRST_HALF_ERROR = (f"property {PROPERTY_FIRST_HALF!r} is the store's own record
                     "(drop it from properties copied from another message)")
 
 
+# What a prepare sets on each half (see transaction.py).
+PREPARE_PROPERTIES = frozenset({
+    PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID, PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
+
+
 def check_extra_properties(extra: Mapping[str, str] | None) -> None:
     """Properties a transactional prepare adds to every half: user properties too."""
+    if extra is not None and not isinstance(extra, Mapping):
+        raise ConfigError(f"extra properties must be a mapping of names to values, got "
+                          f"{type(extra).__name__}")
     for k, v in (extra or {}).items():
         if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
             raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
@@ -76,6 +85,10 @@ def check_extra_properties(extra: Mapping[str, str] | None) -> None:
         _check_property_text("value", v, f"extra property {k!r}: ")
         if k in RESERVED_PROPERTIES:
             raise ConfigError(reserved_property_error(k, "extra property"))
+        if k in PREPARE_PROPERTIES:
+            # one value for every half: it would move them to another producer group,
+            # give them one message id, or undo what the prepare itself records
+            raise ConfigError(f"extra property {k!r} is set by the prepare itself")
         if k == PROPERTY_FIRST_HALF:
             raise ConfigError(f"extra {FIRST_HALF_ERROR}")
 
@@ -236,6 +249,35 @@ def message_body(body: Any, where: str = "") -> bytes:
     return body
 
 
+def user_properties(props: Any, where: str = "",
+                    reserved: frozenset[str] = RESERVED_PROPERTIES) -> dict[str, str]:
+    """Return ``props`` (a mapping or (name, value) pairs) as a checked dict.
+
+    Raises InvalidMessageError, prefixed by ``where``, unless every name and
+    value is a string that encodes as UTF-8 without a \\x01 / \\x02 separator,
+    no name is empty and none is in ``reserved``.
+    """
+    try:
+        if isinstance(props, (str, bytes, bytearray, memoryview)):
+            raise TypeError
+        props = dict(props)
+    except (TypeError, ValueError):
+        raise InvalidMessageError(
+            f"{where}properties must be a mapping or (name, value) pairs, got "
+            f"{props!r}") from None
+    for name, value in props.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessageError(
+                f"{where}message property {name!r}: names and values must be strings")
+        if not name:
+            raise InvalidMessageError(f"{where}message property names must not be empty")
+        if name in reserved:
+            raise InvalidMessageError(where + reserved_property_error(name))
+        _check_property_text("name", name, where)
+        _check_property_text("value", value, where)
+    return props
+
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -278,8 +320,12 @@ class Message:
             keys = tuple(k for k in keys.split(KEY_SEPARATOR) if k)
         elif keys is None:
             keys = ()
+        elif keys.__class__ is list:
+            keys = tuple(keys)  # the common case, without the ABC checks below
         elif not isinstance(keys, tuple):
-            if not isinstance(keys, Iterable):
+            # bytes would be keys of numbers, a mapping its names: refused, as put_columns does
+            if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
+                    keys, Iterable):
                 raise InvalidMessageError(
                     f"keys must be a string or an iterable of strings, got {keys!r}")
             keys = tuple(keys)
@@ -288,43 +334,36 @@ class Message:
                 raise InvalidMessageError(
                     f"message key {k!r} must be a non-empty string without spaces")
             _check_property_text("key", k)
-        object.__setattr__(self, "keys", keys)
-        if self.tags is not None:
-            _check_property_text("tags", self.tags)
-        if self.properties.__class__ is dict and not self.properties:
+        if keys is not self.keys:
+            object.__setattr__(self, "keys", keys)
+        tags = self.tags
+        if tags is not None and not (tags.__class__ is str and tags.isascii()
+                                     and "\x01" not in tags and "\x02" not in tags):
+            _check_property_text("tags", tags)
+        props = self.properties
+        if props.__class__ is dict and not props:
             pass  # the default
-        elif self.properties is None:
+        elif props.__class__ is dict:
+            # the common case in a few C-level scans: ASCII strings without separators,
+            # no name empty or reserved; anything else is user_properties' to judge
+            try:
+                text = "".join(props) + "".join(props.values())
+            except TypeError:  # not all strings
+                text = "\x01"
+            if (text.isascii() and "\x01" not in text and "\x02" not in text
+                    and "" not in props and RESERVED_PROPERTIES.isdisjoint(props)):
+                object.__setattr__(self, "properties", MappingProxyType(props.copy()))
+            else:
+                object.__setattr__(self, "properties", MappingProxyType(user_properties(props)))
+        elif props is None:
             object.__setattr__(self, "properties", _EMPTY)
         elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
-            try:
-                if isinstance(self.properties, (str, bytes)):
-                    raise TypeError
-                props = dict(self.properties)
-            except (TypeError, ValueError):
-                raise InvalidMessageError(
-                    "properties must be a mapping or (name, value) pairs, got "
-                    f"{self.properties!r}") from None
-            for name, value in props.items():
-                if not isinstance(name, str) or not isinstance(value, str):
-                    raise InvalidMessageError(
-                        f"message property {name!r}: names and values must be strings"
-                    )
-                if not name:
-                    raise InvalidMessageError("message property names must not be empty")
-                if name in RESERVED_PROPERTIES:
-                    raise InvalidMessageError(reserved_property_error(name))
-                _check_property_text("name", name)
-                _check_property_text("value", value)
-            object.__setattr__(self, "properties", MappingProxyType(props))
-        if self.flag.__class__ is not int or not INT32_MIN <= self.flag <= INT32_MAX:
-            object.__setattr__(self, "flag", check_int("flag", self.flag, INT32_MIN, INT32_MAX))
-        if self.delay_level.__class__ is not int or self.delay_level < 0:
-            object.__setattr__(self, "delay_level",
-                               check_int("delay_level", self.delay_level, 0, INT32_MAX))
-        if self.reconsume_times.__class__ is not int or not (
-                0 <= self.reconsume_times <= INT32_MAX):
-            object.__setattr__(self, "reconsume_times", check_int(
-                "reconsume_times", self.reconsume_times, 0, INT32_MAX))
+            object.__setattr__(self, "properties",
+                               MappingProxyType(user_properties(self.properties)))
+        flag, level, times = self.flag, self.delay_level, self.reconsume_times
+        if (flag.__class__ is not int or level.__class__ is not int
+                or times.__class__ is not int or flag != 0 or level != 0 or times != 0):
+            self._check_ints(flag, level, times)
         if self.born_timestamp is not None and (
                 self.born_timestamp.__class__ is not int
                 or not 0 <= self.born_timestamp <= INT64_MAX):
@@ -338,6 +377,17 @@ class Message:
         if self.sharding_key is not None and not isinstance(self.sharding_key, str):
             raise InvalidMessageError(
                 f"sharding_key must be a string, got {self.sharding_key!r}")
+
+    def _check_ints(self, flag: Any, level: Any, times: Any) -> None:
+        """flag, delay_level and reconsume_times other than all three 0."""
+        if flag.__class__ is not int or not INT32_MIN <= flag <= INT32_MAX:
+            object.__setattr__(self, "flag", check_int("flag", flag, INT32_MIN, INT32_MAX))
+        if level.__class__ is not int or level < 0:
+            object.__setattr__(self, "delay_level",
+                               check_int("delay_level", level, 0, INT32_MAX))
+        if times.__class__ is not int or not 0 <= times <= INT32_MAX:
+            object.__setattr__(self, "reconsume_times", check_int(
+                "reconsume_times", times, 0, INT32_MAX))
 
     def all_properties(self) -> dict[str, str]:
         """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""

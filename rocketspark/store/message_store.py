@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import itertools
 import logging
+import numbers
 import os
 import threading
 import time
@@ -67,6 +68,7 @@ from rocketspark.store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
     INT32_MAX,
+    INT32_MIN,
     INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
@@ -94,6 +96,7 @@ from rocketspark.store.message import (
     retry_topic,
     tags_code,
     transaction_type,
+    user_properties,
 )
 from rocketspark.store.message_codec import (
     BLANK,
@@ -560,10 +563,13 @@ class MessageStore:
             current = max(int(existing.get("readQueueNums", 0)),
                           int(existing.get("writeQueueNums", 0)))
             holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            if n < current:
+                holding = sorted(set(holding) | self._queues_awaited(topic, n))
             if holding:
                 raise TopicShrinkError(
                     f"topic {topic!r} has {current} queues; {n} would hide the messages of "
-                    f"queue(s) {', '.join(map(str, holding))}, which hold messages. Pass "
+                    f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
+                    "delayed or half messages are bound for). Pass "
                     "force=True (rocketspark topic create --force) to shrink it anyway")
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
@@ -590,6 +596,36 @@ class MessageStore:
             return False
         q = self._cq(topic, queue_id)
         return q.max_offset() > q.min_offset(self.commit_log.min_offset)
+
+    def _queues_awaited(self, topic: str, first: int) -> set[int]:
+        """Queues from ``first`` on of ``topic`` that a delayed message not yet due or an
+        open half message is bound for (its REAL_QID): delivered there after a shrink, it
+        would be in a queue no consumer reads."""
+        found: set[int] = set()
+
+        def note(props: Mapping[str, str]) -> None:
+            if props.get(PROPERTY_REAL_TOPIC) == topic:
+                q = props.get(PROPERTY_REAL_QUEUE_ID, "0")
+                if q.isdigit() and int(q) >= first:
+                    found.add(int(q))
+
+        if self.has_topic(SCHEDULE_TOPIC):
+            for level in range(1, len(self._delay_ms) + 1):
+                if not self._queue_holds_messages(SCHEDULE_TOPIC, level - 1):
+                    continue
+                cq = self._cq(SCHEDULE_TOPIC, level - 1)
+                start, end = self._schedule._start_offset(level), cq.max_offset()
+                while start < end:
+                    entries = cq.read(start, min(end - start, 4096))
+                    if not len(entries):
+                        break
+                    for phy in entries["offset"].tolist():
+                        note(self.commit_log.read(int(phy)).properties)
+                    start += len(entries)
+        if self.has_topic(TRANS_HALF_TOPIC):
+            for half in self.open_transactions():
+                note(half.properties)
+        return found
 
     def _ensure_system_topic(self, topic: str, queues: int) -> None:
         if self.topics.get(topic) is None:
@@ -901,7 +937,10 @@ class MessageStore:
             half_info = self._topic_info(TRANS_HALF_TOPIC)
             half_head_text = half_info[1].decode("latin-1")
         for i in range(n):
-            topic = (col_topics[i] or default_topic) if col_topics is not None else default_topic
+            # only None takes the default: an empty name is refused as Message's is
+            topic = col_topics[i] if col_topics is not None else None
+            if topic is None:
+                topic = default_topic
             if topic is None or (topic is not last_topic and topic != last_topic):
                 if topic is None:
                     raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
@@ -950,8 +989,16 @@ class MessageStore:
             if props:
                 # (name, value) pairs naming one property twice keep the last, as a
                 # Message's dict does (RocketMQ's properties are a map).
-                named = props if isinstance(props, Mapping) else _property_pairs(
-                    props, f"row {i} of topic {topic!r}: ")
+                if isinstance(props, Mapping):
+                    named = props
+                else:
+                    try:  # the common case without formatting the error's prefix per row
+                        named = dict(props) if (props.__class__ is list
+                                                or props.__class__ is tuple) else None
+                    except (TypeError, ValueError):
+                        named = None
+                    if named is None:
+                        named = _property_pairs(props, f"row {i} of topic {topic!r}: ")
                 parts = []
                 for k, v in named.items():
                     if k.__class__ is not str or v.__class__ is not str or not k:
@@ -984,7 +1031,17 @@ class MessageStore:
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
-                    key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
+                    # the common case (one space between keys, none in them) checked here,
+                    # without formatting the error's prefix per row; the rest there
+                    try:
+                        joined = " ".join(key) if (key.__class__ is list or key.__class__
+                                                   is tuple) and "" not in key else None
+                    except TypeError:  # not strings
+                        joined = None
+                    if joined is not None and joined.count(" ") == len(key) - 1:
+                        key = joined
+                    else:
+                        key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
                 text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
                 key_strings.append(key)
@@ -1073,7 +1130,7 @@ class MessageStore:
         if cols.topics is not None:
             if not isinstance(cols.topics, list) or cols.topics.count(cols.topics[0]) != n:
                 return None
-            topic = cols.topics[0] or cols.topic
+            topic = cols.topics[0] if cols.topics[0] is not None else cols.topic
         tag = None
         tag_of: np.ndarray | None = None  # per row, an index into tag_values (tags vary)
         tag_values: list[Any] = []
@@ -1094,19 +1151,30 @@ class MessageStore:
         for col in (cols.queue_ids, cols.sharding_keys):
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
-        if cols.properties is not None and any(cols.properties):
+        # An empty row is None or an empty mapping / sequence; any other false value
+        # (0, False, b"") is one the row loop refuses. (Columns of Messages hold no such.)
+        props_col = cols.properties
+        if props_col is not None and (any(props_col) or not (
+                cols.checked or _only_empty(props_col, n, ({}, None, [], ())))):
             return None
         key_texts: list[bytes] | None = None
         keyed: list[int] = []
         key_strings: list[str] = []
-        if cols.keys is not None and any(cols.keys):
+        has_keys = cols.keys is not None and any(cols.keys)
+        if cols.keys is not None and not has_keys and not (
+                cols.checked or _only_empty(cols.keys, n, (None, (), [], ""))):
+            return None
+        if has_keys:
             if not isinstance(cols.keys, list):
                 return None
             listed = []  # keys given as sequences, and the spaces joining them
             spaces = 0
             try:
                 for i, k in enumerate(cols.keys):
-                    if k:
+                    if not k:
+                        if k is not None and not isinstance(k, (str, list, tuple)):
+                            return None
+                    else:
                         keyed.append(i)
                         if isinstance(k, str):
                             key_strings.append(k)
@@ -2057,7 +2125,22 @@ class MessageStore:
         validate_group(group)
         self.groups.get_or_create(group)
         max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
-                     else max_reconsume_times)
+                     else check_int("max_reconsume_times", max_reconsume_times,
+                                    INT32_MIN, INT32_MAX))
+        messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, MessageExt):
+                raise InvalidMessageError(f"message {i}: expected a MessageExt the store "
+                                          f"handed out, got {type(m).__name__}")
+        for name, col in (("delay_levels", delay_levels), ("properties", properties)):
+            if col is not None and len(col) != len(messages):
+                raise ConfigError(f"{name} has {len(col)} entries, messages has "
+                                  f"{len(messages)}")
+        # Checked as a Message's are, before anything is written; the delay comes from
+        # delay_levels (the store sets DELAY), the rest may replace the message's own.
+        added = [{} if p is None else user_properties(
+            p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
+            for i, p in enumerate(() if properties is None else properties)]
         for i, level in enumerate(() if delay_levels is None else delay_levels):
             # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
             # at the last level as RocketMQ's broker does; a given level must exist
@@ -2073,8 +2156,8 @@ class MessageStore:
             props.pop(PROPERTY_REAL_TOPIC, None)
             props.pop(PROPERTY_REAL_QUEUE_ID, None)
             props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            if properties is not None:
-                props.update(properties[i])
+            if added:
+                props.update(added[i])
             delay_ms = 0
             if message.reconsume_times >= max_times or delay_level < 0:
                 topic = dlq_topic(group)
@@ -2730,21 +2813,38 @@ def _written_end(q: ConsumeQueue) -> int:
 
 
 def _half_offsets(half: object) -> list[int] | np.ndarray:
+    """Half-queue offsets of PutResults, ints or an integer array; anything else (a
+    bool, a float that would be truncated, a negative number) is refused by name."""
     if isinstance(half, np.ndarray):
-        return half.astype(np.int64, copy=False)
+        if half.dtype.kind not in "iu":
+            raise ConfigError(f"half message offsets must be integers, got an array of "
+                              f"{half.dtype}")
+        half = half.astype(np.int64, copy=False)
+        if len(half) and int(half.min()) < 0:  # (a uint64 beyond int64 wraps negative)
+            raise OffsetOutOfRangeError(
+                f"no half message at offset {half.min()} of {TRANS_HALF_TOPIC}")
+        return half
     if isinstance(half, PutResults):
         if len(half) and half.topics != TRANS_HALF_TOPIC:
             raise ConfigError(f"these are not half messages (topic {half.topics!r})")
         return half.queue_offsets
-    if isinstance(half, (PutResult, int)):
+    if isinstance(half, (PutResult, numbers.Integral)) or not isinstance(half, Iterable):
         half = [half]
     out = []
-    for h in half:  # type: ignore[attr-defined]
+    for h in half:
         if isinstance(h, PutResult):
             if h.topic != TRANS_HALF_TOPIC:
                 raise ConfigError(f"{h.msg_id} is not a half message (topic {h.topic!r})")
             out.append(h.queue_offset)
+        elif h.__class__ is int and 0 <= h <= INT64_MAX:
+            out.append(h)
         else:
+            if isinstance(h, bool) or not isinstance(h, numbers.Integral):
+                raise ConfigError(f"a half message is named by its PutResult or its queue "
+                                  f"offset (an integer), got {h!r}")
+            if not 0 <= h <= INT64_MAX:
+                raise OffsetOutOfRangeError(f"no half message at offset {h} of "
+                                            f"{TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out
 
@@ -2820,7 +2920,7 @@ def _utf8(text: str) -> bool:
 def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
     """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
     try:
-        if isinstance(props, (str, bytes)):
+        if isinstance(props, (str, bytes, bytearray, memoryview)):
             raise TypeError
         return dict(props)
     except (TypeError, ValueError):
@@ -2848,7 +2948,8 @@ def _joined_keys(keys: Any, where: str) -> str:
             # no key is empty or holds a space: one space between keys, no more
             if joined.count(" ") == len(keys) - 1 and "" not in keys:
                 return joined
-    if isinstance(keys, (bytes, Mapping)) or not isinstance(keys, Iterable):
+    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys,
+                                                                                Iterable):
         raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
                                   f"got {keys!r}")
     keys = list(keys)
@@ -2870,20 +2971,46 @@ def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | 
         check_utf8("message property key", key, where)
 
 
+def _only_empty(col: Any, n: int, empties: tuple[Any, ...]) -> bool:
+    """Is every entry of the list ``col`` (n long) equal to one of ``empties``?
+
+    C-level counts, the likeliest empty first: one scan in the common case.
+    """
+    if not isinstance(col, list):
+        return False
+    left = n
+    for empty in empties:
+        left -= col.count(empty)
+        if not left:
+            return True
+    return False
+
+
+def _column_length(name: str, col: Any) -> int:
+    """The length of a column: a sized sequence, not one text (whose characters a
+    column of the same length would silently take for its rows)."""
+    if col.__class__ is list:
+        return len(col)
+    if isinstance(col, (str, bytes, bytearray, Mapping)) or not hasattr(col, "__len__"):
+        raise ConfigError(f"column {name} must be a sequence with one entry per message, "
+                          f"got {type(col).__name__}")
+    return len(col)
+
+
 class _Columns:
     """The columns of a columnar put, checked for equal lengths."""
 
     __slots__ = ("bodies", "topic", "topics", "tags", "keys", "properties", "queue_ids",
-                 "sharding_keys", "extra")
+                 "sharding_keys", "extra", "checked")
 
     def __init__(self, bodies: Sequence[Any], topic: str | None, topics: Any, tags: Any,
                  keys: Any, properties: Any, queue_ids: Any, sharding_keys: Any,
                  extra: tuple[Any, Any, Any] | None = None):
-        n = len(bodies)
+        n = _column_length("bodies", bodies)
         for name, col in (("topics", topics), ("tags", tags), ("keys", keys),
                           ("properties", properties), ("queue_ids", queue_ids),
                           ("sharding_keys", sharding_keys)):
-            if col is not None and len(col) != n:
+            if col is not None and _column_length(name, col) != n:
                 raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
         if topic is None and topics is None:
             raise ConfigError("no topic: give topic= (one for all rows) or topics=")
@@ -2891,6 +3018,7 @@ class _Columns:
             bodies, topic, topics, tags, keys)
         self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
         self.extra = extra
+        self.checked = False  # the columns of Messages, whose fields they checked
 
     @classmethod
     def of_messages(cls, messages: Sequence[Message]) -> _Columns:
@@ -2898,10 +3026,12 @@ class _Columns:
         if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
             extra = ([m.flag for m in messages], [m.reconsume_times for m in messages],
                      [m.born_timestamp for m in messages])
-        return cls([m.body for m in messages], None, [m.topic for m in messages],
+        cols = cls([m.body for m in messages], None, [m.topic for m in messages],
                    [m.tags for m in messages], [m.keys for m in messages],
                    [m.properties for m in messages], [m.queue_id for m in messages],
                    [m.sharding_key for m in messages], extra)
+        cols.checked = True
+        return cols
 
     def messages(self) -> list[Message]:
         n = len(self.bodies)
@@ -2913,8 +3043,10 @@ class _Columns:
         for b, t, tg, k, p, q, sk in zip(self.bodies, col(self.topics), col(self.tags),
                                          col(self.keys), col(self.properties),
                                          col(self.queue_ids), col(self.sharding_keys)):
-            out.append(Message(t or self.topic, b, tags=tg, keys=k or (),
-                               properties=dict(p) if p else {}, queue_id=q, sharding_key=sk))
+            # None: not set; any other value is Message's to check (as the row loop does)
+            out.append(Message(t if t is not None else self.topic, b, tags=tg, keys=k,
+                               properties=p if p is not None else {}, queue_id=q,
+                               sharding_key=sk))
         return out
 
 
