@@ -46,7 +46,7 @@ from typing import Any
 
 from rocketspark.errors import CorruptRecordError
 from rocketspark.store.config import validate_group, validate_topic
-from rocketspark.store.mapped_file import disk_full
+from rocketspark.store.mapped_file import disk_full, fsync_directory
 
 __all__ = [
     "TOPICS_FILE",
@@ -142,14 +142,6 @@ def _stat_stamp(path: str) -> FileStamp | None:
         return None
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _keep_backup(path: str) -> None:
     """Make ``<path>.bak`` a copy of ``path`` as it is now (``path`` must exist)."""
     bak = path + BAK_SUFFIX
@@ -194,7 +186,7 @@ def _replace(path: str, data: bytes, *, backup: bool) -> None:
     if backup and os.path.exists(path):
         _keep_backup(path)
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    fsync_directory(directory)
 
 
 def write_json(path: str | os.PathLike[str], obj: Any, *, bare_int_keys: bool = True) -> None:
