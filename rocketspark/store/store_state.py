@@ -93,6 +93,15 @@ def check_ok(word: bytes) -> bool:
 OPEN_WAIT_SECONDS = 120.0
 
 
+def _checked_field(off: int) -> property:
+    """A position of the state file, stored with its check (see StoreState._set)."""
+    return property(lambda s: s._get(off), lambda s, v: s._set(off, v))
+
+
+def _plain_field(off: int) -> property:
+    return property(lambda s: s._get_plain(off), lambda s, v: s._set_plain(off, v))
+
+
 class StoreState:
     """The mapped state file shared by every process that has the store open."""
 
@@ -159,26 +168,16 @@ class StoreState:
     def _set_plain(self, off: int, value: int) -> None:
         self._mm[off:off + 8] = _I64.pack(value)
 
-    commit_pos = property(lambda s: s._get(COMMIT_POS_OFFSET),
-                          lambda s, v: s._set(COMMIT_POS_OFFSET, v))
-    pending_end = property(lambda s: s._get(PENDING_END_OFFSET),
-                           lambda s, v: s._set(PENDING_END_OFFSET, v))
-    dispatched_pos = property(lambda s: s._get(DISPATCHED_POS_OFFSET),
-                              lambda s, v: s._set(DISPATCHED_POS_OFFSET, v))
-    flushed_pos = property(lambda s: s._get(FLUSHED_POS_OFFSET),
-                           lambda s, v: s._set(FLUSHED_POS_OFFSET, v))
-    write_seq = property(lambda s: s._get_plain(WRITE_SEQ_OFFSET),
-                         lambda s, v: s._set_plain(WRITE_SEQ_OFFSET, v))
-    synced_pos = property(lambda s: s._get(SYNCED_POS_OFFSET),
-                          lambda s, v: s._set(SYNCED_POS_OFFSET, v))
-    holders = property(lambda s: s._get(HOLDERS_OFFSET),
-                       lambda s, v: s._set(HOLDERS_OFFSET, v))
-    damage_pos = property(lambda s: s._get(DAMAGE_POS_OFFSET),
-                          lambda s, v: s._set(DAMAGE_POS_OFFSET, v))
-    damage_resume = property(lambda s: s._get(DAMAGE_RESUME_OFFSET),
-                             lambda s, v: s._set(DAMAGE_RESUME_OFFSET, v))
-    damage_following = property(lambda s: s._get(DAMAGE_FOLLOWING_OFFSET),
-                                lambda s, v: s._set(DAMAGE_FOLLOWING_OFFSET, v))
+    commit_pos = _checked_field(COMMIT_POS_OFFSET)
+    pending_end = _checked_field(PENDING_END_OFFSET)
+    dispatched_pos = _checked_field(DISPATCHED_POS_OFFSET)
+    flushed_pos = _checked_field(FLUSHED_POS_OFFSET)
+    write_seq = _plain_field(WRITE_SEQ_OFFSET)
+    synced_pos = _checked_field(SYNCED_POS_OFFSET)
+    holders = _checked_field(HOLDERS_OFFSET)
+    damage_pos = _checked_field(DAMAGE_POS_OFFSET)
+    damage_resume = _checked_field(DAMAGE_RESUME_OFFSET)
+    damage_following = _checked_field(DAMAGE_FOLLOWING_OFFSET)
 
     def intent(self) -> tuple[int, int, int, int]:
         return INTENT.unpack_from(self._mm, INTENT_OFFSET)
