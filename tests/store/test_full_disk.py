@@ -20,7 +20,7 @@ import pytest
 import rocketspark.store.commit_log as commit_log
 import rocketspark.store.disk_guard as disk_guard
 from rocketspark.errors import ConfigError, DiskFullError
-from rocketspark.store import Message, MessageStore, PullStatus
+from rocketspark.store import Message, MessageStore
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.index_file import IndexFile
@@ -31,12 +31,12 @@ from rocketspark.store.mapped_file import (
 )
 from rocketspark.store.metadata import write_json
 from rocketspark.store.store_check import check_store
+from tests.store.helpers.full_disk import TOPIC, bodies_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DISK_SIZE = 12 << 20
 SIZES = dict(mappedFileSizeCommitLog=256 * 1024, mappedFileSizeConsumeQueue=20 * 512,
              maxHashSlotNum=64, maxIndexNum=512)
-TOPIC = "full"
 
 
 @pytest.fixture(params=["tmpfs"])
@@ -97,19 +97,6 @@ def lines(path) -> list[str]:
         return []
     with open(path) as f:
         return [line.strip() for line in f if line.strip()]
-
-
-def bodies_of(store: MessageStore) -> list[str]:
-    out = []
-    for q in range(store.topic(TOPIC).read_queue_nums):
-        off = 0
-        while True:
-            res = store.pull(TOPIC, q, off, max_msgs=256)
-            if res.status is not PullStatus.FOUND:
-                break
-            out += [m.body.decode() for m in res.messages]
-            off = res.next_offset
-    return out
 
 
 def mapped_files(store_dir) -> list[str]:

@@ -19,21 +19,13 @@ from rocketspark.errors import (
     ConfigError,
     InvalidMessageError,
     OffsetOutOfRangeError,
-    RocketSparkError,
     UnknownTopicError,
 )
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.message import SCHEDULE_TOPIC, dlq_topic
+from tests.store.test_put_validation import _outcome
 
 FALSE_BUT_WRONG = [0, False, b"", 0.0, bytearray()]
-
-
-def _outcome(call) -> type | None:
-    try:
-        call()
-    except RocketSparkError as e:
-        return type(e)
-    return None
 
 
 @settings(max_examples=40, deadline=None,

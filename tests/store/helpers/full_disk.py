@@ -50,6 +50,20 @@ def write(store_dir: str, ack_path: str, config: dict, mode: str) -> None:
             store.close()
 
 
+def bodies_of(store: MessageStore) -> list[str]:
+    """Every body of TOPIC, queue by queue."""
+    out = []
+    for q in range(store.topic(TOPIC).read_queue_nums):
+        off = 0
+        while True:
+            res = store.pull(TOPIC, q, off, max_msgs=256)
+            if res.status is not PullStatus.FOUND:
+                break
+            out += [m.body.decode() for m in res.messages]
+            off = res.next_offset
+    return out
+
+
 def read(store_dir: str, out_path: str, config: dict) -> None:
     try:
         store = MessageStore.open(store_dir, **config)
@@ -57,14 +71,7 @@ def read(store_dir: str, out_path: str, config: dict) -> None:
         print(f"open: {type(exc).__name__}: {exc}", flush=True)
         return
     with store, open(out_path, "w") as out:
-        for q in range(store.topic(TOPIC).read_queue_nums):
-            off = 0
-            while True:
-                res = store.pull(TOPIC, q, off, max_msgs=256)
-                if res.status is not PullStatus.FOUND:
-                    break
-                out.write("".join(m.body.decode() + "\n" for m in res.messages))
-                off = res.next_offset
+        out.write("".join(body + "\n" for body in bodies_of(store)))
         try:
             store.put(Message(TOPIC, b"after", tags="t"))
             print("put: ok", flush=True)
