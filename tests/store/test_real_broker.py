@@ -109,6 +109,14 @@ def read_all(s: MessageStore, topic: str) -> dict[tuple[int, int], object]:
     return got
 
 
+def assert_follows(end: int, put) -> None:
+    """``put`` lands right after the log's last record at ``end`` (or, when it did not
+    fit there, at the next segment's start): no zeros in front of it."""
+    assert put.commitlog_offset == end or (
+        put.commitlog_offset % CL_SIZE == 0
+        and put.commitlog_offset - end < put.store_size + 8), (end, put)
+
+
 def assert_log_is_visible(s: MessageStore, path: str) -> tuple[dict[int, tuple], int]:
     """Every record the CommitLog holds is where its ConsumeQueue entry says, and back."""
     records, end = commitlog_records(path)
@@ -203,10 +211,7 @@ def test_rocketspark_then_broker_then_rocketspark(rocketmq, tmp_path):
             offset_msg_id_phy(r["offsetMsgId"]) for r in sent if r["key"] == "bk-17"]
         more = [Message("orders", body(f"rs2-{i}", 2000), keys=[f"rs2-{i}"]) for i in range(50)]
         placed = list(s.put_batch(more))
-        first = placed[0]
-        assert first.commitlog_offset == end or (
-            first.commitlog_offset % CL_SIZE == 0
-            and first.commitlog_offset - end < first.store_size + 8), (end, first)
+        assert_follows(end, placed[0])
     # every record, the broker's and both rocketspark runs', intact after a reopen
     with MessageStore.open(path, **SIZES) as s:
         after, _ = assert_log_is_visible(s, path)
@@ -266,10 +271,7 @@ def test_broker_killed_then_rocketspark_then_broker(rocketmq, tmp_path):
         more = [Message("crash", body(f"rs-{i}", 700), keys=[f"rs-{i}"]) for i in range(40)]
         placed = list(s.put_batch(more))
         # right after the broker's last record: no zeros in front of rocketspark's writes
-        put = placed[0]
-        assert put.commitlog_offset == end or (
-            put.commitlog_offset % CL_SIZE == 0
-            and put.commitlog_offset - end < put.store_size + 8), (end, put)
+        assert_follows(end, placed[0])
         for q, hi in maxes.items():
             assert sorted(r.queue_offset for r in placed if r.queue_id == q) == list(
                 range(hi, hi + sum(r.queue_id == q for r in placed)))
