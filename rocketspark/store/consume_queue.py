@@ -68,7 +68,7 @@ class ConsumeQueue:
         if f is None:
             return 0
         rel = pos - f.start_offset
-        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+        if _entries_with_data(f, rel) < 1:  # a hole: never written
             return 0
         return _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]
 
@@ -102,8 +102,7 @@ class ConsumeQueue:
                 return n
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
             count = min(block, self.entries_per_file - first,
-                        (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
-                        // CQ_STORE_UNIT_SIZE)
+                        _entries_with_data(f, pos - f.start_offset))
             if count <= 0:  # a hole: never written
                 return n
             sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count,
@@ -195,8 +194,7 @@ class ConsumeQueue:
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
             # Not into a hole past the queue's end (see MappedFile.data_limit).
             take = min(remaining, self.entries_per_file - first,
-                       (f.data_limit(pos - f.start_offset) - (pos - f.start_offset))
-                       // CQ_STORE_UNIT_SIZE)
+                       _entries_with_data(f, pos - f.start_offset))
             if take <= 0:
                 break
             view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
@@ -223,7 +221,7 @@ class ConsumeQueue:
         if f is None:
             return None
         rel = pos - f.start_offset
-        if f.data_limit(rel) < rel + CQ_STORE_UNIT_SIZE:  # a hole: never written
+        if _entries_with_data(f, rel) < 1:  # a hole: never written
             return None
         if not _SIZE.unpack_from(f.mm, rel + SIZE_FIELD_OFFSET)[0]:  # SIZE first (see read)
             return None
@@ -351,3 +349,9 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+def _entries_with_data(f: MappedFile, rel: int) -> int:
+    """How many entries from byte ``rel`` of ``f`` lie where data is: reads stop before
+    a hole past the queue's end (see MappedFile.data_limit)."""
+    return (f.data_limit(rel) - rel) // CQ_STORE_UNIT_SIZE
