@@ -50,6 +50,7 @@ class _Ceiling(DataSource):
 
     def schema(self) -> str:
         from rocketspark.datasource.source import SCHEMA_DDL
+
         return SCHEMA_DDL
 
     def reader(self, schema):
@@ -76,8 +77,11 @@ class _CeilingReader(DataSourceReader):
                 s.create_topic("c", queues=1)
                 s.put_batch([Message("c", BODY, tags="t", keys=["k"]) for _ in range(n)])
                 batches, _ = s.read_batches("c", 0, 0, None)
-                batch = pa.Table.from_batches(batches, schema=ARROW_SCHEMA).combine_chunks() \
+                batch = (
+                    pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+                    .combine_chunks()
                     .to_batches()[0]
+                )
         finally:
             shutil.rmtree(store, ignore_errors=True)
         left = self.rows // self.parts
@@ -118,13 +122,29 @@ def _timed(fn) -> float:
 def bench_source(spark, path: str, n: int, runs: int) -> tuple[list[float], list[float]]:
     ours, ceiling = [], []
     for _ in range(runs):
-        dt = _timed(lambda: spark.read.format("rocketmq").option("store", path)
-                    .option("topic", "bench").load().write.format("noop").mode("overwrite")
-                    .save())
+        dt = _timed(
+            lambda: (
+                spark.read.format("rocketmq")
+                .option("store", path)
+                .option("topic", "bench")
+                .load()
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            )
+        )
         ours.append(n / dt)
-        dt = _timed(lambda: spark.read.format("rocketspark_ceiling").option("rows", str(n))
-                    .option("partitions", "2").load().write.format("noop").mode("overwrite")
-                    .save())
+        dt = _timed(
+            lambda: (
+                spark.read.format("rocketspark_ceiling")
+                .option("rows", str(n))
+                .option("partitions", "2")
+                .load()
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            )
+        )
         ceiling.append(n / dt)
     return ours, ceiling
 
@@ -138,17 +158,21 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
     micro-batches run in (the second still pays some of the first touches).
     """
     steady, first = [], []
-    df = spark.range(n, numPartitions=2).select(
-        F.lit(BODY).cast("binary").alias("body")).cache()
+    df = spark.range(n, numPartitions=2).select(F.lit(BODY).cast("binary").alias("body")).cache()
     df.count()
     for _ in range(runs):
         path = tempfile.mkdtemp(prefix="rs-sink-")
         try:
             with MessageStore.open(path) as s:
                 s.create_topic("out", queues=4)
-            write = (lambda: df.write.format("rocketmq").option("store", path)
-                     .option("topic", "out").option("deliveryGuarantee", guarantee)
-                     .mode("append").save())
+            write = lambda: (
+                df.write.format("rocketmq")
+                .option("store", path)
+                .option("topic", "out")
+                .option("deliveryGuarantee", guarantee)
+                .mode("append")
+                .save()
+            )
             first.append(n / _timed(write))
             write()
             steady.append(n / _timed(write))
@@ -157,6 +181,7 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
             assert total == 3 * n, (total, 3 * n)
         finally:
             from rocketspark.datasource.stores import close_all
+
             close_all()
             shutil.rmtree(path, ignore_errors=True)
     df.unpersist()
@@ -165,9 +190,9 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
 
 def bench_sink_ceiling(spark, n: int, runs: int) -> list[float]:
     """The same writes into a Python sink that does nothing: the framework's ceiling."""
-    df = spark.range(n, numPartitions=2).select(
-        F.lit(BODY).cast("binary").alias("body")).cache()
+    df = spark.range(n, numPartitions=2).select(F.lit(BODY).cast("binary").alias("body")).cache()
     df.count()
+
     def write():
         df.write.format("rocketspark_sink_ceiling").mode("append").save()
 
@@ -184,16 +209,19 @@ def bench_latency(spark, samples: int) -> list[float]:
     try:
         store = MessageStore.open(path)
         store.create_topic("lat", queues=1)
-        df = (spark.readStream.format("rocketmq").option("store", path).option("topic", "lat")
-              .load())
+        df = spark.readStream.format("rocketmq").option("store", path).option("topic", "lat").load()
 
         def seen(batch_df, batch_id):
             now = time.time() * 1000
             for r in batch_df.select("body").collect():
                 lat.append(now - float(r.body.decode()))
 
-        q = (df.writeStream.foreachBatch(seen).option("checkpointLocation", chk)
-             .trigger(processingTime="0 seconds").start())
+        q = (
+            df.writeStream.foreachBatch(seen)
+            .option("checkpointLocation", chk)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
         time.sleep(3)  # let the first (empty) batches pass
         for _ in range(samples):
             store.put(Message("lat", str(time.time() * 1000).encode()))
@@ -244,16 +272,24 @@ def main() -> None:
     print(f"  source, batch read -> noop      {med(ours):>12,.0f} rows/s  (target >= 1,200,000)")
     print(f"  synthetic Arrow source ceiling  {med(ceiling):>12,.0f} rows/s")
     print(f"  source / ceiling                {med(ours) / med(ceiling):>12.0%}  (target >= 70%)")
-    print(f"  sink, exactly_once              {med(eo[0]):>12,.0f} rows/s  (target >= 500,000; "
-          f"first write to a store {med(eo[1]):,.0f})")
-    print(f"  sink, at_least_once             {med(alo[0]):>12,.0f} rows/s  (first write to a "
-          f"store {med(alo[1]):,.0f})")
-    print(f"  synthetic Arrow sink ceiling    {med(sink_ceiling):>12,.0f} rows/s  (a Python sink "
-          "that only counts rows)")
+    print(
+        f"  sink, exactly_once              {med(eo[0]):>12,.0f} rows/s  (target >= 500,000; "
+        f"first write to a store {med(eo[1]):,.0f})"
+    )
+    print(
+        f"  sink, at_least_once             {med(alo[0]):>12,.0f} rows/s  (first write to a "
+        f"store {med(alo[1]):,.0f})"
+    )
+    print(
+        f"  synthetic Arrow sink ceiling    {med(sink_ceiling):>12,.0f} rows/s  (a Python sink "
+        "that only counts rows)"
+    )
     if lat:
         lat.sort()
-        print(f"  put -> row in micro-batch       p50 {lat[len(lat) // 2]:.0f} ms, "
-              f"p90 {lat[int(len(lat) * 0.9)]:.0f} ms  (target p50 < 250 ms; {len(lat)} samples)")
+        print(
+            f"  put -> row in micro-batch       p50 {lat[len(lat) // 2]:.0f} ms, "
+            f"p90 {lat[int(len(lat) * 0.9)]:.0f} ms  (target p50 < 250 ms; {len(lat)} samples)"
+        )
 
 
 if __name__ == "__main__":

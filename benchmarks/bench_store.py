@@ -38,8 +38,7 @@ def bench_put_batch(n: int, batch: int, varied: bool = False) -> float:
     """put_batch of ``batch`` messages of BODY, or (``varied``) of bodies of 50-150
     bytes (100 on average), whose records differ in size (the general copy path)."""
     path, store = _fresh()
-    msgs = [Message("bench", BODY[:50] + bytes(i % 101) if varied else BODY)
-            for i in range(batch)]
+    msgs = [Message("bench", BODY[:50] + bytes(i % 101) if varied else BODY) for i in range(batch)]
     try:
         t0 = time.perf_counter()
         for _ in range(n // batch):
@@ -80,8 +79,10 @@ def bench_sync_flush(producers: int, n_each: int, batch: int = 1) -> float:
     path, store = _fresh(flushDiskType="SYNC_FLUSH")
     ctx = mp.get_context("spawn")
     start, done = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_sync_producer, args=(path, n_each, batch, start, done))
-             for _ in range(producers)]
+    procs = [
+        ctx.Process(target=_sync_producer, args=(path, n_each, batch, start, done))
+        for _ in range(producers)
+    ]
     try:
         for p in procs:
             p.start()
@@ -98,8 +99,9 @@ def bench_sync_flush(producers: int, n_each: int, batch: int = 1) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_pull_arrow(n: int, block: int | None, keyed: bool = False, varied: bool = False,
-                     check_crc: bool = True) -> float:
+def bench_pull_arrow(
+    n: int, block: int | None, keyed: bool = False, varied: bool = False, check_crc: bool = True
+) -> float:
     """Read a queue range into Arrow: in blocks the caller drops as it goes (as the Spark
     reader does, READ_CHUNK records a call), or with ``block`` None in one call whose
     million rows stay in memory (then fresh memory's page faults are most of the time).
@@ -109,17 +111,28 @@ def bench_pull_arrow(n: int, block: int | None, keyed: bool = False, varied: boo
     return bench_pull_arrow_pair(n, block, keyed, varied, (check_crc,))[0]
 
 
-def bench_pull_arrow_pair(n: int, block: int | None, keyed: bool = False, varied: bool = False,
-                          checks: tuple[bool, ...] = (True, False)) -> list[float]:
+def bench_pull_arrow_pair(
+    n: int,
+    block: int | None,
+    keyed: bool = False,
+    varied: bool = False,
+    checks: tuple[bool, ...] = (True, False),
+) -> list[float]:
     """bench_pull_arrow for each body CRC setting of ``checks``, runs interleaved on one
     store (so that both see the same machine)."""
     path = tempfile.mkdtemp(prefix="rs-bench-")
     try:
         with MessageStore.open(path) as store:
             store.create_topic("bench", queues=1)
-            msgs = [Message("bench", BODY[:50] + bytes(i % 101) if varied else BODY, tags="t",
-                            keys=[str(10 ** (i % 6) + i)[:1 + i % 6]] if keyed else ())
-                    for i in range(1000)]
+            msgs = [
+                Message(
+                    "bench",
+                    BODY[:50] + bytes(i % 101) if varied else BODY,
+                    tags="t",
+                    keys=[str(10 ** (i % 6) + i)[: 1 + i % 6]] if keyed else (),
+                )
+                for i in range(1000)
+            ]
             for _ in range(n // 1000):
                 store.put_batch(msgs)
             runs: dict[bool, list[float]] = {c: [] for c in checks}
@@ -130,8 +143,8 @@ def bench_pull_arrow_pair(n: int, block: int | None, keyed: bool = False, varied
                     pos = 0
                     while pos < n:
                         batches, pos = store.read_batches(
-                            "bench", 0, pos, None if block is None else pos + block,
-                            check_crc=check)
+                            "bench", 0, pos, None if block is None else pos + block, check_crc=check
+                        )
                         rows += sum(b.num_rows for b in batches)
                         del batches
                     runs[check].append(rows / (time.perf_counter() - t0))
@@ -182,7 +195,7 @@ def bench_sync_floor(samples: int = 1000) -> float:
             with mmap.mmap(fd, samples * 100 + mmap.PAGESIZE) as mm:
                 syncs = []
                 for i in range(samples):
-                    mm[i * 100:i * 100 + 100] = BODY
+                    mm[i * 100 : i * 100 + 100] = BODY
                     t0 = time.perf_counter()
                     mm.flush((i * 100) // mmap.PAGESIZE * mmap.PAGESIZE, mmap.PAGESIZE)
                     syncs.append(time.perf_counter() - t0)
@@ -202,18 +215,29 @@ def crc_cost(n: int, runs: int, varied: bool) -> None:
         off.append(1e9 / b)
     on_ns, off_ns = statistics.median(on), statistics.median(off)
     what = "bodies of 50-150 bytes" if varied else "100-byte bodies"
-    print(f"  {'read_batches, ' + what + ': CRC check':<44} {on_ns:>8.0f} ns/row on, "
-          f"{off_ns:.0f} off: +{on_ns - off_ns:.0f} ns/row, x{on_ns / off_ns:.2f}", flush=True)
+    print(
+        f"  {'read_batches, ' + what + ': CRC check':<44} {on_ns:>8.0f} ns/row on, "
+        f"{off_ns:.0f} off: +{on_ns - off_ns:.0f} ns/row, x{on_ns / off_ns:.2f}",
+        flush=True,
+    )
 
 
-def read_figures(report: Callable[[str, str, list[float]], None], scale: int,
-                 runs: int) -> None:
-    report("read_batches: a queue range into Arrow", ">= 2,000,000",
-           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK) for _ in range(runs)])
-    report("read_batches: 1M rows in one call, all kept", "(same target)",
-           [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)])
-    report("read_batches: keys of 1-6 characters", "(same target)",
-           [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)])
+def read_figures(report: Callable[[str, str, list[float]], None], scale: int, runs: int) -> None:
+    report(
+        "read_batches: a queue range into Arrow",
+        ">= 2,000,000",
+        [bench_pull_arrow(1_000_000 // scale, READ_CHUNK) for _ in range(runs)],
+    )
+    report(
+        "read_batches: 1M rows in one call, all kept",
+        "(same target)",
+        [bench_pull_arrow(1_000_000 // scale, None) for _ in range(runs)],
+    )
+    report(
+        "read_batches: keys of 1-6 characters",
+        "(same target)",
+        [bench_pull_arrow(1_000_000 // scale, READ_CHUNK, keyed=True) for _ in range(runs)],
+    )
     crc_cost(1_000_000 // scale, runs, varied=False)
     crc_cost(1_000_000 // scale, runs, varied=True)
 
@@ -226,37 +250,61 @@ def main() -> None:
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     runs = 1 if args.quick else args.runs
-    print(f"rocketspark store benchmark: {os.cpu_count()} cores, 100-byte bodies, "
-          f"median of {runs} runs")
+    print(
+        f"rocketspark store benchmark: {os.cpu_count()} cores, 100-byte bodies, "
+        f"median of {runs} runs"
+    )
     print(f"  machine at the start: {reference()}", flush=True)
     rows = []
 
     def report(name: str, target: str, values: list[float], unit: str = "msg/s") -> None:
         med = statistics.median(values)
         rows.append((name, med, unit, target))
-        print(f"  {name:<44} {med:>14,.0f} {unit:<6} (target {target}; runs "
-              f"{', '.join(f'{v:,.0f}' for v in values)})", flush=True)
+        print(
+            f"  {name:<44} {med:>14,.0f} {unit:<6} (target {target}; runs "
+            f"{', '.join(f'{v:,.0f}' for v in values)})",
+            flush=True,
+        )
 
     if args.reads:
         read_figures(report, scale, runs)
         return
-    report("put_batch, ASYNC_FLUSH, batches of 1000", ">= 1,000,000",
-           [bench_put_batch(1_000_000 // scale, 1000) for _ in range(runs)])
-    report("put_batch of 1000, bodies of 50-150 bytes", "(same target)",
-           [bench_put_batch(1_000_000 // scale, 1000, varied=True) for _ in range(runs)])
-    report("put, one message at a time", ">= 200,000",
-           [bench_put_single(200_000 // scale) for _ in range(runs)])
-    report("put, SYNC_FLUSH, 4 producer processes", ">= 50,000",
-           [bench_sync_flush(4, 5_000 // scale) for _ in range(runs)])
-    report("put_batch of 100, SYNC_FLUSH, 4 processes", "(same target)",
-           [bench_sync_flush(4, 100_000 // scale, 100) for _ in range(runs)])
+    report(
+        "put_batch, ASYNC_FLUSH, batches of 1000",
+        ">= 1,000,000",
+        [bench_put_batch(1_000_000 // scale, 1000) for _ in range(runs)],
+    )
+    report(
+        "put_batch of 1000, bodies of 50-150 bytes",
+        "(same target)",
+        [bench_put_batch(1_000_000 // scale, 1000, varied=True) for _ in range(runs)],
+    )
+    report(
+        "put, one message at a time",
+        ">= 200,000",
+        [bench_put_single(200_000 // scale) for _ in range(runs)],
+    )
+    report(
+        "put, SYNC_FLUSH, 4 producer processes",
+        ">= 50,000",
+        [bench_sync_flush(4, 5_000 // scale) for _ in range(runs)],
+    )
+    report(
+        "put_batch of 100, SYNC_FLUSH, 4 processes",
+        "(same target)",
+        [bench_sync_flush(4, 100_000 // scale, 100) for _ in range(runs)],
+    )
     read_figures(report, scale, runs)
     floor = bench_sync_floor(1000 // scale)
-    print(f"  {'this disk: msync of one page, p50':<44} {floor * 1e6:>11,.0f} µs     "
-          f"(so 4 producers of single puts reach at most {4 / floor:,.0f}/s)")
+    print(
+        f"  {'this disk: msync of one page, p50':<44} {floor * 1e6:>11,.0f} µs     "
+        f"(so 4 producers of single puts reach at most {4 / floor:,.0f}/s)"
+    )
     p50, p99 = bench_long_poll(200 // scale)
-    print(f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
-          "(target p99 < 5 ms)")
+    print(
+        f"  {'long-poll wake-up after a put':<44} p50 {p50:.3f} ms, p99 {p99:.3f} ms "
+        "(target p99 < 5 ms)"
+    )
     print(f"  machine at the end:   {reference()}")
 
 

@@ -39,5 +39,7 @@ def new_page_cache_mb_s(size_mb: int = 256) -> float:
 
 
 def reference() -> str:
-    return (f"sum(range(10**6)) takes {python_loop_ms():.1f} ms, new page cache "
-            f"{new_page_cache_mb_s():,.0f} MB/s")
+    return (
+        f"sum(range(10**6)) takes {python_loop_ms():.1f} ms, new page cache "
+        f"{new_page_cache_mb_s():,.0f} MB/s"
+    )

@@ -46,8 +46,7 @@ from rocketspark.errors import RocketSparkError, StorePathError
 class Progress:
     """A one-line progress bar on stderr (only when stderr is a terminal, or forced)."""
 
-    def __init__(self, total: int, label: str, stream: TextIO | None = None,
-                 force: bool = False):
+    def __init__(self, total: int, label: str, stream: TextIO | None = None, force: bool = False):
         self.total = max(total, 1)
         self.label = label
         self.stream = stream or sys.stderr
@@ -86,11 +85,13 @@ def _open(args: argparse.Namespace, *, create: bool = False, **kw: Any):
     if not create:
         root = os.path.abspath(path or MessageStoreConfig.load(args.config).store_path_root_dir)
         if directory_kind(root) != "store":
-            raise StorePathError(f"no store at {root} (give --store DIR; `rocketspark --store "
-                                 "DIR topic create NAME` makes a new store)", path=root)
+            raise StorePathError(
+                f"no store at {root} (give --store DIR; `rocketspark --store "
+                "DIR topic create NAME` makes a new store)",
+                path=root,
+            )
     # topic create makes a store only where nothing is, or an empty directory.
-    return MessageStore.open(path, config_file=args.config, create=None if create else False,
-                             **kw)
+    return MessageStore.open(path, config_file=args.config, create=None if create else False, **kw)
 
 
 def cmd_topic_create(args, out) -> int:
@@ -117,19 +118,28 @@ def cmd_send(args, out) -> int:
     for item in args.property or []:
         name, sep, value = item.partition("=")
         if not sep:
-            print(f"rocketspark send: --property {item!r}: expected name=value",
-                  file=sys.stderr)
+            print(f"rocketspark send: --property {item!r}: expected name=value", file=sys.stderr)
             return 2
         props[name] = value
     # the bytes typed, even when they are not UTF-8 (Python decoded argv with
     # surrogateescape); Message refuses an empty body, the store a delay level it lacks
-    msg = Message(args.topic, os.fsencode(args.body), tags=args.tags,
-                  keys=tuple(args.keys or ()), properties=props, queue_id=args.queue,
-                  sharding_key=args.sharding_key, delay_level=args.delay_level)
+    msg = Message(
+        args.topic,
+        os.fsencode(args.body),
+        tags=args.tags,
+        keys=tuple(args.keys or ()),
+        properties=props,
+        queue_id=args.queue,
+        sharding_key=args.sharding_key,
+        delay_level=args.delay_level,
+    )
     with _open(args) as store:
         r = store.put(msg)
-    print(f"{r.status.value} topic={r.topic} queue={r.queue_id} offset={r.queue_offset} "
-          f"msgId={r.msg_id} uniqKey={r.uniq_key}", file=out)
+    print(
+        f"{r.status.value} topic={r.topic} queue={r.queue_id} offset={r.queue_offset} "
+        f"msgId={r.msg_id} uniqKey={r.uniq_key}",
+        file=out,
+    )
     return 0
 
 
@@ -147,8 +157,9 @@ def cmd_tail(args, out) -> int:
         offsets = {}
         for q in queues:
             if start == "group":
-                offsets[q] = store.committed_offset(args.group, args.topic, q) or \
-                    store.min_offset(args.topic, q)
+                offsets[q] = store.committed_offset(args.group, args.topic, q) or store.min_offset(
+                    args.topic, q
+                )
             elif start == "earliest":
                 offsets[q] = store.min_offset(args.topic, q)
             elif start == "latest":
@@ -159,21 +170,38 @@ def cmd_tail(args, out) -> int:
         while True:
             moved = False  # messages shown, or offsets stepped (filtered, or cleaned away)
             for q in queues:
-                res = store.pull(args.topic, q, offsets[q], max_msgs=64,
-                                 expression=args.expression,
-                                 timeout_ms=100 if args.follow else 0)
+                res = store.pull(
+                    args.topic,
+                    q,
+                    offsets[q],
+                    max_msgs=64,
+                    expression=args.expression,
+                    timeout_ms=100 if args.follow else 0,
+                )
                 if res.status is PullStatus.OFFSET_ILLEGAL:
-                    print(f"# queue {q}: offset {offsets[q]} out of range "
-                          f"[{res.min_offset}, {res.max_offset}], moving to {res.next_offset}",
-                          file=out)
+                    print(
+                        f"# queue {q}: offset {offsets[q]} out of range "
+                        f"[{res.min_offset}, {res.max_offset}], moving to {res.next_offset}",
+                        file=out,
+                    )
                 nxt = res.next_offset
                 for m in res.messages:
-                    print(json.dumps({
-                        "queue": m.queue_id, "offset": m.queue_offset, "msgId": m.msg_id,
-                        "tags": m.tags, "keys": m.keys,
-                        "body": m.body.decode("utf-8", "backslashreplace"),
-                        "storeTimestamp": m.store_timestamp,
-                        "reconsumeTimes": m.reconsume_times}, ensure_ascii=False), file=out)
+                    print(
+                        json.dumps(
+                            {
+                                "queue": m.queue_id,
+                                "offset": m.queue_offset,
+                                "msgId": m.msg_id,
+                                "tags": m.tags,
+                                "keys": m.keys,
+                                "body": m.body.decode("utf-8", "backslashreplace"),
+                                "storeTimestamp": m.store_timestamp,
+                                "reconsumeTimes": m.reconsume_times,
+                            },
+                            ensure_ascii=False,
+                        ),
+                        file=out,
+                    )
                     shown += 1
                     if args.max and shown >= args.max:
                         nxt = m.queue_offset + 1  # the group has seen no further
@@ -193,8 +221,9 @@ def cmd_group_offsets(args, out) -> int:
         rows = []
         for (t, q), lag in store.lag(args.group, args.topic).items():
             committed = store.committed_offset(args.group, t, q)
-            rows.append((t, q, "-" if committed is None else committed, store.max_offset(t, q),
-                         lag))
+            rows.append(
+                (t, q, "-" if committed is None else committed, store.max_offset(t, q), lag)
+            )
     _table(out, ["topic", "queue", "committed", "max", "lag"], rows)
     if rows:
         print(f"total lag: {sum(r[4] for r in rows)}", file=out)
@@ -207,10 +236,21 @@ def cmd_query(args, out) -> int:
     with _open(args) as store:
         found = store.query_by_key(args.topic, args.key, args.begin_ms, args.end_ms)
     for m in found:
-        print(json.dumps({"queue": m.queue_id, "offset": m.queue_offset, "msgId": m.msg_id,
-                          "keys": m.keys, "uniqKey": m.uniq_key,
-                          "body": m.body.decode("utf-8", "backslashreplace"),
-                          "storeTimestamp": m.store_timestamp}, ensure_ascii=False), file=out)
+        print(
+            json.dumps(
+                {
+                    "queue": m.queue_id,
+                    "offset": m.queue_offset,
+                    "msgId": m.msg_id,
+                    "keys": m.keys,
+                    "uniqKey": m.uniq_key,
+                    "body": m.body.decode("utf-8", "backslashreplace"),
+                    "storeTimestamp": m.store_timestamp,
+                },
+                ensure_ascii=False,
+            ),
+            file=out,
+        )
     print(f"{len(found)} message(s)", file=out)
     return 0
 
@@ -238,31 +278,42 @@ def cmd_store_recover(args, out) -> int:
     with _open(args, truncate_at=args.truncate_at, full_recovery=True) as store:
         rep = store.recovery_report
     if rep is None:
-        print("the store is open in another process; it was recovered when first opened",
-              file=out)
+        print("the store is open in another process; it was recovered when first opened", file=out)
         return 0
     if rep.state_damaged:
-        print(f"rocketspark.state was not trusted (checks failed: "
-              f"{', '.join(rep.state_damaged)}); rebuilt from the CommitLog", file=out)
+        print(
+            f"rocketspark.state was not trusted (checks failed: "
+            f"{', '.join(rep.state_damaged)}); rebuilt from the CommitLog",
+            file=out,
+        )
     if rep.scanned_from is None:
-        print(f"clean: the last shutdown was orderly; CommitLog ends at {rep.commit_end}",
-              file=out)
+        print(f"clean: the last shutdown was orderly; CommitLog ends at {rep.commit_end}", file=out)
     else:
-        print(f"{'abnormal exit found; ' if rep.abnormal_exit else ''}scanned the CommitLog "
-              f"from {rep.scanned_from} to {rep.commit_end}", file=out)
+        print(
+            f"{'abnormal exit found; ' if rep.abnormal_exit else ''}scanned the CommitLog "
+            f"from {rep.scanned_from} to {rep.commit_end}",
+            file=out,
+        )
     if rep.reason:
         print(f"  the data ends at {rep.commit_end}: {rep.reason}", file=out)
     if rep.truncated_valid_records:
-        print(f"  truncated at {rep.commit_end} as asked: discarded "
-              f"{rep.truncated_valid_records} valid record(s) after the damage", file=out)
+        print(
+            f"  truncated at {rep.commit_end} as asked: discarded "
+            f"{rep.truncated_valid_records} valid record(s) after the damage",
+            file=out,
+        )
     if rep.discarded_bytes:
         print(f"  discarded {rep.discarded_bytes} bytes of torn tail", file=out)
     if rep.truncated_queue_entries:
-        print(f"  removed {rep.truncated_queue_entries} ConsumeQueue entries past the end",
-              file=out)
+        print(
+            f"  removed {rep.truncated_queue_entries} ConsumeQueue entries past the end", file=out
+        )
     for topic, qid, first, now in rep.repaired_queues:
-        print(f"  rebuilt ConsumeQueue {topic}/{qid} from entry {first} (a hole); it has "
-              f"{now} entries", file=out)
+        print(
+            f"  rebuilt ConsumeQueue {topic}/{qid} from entry {first} (a hole); it has "
+            f"{now} entries",
+            file=out,
+        )
     if rep.damage is not None:
         print(f"DAMAGED: {rep.damage.describe()}", file=out)
         return 1
@@ -271,12 +322,16 @@ def cmd_store_recover(args, out) -> int:
 
 def cmd_store_clean(args, out) -> int:
     with _open(args) as store:
-        hours = (store.config.file_reserved_time if args.reserved_hours is None
-                 else args.reserved_hours)
+        hours = (
+            store.config.file_reserved_time if args.reserved_hours is None else args.reserved_hours
+        )
         done = store.delete_expired(reserved_hours=hours)
-        print(f"deleted {done['commitlog']} CommitLog segment(s) older than {hours:g} h, "
-              f"{done['consumequeue']} ConsumeQueue file(s) and {done['index']} index "
-              f"file(s); the CommitLog now starts at {store.commit_log.min_offset}", file=out)
+        print(
+            f"deleted {done['commitlog']} CommitLog segment(s) older than {hours:g} h, "
+            f"{done['consumequeue']} ConsumeQueue file(s) and {done['index']} index "
+            f"file(s); the CommitLog now starts at {store.commit_log.min_offset}",
+            file=out,
+        )
     return 0
 
 
@@ -290,8 +345,7 @@ def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
 def _start_position(text: str) -> str:
     if text in ("earliest", "latest", "group") or text.isdigit():
         return text
-    raise argparse.ArgumentTypeError(f"expected earliest, latest, group or an offset, got "
-                                     f"{text!r}")
+    raise argparse.ArgumentTypeError(f"expected earliest, latest, group or an offset, got {text!r}")
 
 
 def _non_negative(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -319,9 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--queues", type=int)
     c.add_argument("--order", action="store_true")
-    c.add_argument("--force", action="store_true",
-                   help="allow fewer queues than the topic has even where they hold messages "
-                        "(those messages are no longer read)")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="allow fewer queues than the topic has even where they hold messages "
+        "(those messages are no longer read)",
+    )
     c.set_defaults(func=cmd_topic_create)
     tsub.add_parser("list").set_defaults(func=cmd_topic_list)
 
@@ -339,13 +396,18 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tail", help="print the messages of a topic (optionally as a group)")
     t.add_argument("topic")
     t.add_argument("--queue", type=int)
-    t.add_argument("--from", dest="start", type=_start_position, default=None,
-                   help="earliest, latest, group or an offset (default: group with "
-                        "--group, else earliest)")
+    t.add_argument(
+        "--from",
+        dest="start",
+        type=_start_position,
+        default=None,
+        help="earliest, latest, group or an offset (default: group with --group, else earliest)",
+    )
     t.add_argument("--group", help="commit offsets for this consumer group as it reads")
     t.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB'")
-    t.add_argument("--max", type=_non_negative(int), default=0,
-                   help="stop after this many messages")
+    t.add_argument(
+        "--max", type=_non_negative(int), default=0, help="stop after this many messages"
+    )
     t.add_argument("--follow", action="store_true", help="keep waiting for new messages")
     t.set_defaults(func=cmd_tail)
 
@@ -366,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     sch = sub.add_parser("schedule", help="delay levels")
     schsub = sch.add_subparsers(dest="action", required=True)
     schsub.add_parser("run", help="deliver due delayed messages").set_defaults(
-        func=cmd_schedule_run)
+        func=cmd_schedule_run
+    )
 
     st = sub.add_parser("store", help="check, recover or clean a store directory")
     stsub = st.add_subparsers(dest="action", required=True)
@@ -375,14 +438,23 @@ def build_parser() -> argparse.ArgumentParser:
     ck.set_defaults(func=cmd_store_check)
     rc = stsub.add_parser("recover")
     rc.add_argument("dir", nargs="?")
-    rc.add_argument("--truncate-at", type=_non_negative(int), default=None, metavar="OFFSET",
-                    help="discard the CommitLog from this offset on: the damage offset a "
-                         "recovery or `store check` reported (valid records after it go too)")
+    rc.add_argument(
+        "--truncate-at",
+        type=_non_negative(int),
+        default=None,
+        metavar="OFFSET",
+        help="discard the CommitLog from this offset on: the damage offset a "
+        "recovery or `store check` reported (valid records after it go too)",
+    )
     rc.set_defaults(func=cmd_store_recover)
     cl = stsub.add_parser("clean", help="delete expired segments (fileReservedTime)")
     cl.add_argument("dir", nargs="?")
-    cl.add_argument("--reserved-hours", type=_non_negative(float), default=None,
-                    help="keep segments younger than this (default: fileReservedTime)")
+    cl.add_argument(
+        "--reserved-hours",
+        type=_non_negative(float),
+        default=None,
+        help="keep segments younger than this (default: fileReservedTime)",
+    )
     cl.set_defaults(func=cmd_store_clean)
     return p
 

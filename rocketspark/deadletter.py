@@ -70,12 +70,30 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # half carrying a batch write's RS_SINK was taken for that write's abandoned half).
 # UNIQ_KEY, TAGS and KEYS appear only in tables materialised before rows' properties
 # left them to their own columns.
-_RETRY_ONLY = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REAL_TOPIC,
-               PROPERTY_REAL_QUEUE_ID, PROPERTY_DELAY_TIME_LEVEL, "UNIQ_KEY", "TAGS", "KEYS",
-               "MAX_OFFSET", "MIN_OFFSET", "CONSUME_START_TIME", PROPERTY_REASON,
-               PROPERTY_FIRST_FAILURE, "PGROUP", "__transactionId__", "TRAN_MSG",
-               "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_FIRST_HALF,
-               PROPERTY_SINK_ID, PROPERTY_REPLAY, PROPERTY_REPLAY_ID)
+_RETRY_ONLY = (
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_DELAY_TIME_LEVEL,
+    "UNIQ_KEY",
+    "TAGS",
+    "KEYS",
+    "MAX_OFFSET",
+    "MIN_OFFSET",
+    "CONSUME_START_TIME",
+    PROPERTY_REASON,
+    PROPERTY_FIRST_FAILURE,
+    "PGROUP",
+    "__transactionId__",
+    "TRAN_MSG",
+    "TRANSACTION_CHECK_TIMES",
+    "TRAN_PREPARED_QUEUE_OFFSET",
+    PROPERTY_FIRST_HALF,
+    PROPERTY_SINK_ID,
+    PROPERTY_REPLAY,
+    PROPERTY_REPLAY_ID,
+)
 
 Process = Callable[[Any, int], Any]
 
@@ -112,8 +130,7 @@ class RetryPipeline:
         self._ref = _store(self.store, self.store_options)
         store = self._ref.open()
         if not store.has_topic(self.topic):
-            raise UnknownTopicError(f"topic {self.topic!r} does not exist in store "
-                                    f"{store.root}")
+            raise UnknownTopicError(f"topic {self.topic!r} does not exist in store {store.root}")
         if not store.has_topic(retry_topic(self.group)):
             store.create_topic(retry_topic(self.group), queues=1)
         store.groups.get_or_create(self.group)
@@ -121,9 +138,13 @@ class RetryPipeline:
         self.pipeline_id = hashlib.sha1(self._location.encode()).hexdigest()[:12]
 
     def reader(self) -> Any:
-        r = (self.spark.readStream.format("rocketmq").option("store", self._ref.root)
-             .option("topic", f"{self.topic},{retry_topic(self.group)}")
-             .option("group", self.group).option("startingOffsets", self.starting_offsets))
+        r = (
+            self.spark.readStream.format("rocketmq")
+            .option("store", self._ref.root)
+            .option("topic", f"{self.topic},{retry_topic(self.group)}")
+            .option("group", self.group)
+            .option("startingOffsets", self.starting_offsets)
+        )
         for k, v in (self.store_options or {}).items():
             r = r.option(f"rocketmq.{k}", v)
         if self.max_offsets_per_trigger:
@@ -131,14 +152,17 @@ class RetryPipeline:
         from pyspark.sql import functions as F
 
         # the batch marks set by send_back are ours, not the user's keys
-        return r.load().withColumn(
-            "keys", F.filter("keys", lambda k: ~k.startswith("rs-retry-")))
+        return r.load().withColumn("keys", F.filter("keys", lambda k: ~k.startswith("rs-retry-")))
 
-    def start(self, *, processing_time: str | None = "1 second",
-              available_now: bool = False) -> Any:
+    def start(
+        self, *, processing_time: str | None = "1 second", available_now: bool = False
+    ) -> Any:
         """Start the query (``available_now``: process what is there, then stop)."""
-        w = (self.reader().writeStream.foreachBatch(self._batch)
-             .option("checkpointLocation", self.checkpoint))
+        w = (
+            self.reader()
+            .writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", self.checkpoint)
+        )
         if available_now:
             w = w.trigger(availableNow=True)
         elif processing_time:
@@ -149,15 +173,19 @@ class RetryPipeline:
         store = self._ref.open()
         failed = self.process(batch_df, batch_id)
         if failed is not None and not hasattr(failed, "select"):
-            raise ConfigError(f"process() returned a {type(failed).__name__}; it returns a "
-                              "DataFrame of the failed rows (commitLogOffset, reason) or None")
+            raise ConfigError(
+                f"process() returned a {type(failed).__name__}; it returns a "
+                "DataFrame of the failed rows (commitLogOffset, reason) or None"
+            )
         try:
             rows = [] if failed is None else failed.select("commitLogOffset", "reason").collect()
         except Exception as e:
             if "AnalysisException" in type(e).__name__:
-                raise ConfigError("the DataFrame process() returned needs the columns "
-                                  "commitLogOffset (of the input rows) and reason: "
-                                  f"{str(e).splitlines()[0]}") from e
+                raise ConfigError(
+                    "the DataFrame process() returned needs the columns "
+                    "commitLogOffset (of the input rows) and reason: "
+                    f"{str(e).splitlines()[0]}"
+                ) from e
             raise
         if rows:
             self.send_back(rows, batch_id, _query_id(batch_df))
@@ -172,13 +200,19 @@ class RetryPipeline:
         the same location, whose batch ids start again, from a restart.
         """
         store = self._ref.open()
-        pipeline = self.pipeline_id if query_id is None else hashlib.sha1(
-            f"{self._location}\x00{query_id}".encode()).hexdigest()[:12]
+        pipeline = (
+            self.pipeline_id
+            if query_id is None
+            else hashlib.sha1(f"{self._location}\x00{query_id}".encode()).hexdigest()[:12]
+        )
         mark = f"rs-retry-{pipeline}-{batch_id}"
         for t in (retry_topic(self.group), dlq_topic(self.group), "SCHEDULE_TOPIC_XXXX"):
             if store.has_topic(t) and store.query_by_key(t, mark, max_num=1):
-                log.info("pipeline %s: retries of batch %d were sent before; not again",
-                         self.pipeline_id, batch_id)
+                log.info(
+                    "pipeline %s: retries of batch %d were sent before; not again",
+                    self.pipeline_id,
+                    batch_id,
+                )
                 return 0
         now = str(int(time.time() * 1000))
         msgs, props = [], []
@@ -192,17 +226,25 @@ class RetryPipeline:
             try:
                 m = store.get_message(int(offset))
             except (CorruptRecordError, OffsetOutOfRangeError) as e:
-                raise ConfigError(f"process() returned commitLogOffset {offset}, which is not "
-                                  f"a message of this batch: {e}") from e
+                raise ConfigError(
+                    f"process() returned commitLogOffset {offset}, which is not "
+                    f"a message of this batch: {e}"
+                ) from e
             if m.topic not in ours:
-                raise ConfigError(f"process() returned commitLogOffset {offset}, a message of "
-                                  f"topic {m.topic!r}; failed rows come from the batch, whose "
-                                  f"topics are {ours[0]!r} and {ours[1]!r}")
+                raise ConfigError(
+                    f"process() returned commitLogOffset {offset}, a message of "
+                    f"topic {m.topic!r}; failed rows come from the batch, whose "
+                    f"topics are {ours[0]!r} and {ours[1]!r}"
+                )
             msgs.append(m)
             keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
-            props.append({PROPERTY_REASON: _reason_text(r.reason),
-                          PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
-                          "KEYS": keys})
+            props.append(
+                {
+                    PROPERTY_REASON: _reason_text(r.reason),
+                    PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
+                    "KEYS": keys,
+                }
+            )
         store.send_back_batch(self.group, msgs, properties=props)
         return len(msgs)
 
@@ -251,22 +293,35 @@ def _require_delta(spark: Any) -> None:
         raise ConfigError(
             "Delta Lake is not available in this SparkSession: on Databricks it is built in; "
             "locally use rocketspark.session.local_session() (pip install rocketspark[delta], "
-            "or ./dev setup for the jars) or delta's configure_spark_with_delta_pip")
+            "or ./dev setup for the jars) or delta's configure_spark_with_delta_pip"
+        )
 
 
 def _check_table_path(spark: Any, path: str) -> None:
     """A path holding something other than a Delta table is an error, not overwritten."""
-    local = path[len("file:"):] if path.startswith("file:") else path
-    if os.path.isdir(local) and os.listdir(local) and not os.path.isdir(
-            os.path.join(local, "_delta_log")):
-        raise ConfigError(f"{path} exists and is not a Delta table (no _delta_log); give "
-                          "an empty directory or a Delta table's path")
+    local = path[len("file:") :] if path.startswith("file:") else path
+    if (
+        os.path.isdir(local)
+        and os.listdir(local)
+        and not os.path.isdir(os.path.join(local, "_delta_log"))
+    ):
+        raise ConfigError(
+            f"{path} exists and is not a Delta table (no _delta_log); give "
+            "an empty directory or a Delta table's path"
+        )
 
 
-def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
-                checkpoint: str, store: str | None = None,
-                store_options: dict[str, str] | None = None,
-                available_now: bool = False) -> list[Any]:
+def materialize(
+    spark: Any,
+    *,
+    group: str,
+    retry_table: str,
+    dlq_table: str,
+    checkpoint: str,
+    store: str | None = None,
+    store_options: dict[str, str] | None = None,
+    available_now: bool = False,
+) -> list[Any]:
     """Start the two streams mirroring %RETRY%group and %DLQ%group into Delta tables.
 
     Tables are partitioned by ``day``; the DLQ table also has ``replayedAt`` and
@@ -282,24 +337,36 @@ def materialize(spark: Any, *, group: str, retry_table: str, dlq_table: str,
             s.create_topic(t, queues=1)
     queries = []
     for topic, path, at, extra in (
-            (retry_topic(group), retry_table, "retriedAt", ""),
-            (dlq_topic(group), dlq_table, "deadAt",
-             ", CAST(NULL AS TIMESTAMP) AS replayedAt, CAST(NULL AS STRING) AS replayId")):
-        r = (spark.readStream.format("rocketmq").option("store", ref.root).option("topic", topic)
-             .option("startingOffsets", "earliest"))
+        (retry_topic(group), retry_table, "retriedAt", ""),
+        (
+            dlq_topic(group),
+            dlq_table,
+            "deadAt",
+            ", CAST(NULL AS TIMESTAMP) AS replayedAt, CAST(NULL AS STRING) AS replayId",
+        ),
+    ):
+        r = (
+            spark.readStream.format("rocketmq")
+            .option("store", ref.root)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+        )
         for k, v in (store_options or {}).items():
             r = r.option(f"rocketmq.{k}", v)
         # reconsumeTimes: how often the message was retried. A dead letter's record
         # carries one more (RocketMQ counts the send to the DLQ), the table does not.
         reconsume = "reconsumeTimes - 1" if at == "deadAt" else "reconsumeTimes"
-        cols = _COMMON_COLUMNS.format(reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE,
-                                      at=at, reconsume=reconsume) + extra
+        cols = (
+            _COMMON_COLUMNS.format(
+                reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE, at=at, reconsume=reconsume
+            )
+            + extra
+        )
         df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
-        w = (df.writeStream.foreachBatch(_merge_into(path, ref.root))
-             .option("checkpointLocation", os.path.join(checkpoint, topic.strip("%")
-                                                        .replace("%", "-"))))
-        w = w.trigger(availableNow=True) if available_now else w.trigger(
-            processingTime="2 seconds")
+        w = df.writeStream.foreachBatch(_merge_into(path, ref.root)).option(
+            "checkpointLocation", os.path.join(checkpoint, topic.strip("%").replace("%", "-"))
+        )
+        w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="2 seconds")
         queries.append(w.start())
     return queries
 
@@ -310,6 +377,7 @@ def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
     A plain append would add every row again when the checkpoint is new (or
     lost), and a dead letter twice in the table can never be replayed.
     """
+
     def write(batch_df: Any, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
@@ -319,10 +387,16 @@ def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
             if not DeltaTable.isDeltaTable(spark, path):
                 rows.write.format("delta").partitionBy("day").mode("append").save(path)
                 return
-            _retry_conflicts(lambda: (
-                DeltaTable.forPath(spark, path).alias("t")
-                .merge(rows.alias("s"), "t.day = s.day AND t.msgId = s.msgId")
-                .whenNotMatchedInsertAll().execute()), f"materialize into {path}")
+            _retry_conflicts(
+                lambda: (
+                    DeltaTable.forPath(spark, path)
+                    .alias("t")
+                    .merge(rows.alias("s"), "t.day = s.day AND t.msgId = s.msgId")
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                ),
+                f"materialize into {path}",
+            )
 
     return write
 
@@ -371,10 +445,15 @@ def _retry_conflicts(merge: Callable[[], Any], what: str) -> None:
         MetadataChangedException,
     )
 
-    conflicts = (ConcurrentAppendException, ConcurrentDeleteDeleteException,
-                 ConcurrentDeleteReadException, ConcurrentTransactionException,
-                 ConcurrentWriteException, DeltaConcurrentModificationException,
-                 MetadataChangedException)
+    conflicts = (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        DeltaConcurrentModificationException,
+        MetadataChangedException,
+    )
     for attempt in range(MERGE_ATTEMPTS):
         try:
             merge()
@@ -382,9 +461,8 @@ def _retry_conflicts(merge: Callable[[], Any], what: str) -> None:
         except conflicts as e:
             if attempt == MERGE_ATTEMPTS - 1:
                 raise
-            log.info("%s met a concurrent write (%s); trying again", what,
-                     type(e).__name__)
-            time.sleep(0.2 * 2 ** attempt)
+            log.info("%s met a concurrent write (%s); trying again", what, type(e).__name__)
+            time.sleep(0.2 * 2**attempt)
 
 
 def _split_columns(text: str) -> list[str]:
@@ -408,8 +486,15 @@ def _split_columns(text: str) -> list[str]:
 # --- replay ---------------------------------------------------------------------------
 
 
-def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool = False,
-           store: str | None = None, store_options: dict[str, str] | None = None) -> int:
+def replay(
+    spark: Any,
+    *,
+    dlq_table: str,
+    condition: str = "true",
+    force: bool = False,
+    store: str | None = None,
+    store_options: dict[str, str] | None = None,
+) -> int:
     """Send the dead letters selected by the SQL ``condition`` back to their original topic.
 
     Each comes back with its reconsume count reset and the property RS_REPLAY=true;
@@ -421,8 +506,10 @@ def replay(spark: Any, *, dlq_table: str, condition: str = "true", force: bool =
 
     # (not a look for _delta_log: it exists before the table's first commit)
     if not DeltaTable.isDeltaTable(spark, dlq_table):
-        raise ConfigError(f"no dead-letter table at {dlq_table} (has the group had dead "
-                          "letters yet, and is materialize() running?)")
+        raise ConfigError(
+            f"no dead-letter table at {dlq_table} (has the group had dead "
+            "letters yet, and is materialize() running?)"
+        )
     ref = _store(store, store_options)
     s = ref.open()
     group = _replay_group(dlq_table)
@@ -441,8 +528,7 @@ def _replay_lock(store: Any, group: str) -> Any:
     return _config_lock(store.root, group)
 
 
-def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
-            force: bool) -> int:
+def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str, force: bool) -> int:
     from delta.tables import DeltaTable
 
     _finish_interrupted(spark, s, dlq_table, group)
@@ -451,12 +537,15 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
         selected = table.where(condition)
         if not force:
             selected = selected.where("replayedAt IS NULL")
-        rows = selected.select("msgId", "originTopic", "body", "tags", "keys",
-                               "properties").collect()
+        rows = selected.select(
+            "msgId", "originTopic", "body", "tags", "keys", "properties"
+        ).collect()
     except Exception as e:
         if "AnalysisException" in type(e).__name__ or "ParseException" in type(e).__name__:
-            raise ConfigError(f"replay condition {condition!r} does not work on the "
-                              f"dead-letter table: {str(e).splitlines()[0]}") from e
+            raise ConfigError(
+                f"replay condition {condition!r} does not work on the "
+                f"dead-letter table: {str(e).splitlines()[0]}"
+            ) from e
         raise
     rows = list({r.msgId: r for r in rows}.values())  # one message per dead letter
     if not rows:
@@ -470,18 +559,25 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str,
         props = {k: v for k, v in (r.properties or {}).items() if k not in _RETRY_ONLY}
         props[PROPERTY_REPLAY] = "true"
         props[PROPERTY_REPLAY_ID] = replay_id
-        msgs.append(Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (),
-                            properties=props))
+        msgs.append(
+            Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (), properties=props)
+        )
     halves = s.prepare_batch(msgs, producer_group=group)
     # By msgId alone: a dead letter in the table twice (two days) is stamped twice.
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
     with _table_lock(s.root, dlq_table):
-        _retry_conflicts(lambda: (
-            DeltaTable.forPath(spark, dlq_table).alias("t")
-            .merge(ids.alias("s"), "t.msgId = s.msgId")
-            .whenMatchedUpdate(set={"replayedAt": "current_timestamp()",
-                                    "replayId": f"'{replay_id}'"})
-            .execute()), f"replay into {dlq_table}")
+        _retry_conflicts(
+            lambda: (
+                DeltaTable.forPath(spark, dlq_table)
+                .alias("t")
+                .merge(ids.alias("s"), "t.msgId = s.msgId")
+                .whenMatchedUpdate(
+                    set={"replayedAt": "current_timestamp()", "replayId": f"'{replay_id}'"}
+                )
+                .execute()
+            ),
+            f"replay into {dlq_table}",
+        )
     s.commit_transaction(halves)
     return len(msgs)
 
@@ -494,8 +590,15 @@ def _finish_interrupted(spark: Any, store: Any, dlq_table: str, group: str) -> N
     by_id: dict[str, list[int]] = {}
     for h in open_halves:
         by_id.setdefault(h.properties.get(PROPERTY_REPLAY_ID, ""), []).append(h.queue_offset)
-    recorded = {r.replayId for r in spark.read.format("delta").load(dlq_table)
-                .where("replayId IS NOT NULL").select("replayId").distinct().collect()}
+    recorded = {
+        r.replayId
+        for r in spark.read.format("delta")
+        .load(dlq_table)
+        .where("replayId IS NOT NULL")
+        .select("replayId")
+        .distinct()
+        .collect()
+    }
     for rid, offsets in by_id.items():
         if rid in recorded:
             log.warning("replay %s was recorded but not committed: committing it", rid)

@@ -22,8 +22,12 @@ def run(path: str, messages: int) -> dict[str, object]:
         store.create_topic("orders", queues=4)
         t0 = time.perf_counter()
         batch = [
-            Message("orders", json.dumps({"order": i, "amount": i % 97}).encode(),
-                    tags="paid" if i % 3 == 0 else "created", keys=[f"order-{i}"])
+            Message(
+                "orders",
+                json.dumps({"order": i, "amount": i % 97}).encode(),
+                tags="paid" if i % 3 == 0 else "created",
+                keys=[f"order-{i}"],
+            )
             for i in range(messages)
         ]
         results = store.put_batch(batch)

@@ -135,8 +135,15 @@ class StoreDamagedError(CorruptRecordError):
     the damage on, after which writes resume.
     """
 
-    def __init__(self, message: str, *, file: str | None = None, offset: int | None = None,
-                 resume: int | None = None, following: int = 0):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        offset: int | None = None,
+        resume: int | None = None,
+        following: int = 0,
+    ):
         super().__init__(message, file=file, offset=offset)
         self.resume = resume
         self.following = following

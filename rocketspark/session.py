@@ -32,8 +32,13 @@ def jars_dir() -> str | None:
     return checkout if os.path.isdir(checkout) else None
 
 
-def local_session(app_name: str = "rocketspark", *, master: str = "local[2]",
-                  delta: bool = True, conf: dict[str, str] | None = None) -> Any:
+def local_session(
+    app_name: str = "rocketspark",
+    *,
+    master: str = "local[2]",
+    delta: bool = True,
+    conf: dict[str, str] | None = None,
+) -> Any:
     """Return a SparkSession for local runs (created, or the active one with our settings)."""
     from pyspark.sql import SparkSession
 
@@ -50,8 +55,9 @@ def local_session(app_name: str = "rocketspark", *, master: str = "local[2]",
         builder = builder.config("spark.driver.extraJavaOptions", opt)
     if delta:
         jars = sorted(glob.glob(os.path.join(jars_dir() or "/nonexistent", "*.jar")))
-        builder = (builder.config("spark.sql.extensions", DELTA_EXTENSION)
-                   .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG))
+        builder = builder.config("spark.sql.extensions", DELTA_EXTENSION).config(
+            "spark.sql.catalog.spark_catalog", DELTA_CATALOG
+        )
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
         else:
@@ -66,8 +72,9 @@ def local_session(app_name: str = "rocketspark", *, master: str = "local[2]",
 
 
 def _log4j_config() -> str | None:
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
-                        "log4j2.properties")
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "log4j2.properties"
+    )
     return path if os.path.isfile(path) else None
 
 
@@ -85,8 +92,8 @@ BUILT_IN_DEFAULTS = {
 def spark_defaults() -> dict[str, str]:
     """Return the settings of conf/spark-defaults.conf (``key value`` lines, # comments)."""
     path = os.environ.get("ROCKETSPARK_SPARK_DEFAULTS") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
-        "spark-defaults.conf")
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "spark-defaults.conf"
+    )
     if not os.path.isfile(path):
         return dict(BUILT_IN_DEFAULTS)
     out = {}

@@ -22,8 +22,10 @@ class FakeClock:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "broker: starts a real Apache RocketMQ NameServer and broker (JVMs; "
-        "deselect with -m 'not broker')")
+        "markers",
+        "broker: starts a real Apache RocketMQ NameServer and broker (JVMs; "
+        "deselect with -m 'not broker')",
+    )
 
 
 @pytest.fixture

@@ -11,9 +11,13 @@ from rocketspark.store import Message, MessageStore
 
 
 def _cli(store: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocketspark.cli", "--store", store, *args],
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, ROCKETSPARK_STORE=""))
+    return subprocess.run(
+        [sys.executable, "-m", "rocketspark.cli", "--store", store, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, ROCKETSPARK_STORE=""),
+    )
 
 
 def test_topics_send_tail_group_and_query(tmp_path):
@@ -21,15 +25,29 @@ def test_topics_send_tail_group_and_query(tmp_path):
     r = _cli(store, "topic", "create", "orders", "--queues", "2")
     assert r.returncode == 0 and "topic orders: 2 queues" in r.stdout, r.stderr
     for i in range(4):
-        r = _cli(store, "send", "orders", f"body-{i}", "--tags", "created", "--keys", f"o-{i}",
-                 "--property", "k=v", "--queue", str(i % 2))
+        r = _cli(
+            store,
+            "send",
+            "orders",
+            f"body-{i}",
+            "--tags",
+            "created",
+            "--keys",
+            f"o-{i}",
+            "--property",
+            "k=v",
+            "--queue",
+            str(i % 2),
+        )
         assert r.returncode == 0 and r.stdout.startswith("PUT_OK topic=orders"), r.stderr
     r = _cli(store, "topic", "list")
     assert any(line.split() == ["orders", "2", "4"] for line in r.stdout.splitlines()), r.stdout
     r = _cli(store, "tail", "orders", "--queue", "1", "--group", "ops")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [(x["offset"], x["body"], x["keys"]) for x in rows] == [
-        (0, "body-1", ["o-1"]), (1, "body-3", ["o-3"])]
+        (0, "body-1", ["o-1"]),
+        (1, "body-3", ["o-3"]),
+    ]
     r = _cli(store, "group", "offsets", "ops", "--topic", "orders")
     lines = [line.split() for line in r.stdout.splitlines()]
     assert ["orders", "0", "-", "2", "2"] in lines and ["orders", "1", "2", "2", "0"] in lines
@@ -72,21 +90,26 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     assert r.returncode == 2 and "illegal characters" in r.stderr
     assert "Traceback" not in r.stderr
     for args, message in [
-            (("tail", "orders", "--from", "bogus"), "expected earliest, latest, group or an"),
-            (("tail", "orders", "--from", "group"), "tail --from group needs --group"),
-            (("tail", "orders", "--max", "-1"), "must not be negative"),
-            (("store", "clean", "--reserved-hours", "-5"), "must not be negative"),
-            (("send", "orders", "x", "--property", "noeq"), "expected name=value"),
-            (("tail", "orders", "--group", "bad group!"), "illegal characters")]:
+        (("tail", "orders", "--from", "bogus"), "expected earliest, latest, group or an"),
+        (("tail", "orders", "--from", "group"), "tail --from group needs --group"),
+        (("tail", "orders", "--max", "-1"), "must not be negative"),
+        (("store", "clean", "--reserved-hours", "-5"), "must not be negative"),
+        (("send", "orders", "x", "--property", "noeq"), "expected name=value"),
+        (("tail", "orders", "--group", "bad group!"), "illegal characters"),
+    ]:
         r = _cli(store, *args)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
     _cli(store, "send", "orders", "printed?")
     r = _cli(store, "tail", "orders", "--group", "bad group!")
     assert r.stdout == ""  # the group name is refused before anything is read
-    r = subprocess.run([sys.executable, "-m", "rocketspark.cli", "store", "check"],
-                       capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, ROCKETSPARK_STORE=""))
+    r = subprocess.run(
+        [sys.executable, "-m", "rocketspark.cli", "store", "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, ROCKETSPARK_STORE=""),
+    )
     assert r.returncode == 2 and "give the store directory" in r.stderr
     afile = tmp_path / "a-file"
     afile.write_text("")
@@ -95,8 +118,7 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_pipe(
-        tmp_path):
+def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_pipe(tmp_path):
     """Without --follow, tail reads until the queues' ends: a pull that only stepped
     over other tags, or out of a cleaned range, is not the end. A closed pipe ends
     it without a traceback."""
@@ -127,17 +149,20 @@ def test_tail_reads_on_past_filtered_and_cleaned_offsets_and_stops_quietly_at_a_
     assert [x["offset"] for x in rows] == [lo, lo + 1], r.stdout
     with MessageStore.open(store, mappedFileSizeCommitLog=1 << 20) as s:
         assert s.committed_offset("g", "T", 0) == lo + 2
-    cmd = (f"{sys.executable} -m rocketspark.cli --store {store} --config {conf} tail T "
-           "| head -1")
-    r = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, ROCKETSPARK_STORE=""))
+    cmd = f"{sys.executable} -m rocketspark.cli --store {store} --config {conf} tail T | head -1"
+    r = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {cmd}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, ROCKETSPARK_STORE=""),
+    )
     assert len(r.stdout.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_only_topic_create_makes_a_store(tmp_path):
     typo = str(tmp_path / "typo")
-    for args in (("topic", "list"), ("store", "recover"), ("store", "clean"),
-                 ("tail", "orders")):
+    for args in (("topic", "list"), ("store", "recover"), ("store", "clean"), ("tail", "orders")):
         r = _cli(typo, *args)
         assert r.returncode == 2 and f"no store at {typo}" in r.stderr, (args, r.stderr)
         assert not os.path.exists(typo)
@@ -180,11 +205,17 @@ def test_a_directory_that_is_not_a_store_is_refused_and_check_says_so(tmp_path):
     other = tmp_path / "project"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    for args in (("topic", "list"), ("topic", "create", "orders"), ("send", "t", "x"),
-                 ("store", "recover")):
+    for args in (
+        ("topic", "list"),
+        ("topic", "create", "orders"),
+        ("send", "t", "x"),
+        ("store", "recover"),
+    ):
         r = _cli(str(other), *args)
-        assert r.returncode == 2 and ("is not a store" in r.stderr or "no store at" in
-                                      r.stderr), (args, r.stderr)
+        assert r.returncode == 2 and ("is not a store" in r.stderr or "no store at" in r.stderr), (
+            args,
+            r.stderr,
+        )
         assert "Traceback" not in r.stderr
     assert os.listdir(other) == ["notes.txt"]  # nothing written
     for path in (str(other), "/etc", str(tmp_path / "absent")):

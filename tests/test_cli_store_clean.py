@@ -12,8 +12,12 @@ SMALL = {"mappedFileSizeCommitLog": 4096, "mappedFileSizeConsumeQueue": 160}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocketspark.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "rocketspark.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_store_clean_deletes_old_segments_only(tmp_path):

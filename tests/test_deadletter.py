@@ -24,25 +24,48 @@ def dlq_world(spark, tmp_path_factory):
     with MessageStore.open(store_dir, **FAST) as s:
         s.create_topic("orders", queues=2)
         # the bad ones as an exactly-once batch write's committed copies would be
-        written = {"RS_SINK": "batch-0123456789abcdef", "PGROUP": "rocketspark-sink-batch-"
-                   "0123456789abcdef", "__transactionId__": "x", "RS_FIRST_HALF": "7"}
-        s.put_batch([Message("orders", f"order-{i}" + ("-bad" if i in (3, 11) else ""),
-                             keys=[f"o-{i}"], tags="new",
-                             properties=written if i in (3, 11) else {}) for i in range(20)])
+        written = {
+            "RS_SINK": "batch-0123456789abcdef",
+            "PGROUP": "rocketspark-sink-batch-0123456789abcdef",
+            "__transactionId__": "x",
+            "RS_FIRST_HALF": "7",
+        }
+        s.put_batch(
+            [
+                Message(
+                    "orders",
+                    f"order-{i}" + ("-bad" if i in (3, 11) else ""),
+                    keys=[f"o-{i}"],
+                    tags="new",
+                    properties=written if i in (3, 11) else {},
+                )
+                for i in range(20)
+            ]
+        )
     processed: list[str] = []
 
     def process(batch_df, batch_id):
         rows = batch_df.select("commitLogOffset", "body", "topic").collect()
         good = [r for r in rows if not r.body.endswith(b"-bad")]
         processed.extend(r.body.decode() for r in good)
-        bad = [(r.commitLogOffset, "boom: " + r.body.decode()) for r in rows
-               if r.body.endswith(b"-bad")]
+        bad = [
+            (r.commitLogOffset, "boom: " + r.body.decode())
+            for r in rows
+            if r.body.endswith(b"-bad")
+        ]
         if not bad:
             return None
         return batch_df.sparkSession.createDataFrame(bad, "commitLogOffset long, reason string")
 
-    pipe = RetryPipeline(spark, topic="orders", group="etl", process=process,
-                         checkpoint=str(root / "chk"), store=store_dir, store_options=FAST)
+    pipe = RetryPipeline(
+        spark,
+        topic="orders",
+        group="etl",
+        process=process,
+        checkpoint=str(root / "chk"),
+        store=store_dir,
+        store_options=FAST,
+    )
     q = pipe.start(processing_time="300 milliseconds")
     deadline = time.time() + 240
     try:
@@ -55,9 +78,16 @@ def dlq_world(spark, tmp_path_factory):
     finally:
         q.stop()
     tables = {"retry": str(root / "retry_table"), "dlq": str(root / "dlq_table")}
-    for query in materialize(spark, group="etl", retry_table=tables["retry"],
-                             dlq_table=tables["dlq"], checkpoint=str(root / "mchk"),
-                             store=store_dir, store_options=FAST, available_now=True):
+    for query in materialize(
+        spark,
+        group="etl",
+        retry_table=tables["retry"],
+        dlq_table=tables["dlq"],
+        checkpoint=str(root / "mchk"),
+        store=store_dir,
+        store_options=FAST,
+        available_now=True,
+    ):
         query.awaitTermination(180)
         assert query.exception() is None
     return store_dir, tables, processed
@@ -77,8 +107,9 @@ def test_failing_messages_retry_16_times_then_land_once_in_the_dlq_table(spark, 
     retry = spark.read.format("delta").load(tables["retry"])
     per_msg = {r.originMsgId: r["count"] for r in retry.groupBy("originMsgId").count().collect()}
     assert sorted(per_msg.values()) == [16, 16]
-    assert sorted(r.reconsumeTimes for r in retry.where("body LIKE '%3-bad'").collect()) == \
-        list(range(1, 17))
+    assert sorted(r.reconsumeTimes for r in retry.where("body LIKE '%3-bad'").collect()) == list(
+        range(1, 17)
+    )
     assert set(per_msg) == {r.originMsgId for r in rows}
     assert "day" in dlq.columns and dlq.select("day").distinct().count() >= 1
 
@@ -89,7 +120,9 @@ def test_dlq_table_reads_with_an_independent_delta_reader(dlq_world):
     _, tables, _ = dlq_world
     t = deltalake.DeltaTable(tables["dlq"]).to_pyarrow_table()
     assert sorted(b.decode() for b in t.column("body").to_pylist()) == [
-        "order-11-bad", "order-3-bad"]
+        "order-11-bad",
+        "order-3-bad",
+    ]
     assert deltalake.DeltaTable(tables["retry"]).to_pyarrow_table().num_rows == 32
 
 
@@ -97,44 +130,90 @@ def test_replay_sends_dead_letters_back_once(spark, dlq_world):
     store_dir, tables, _ = dlq_world
     with MessageStore.open(store_dir, **FAST) as s:
         before = sum(s.max_offset("orders", q) for q in range(2))
-    assert replay(spark, dlq_table=tables["dlq"], condition="reason LIKE 'boom%order-3%'",
-                  store=store_dir, store_options=FAST) == 1
-    assert replay(spark, dlq_table=tables["dlq"], condition="reason LIKE 'boom%'",
-                  store=store_dir, store_options=FAST) == 1  # only order-11 is left
-    assert replay(spark, dlq_table=tables["dlq"], condition="true", store=store_dir,
-                  store_options=FAST) == 0  # nothing twice without force
+    assert (
+        replay(
+            spark,
+            dlq_table=tables["dlq"],
+            condition="reason LIKE 'boom%order-3%'",
+            store=store_dir,
+            store_options=FAST,
+        )
+        == 1
+    )
+    assert (
+        replay(
+            spark,
+            dlq_table=tables["dlq"],
+            condition="reason LIKE 'boom%'",
+            store=store_dir,
+            store_options=FAST,
+        )
+        == 1
+    )  # only order-11 is left
+    assert (
+        replay(
+            spark, dlq_table=tables["dlq"], condition="true", store=store_dir, store_options=FAST
+        )
+        == 0
+    )  # nothing twice without force
     with MessageStore.open(store_dir, **FAST) as s:
-        new = [m for q in range(2) for m in s.pull("orders", q, 0, 1000).messages
-               if m.properties.get("RS_REPLAY") == "true"]
+        new = [
+            m
+            for q in range(2)
+            for m in s.pull("orders", q, 0, 1000).messages
+            if m.properties.get("RS_REPLAY") == "true"
+        ]
         assert sum(s.max_offset("orders", q) for q in range(2)) == before + 2
         assert s.open_transactions() == []
     assert sorted(m.body.decode() for m in new) == ["order-11-bad", "order-3-bad"]
     assert all(m.reconsume_times == 0 and m.keys in (["o-3"], ["o-11"]) for m in new)
     # the replay's own transaction, not the earlier write's: an abandoned-write clean-up
     # (by RS_SINK) never takes a replay's halves for that write's
-    assert all("RS_SINK" not in m.properties and "RS_FIRST_HALF" not in m.properties
-               and m.properties["PGROUP"].startswith("rocketspark-replay-") for m in new)
+    assert all(
+        "RS_SINK" not in m.properties
+        and "RS_FIRST_HALF" not in m.properties
+        and m.properties["PGROUP"].startswith("rocketspark-replay-")
+        for m in new
+    )
     stamped = spark.read.format("delta").load(tables["dlq"]).where("replayedAt IS NOT NULL")
     assert stamped.count() == 2 and stamped.select("replayId").distinct().count() == 2
-    assert replay(spark, dlq_table=tables["dlq"], condition="msgId IS NOT NULL", force=True,
-                  store=store_dir, store_options=FAST) == 2
+    assert (
+        replay(
+            spark,
+            dlq_table=tables["dlq"],
+            condition="msgId IS NOT NULL",
+            force=True,
+            store=store_dir,
+            store_options=FAST,
+        )
+        == 2
+    )
 
 
 def test_bad_replay_input_is_a_clear_error(spark, dlq_world, tmp_path):
     store_dir, tables, _ = dlq_world
     with pytest.raises(ConfigError, match="does not work on the dead-letter table"):
-        replay(spark, dlq_table=tables["dlq"], condition="no_such_column = 1",
-               store=store_dir, store_options=FAST)
+        replay(
+            spark,
+            dlq_table=tables["dlq"],
+            condition="no_such_column = 1",
+            store=store_dir,
+            store_options=FAST,
+        )
     with pytest.raises(ConfigError, match="no dead-letter table at"):
-        replay(spark, dlq_table=str(tmp_path / "nothing"), store=store_dir,
-               store_options=FAST)
+        replay(spark, dlq_table=str(tmp_path / "nothing"), store=store_dir, store_options=FAST)
     not_delta = tmp_path / "parquet"
     spark.range(3).write.parquet(str(not_delta))
     with pytest.raises(ConfigError, match="is not a Delta table"):
-        materialize(spark, group="etl", retry_table=str(not_delta),
-                    dlq_table=str(tmp_path / "d2"), checkpoint=str(tmp_path / "c"),
-                    store=store_dir, store_options=FAST)
-
+        materialize(
+            spark,
+            group="etl",
+            retry_table=str(not_delta),
+            dlq_table=str(tmp_path / "d2"),
+            checkpoint=str(tmp_path / "c"),
+            store=store_dir,
+            store_options=FAST,
+        )
 
 
 @pytest.mark.slow
@@ -149,18 +228,22 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path
     with MessageStore.open(store_dir, **FAST) as s:
         s.create_topic("in", queues=2)
         s.create_topic("done", queues=1)
-        s.put_batch([Message("in", f"m{i}" + ("-bad" if i in (4, 9) else ""))
-                     for i in range(30)])
+        s.put_batch([Message("in", f"m{i}" + ("-bad" if i in (4, 9) else "")) for i in range(30)])
     script = os.path.join(os.path.dirname(__file__), "helpers", "retry_pipeline.py")
     rng = random.Random(5)
     for _ in range(3):
-        p = subprocess.Popen([sys.executable, script, store_dir, chk], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, script, store_dir, chk],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         time.sleep(rng.uniform(12, 25))  # Spark starts in ~10 s; kill mid-way
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-    p = subprocess.run([sys.executable, script, store_dir, chk], capture_output=True,
-                       text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, script, store_dir, chk], capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     with MessageStore.open(store_dir, **FAST) as s:
         done = [m.body.decode() for m in s.pull("done", 0, 0, 1000).messages]
@@ -173,7 +256,9 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path
     for m in retries:
         per_message.setdefault(m.body.decode(), []).append(m.reconsume_times)
     assert {k: sorted(v) for k, v in per_message.items()} == {
-        "m4-bad": list(range(1, 17)), "m9-bad": list(range(1, 17))}
+        "m4-bad": list(range(1, 17)),
+        "m9-bad": list(range(1, 17)),
+    }
 
 
 def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_world):
@@ -184,19 +269,32 @@ def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_worl
     group = _replay_group(tables["dlq"])
     with MessageStore.open(store_dir, **FAST) as s:
         # died before the MERGE: an id the table never saw
-        lost = s.prepare(Message("orders", b"lost replay"), producer_group=group,
-                         properties={PROPERTY_REPLAY_ID: "never-merged"})
+        lost = s.prepare(
+            Message("orders", b"lost replay"),
+            producer_group=group,
+            properties={PROPERTY_REPLAY_ID: "never-merged"},
+        )
         # died after the MERGE: the id of a replay the table recorded
-        recorded = spark.read.format("delta").load(tables["dlq"]).where(
-            "replayId IS NOT NULL").select("replayId").first().replayId
-        kept = s.prepare(Message("orders", b"recorded replay"), producer_group=group,
-                         properties={PROPERTY_REPLAY_ID: recorded})
+        recorded = (
+            spark.read.format("delta")
+            .load(tables["dlq"])
+            .where("replayId IS NOT NULL")
+            .select("replayId")
+            .first()
+            .replayId
+        )
+        kept = s.prepare(
+            Message("orders", b"recorded replay"),
+            producer_group=group,
+            properties={PROPERTY_REPLAY_ID: recorded},
+        )
         # another table's replay, between its prepare and its MERGE: not this one's to undo
-        other = s.prepare(Message("orders", b"other table"),
-                          producer_group=_replay_group(tables["dlq"] + "-other"),
-                          properties={PROPERTY_REPLAY_ID: "in-flight"})
-    replay(spark, dlq_table=tables["dlq"], condition="false", store=store_dir,
-           store_options=FAST)
+        other = s.prepare(
+            Message("orders", b"other table"),
+            producer_group=_replay_group(tables["dlq"] + "-other"),
+            properties={PROPERTY_REPLAY_ID: "in-flight"},
+        )
+    replay(spark, dlq_table=tables["dlq"], condition="false", store=store_dir, store_options=FAST)
     with MessageStore.open(store_dir, **FAST) as s:
         assert s.transaction_status(lost) == "rolled_back"
         assert s.transaction_status(kept) == "committed"
@@ -208,16 +306,22 @@ def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_worl
 def test_materialize_with_a_new_checkpoint_adds_no_row_twice(spark, dlq_world, tmp_path):
     store_dir, tables, _ = dlq_world
     counts = {k: spark.read.format("delta").load(t).count() for k, t in tables.items()}
-    for query in materialize(spark, group="etl", retry_table=tables["retry"],
-                             dlq_table=tables["dlq"], checkpoint=str(tmp_path / "new-chk"),
-                             store=store_dir, store_options=FAST, available_now=True):
+    for query in materialize(
+        spark,
+        group="etl",
+        retry_table=tables["retry"],
+        dlq_table=tables["dlq"],
+        checkpoint=str(tmp_path / "new-chk"),
+        store=store_dir,
+        store_options=FAST,
+        available_now=True,
+    ):
         query.awaitTermination(180)
         assert query.exception() is None
     assert {k: spark.read.format("delta").load(t).count() for k, t in tables.items()} == counts
 
 
-def test_replay_sends_a_dead_letter_once_even_if_its_table_has_it_twice(spark, dlq_world,
-                                                                        tmp_path):
+def test_replay_sends_a_dead_letter_once_even_if_its_table_has_it_twice(spark, dlq_world, tmp_path):
     store_dir, tables, _ = dlq_world
     twice = str(tmp_path / "dlq-twice")
     dlq = spark.read.format("delta").load(tables["dlq"]).where("body LIKE '%3-bad'")
@@ -248,9 +352,15 @@ def test_send_back_checks_what_process_returned(tmp_path):
         s.create_topic("payroll", queues=1)
         (mine,) = s.put_batch([Message("orders", b"order")])
         (foreign,) = s.put_batch([Message("payroll", b"salary")])
-    pipe = RetryPipeline(None, topic="orders", group="etl", process=lambda df, i: None,
-                         checkpoint=str(tmp_path / "chk"), store=store_dir,
-                         store_options=FAST)
+    pipe = RetryPipeline(
+        None,
+        topic="orders",
+        group="etl",
+        process=lambda df, i: None,
+        checkpoint=str(tmp_path / "chk"),
+        store=store_dir,
+        store_options=FAST,
+    )
     with pytest.raises(ConfigError, match="a message of topic 'payroll'"):
         pipe.send_back([_offsets_row(foreign.commitlog_offset)], 0, "q1")
     with pytest.raises(ConfigError, match="commitLogOffset 7, which is not a message"):
@@ -278,6 +388,7 @@ def test_a_merge_that_met_a_concurrent_write_is_run_again(monkeypatch):
             calls.append(1)
             if len(calls) <= conflicts:
                 raise ConcurrentAppendException(message="a concurrent MERGE added data")
+
         return run
 
     deadletter._retry_conflicts(merge(2), "test")

@@ -61,16 +61,19 @@ class RocketMQDataSource(DataSource):
 
     def writer(self, schema: Any, overwrite: bool) -> RocketMQBatchWriter:
         if overwrite:
-            raise ConfigError("the rocketmq sink only appends: a topic cannot be overwritten "
-                              "(use mode('append'))")
+            raise ConfigError(
+                "the rocketmq sink only appends: a topic cannot be overwritten (use mode('append'))"
+            )
         return RocketMQBatchWriter(
-            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=False))
+            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=False)
+        )
 
     def streamWriter(self, schema: Any, overwrite: bool) -> RocketMQStreamWriter:
         if overwrite:
             raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
         return RocketMQStreamWriter(
-            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True))
+            SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True)
+        )
 
 
 def _check_schema(schema: Any) -> None:
@@ -82,7 +85,8 @@ def _check_schema(schema: Any) -> None:
     if got != SCHEMA_FIELDS:
         raise ConfigError(
             "the rocketmq source has a fixed schema and cannot be read with another (leave "
-            f".schema() out, and select or cast columns after load()): {SCHEMA_DDL}")
+            f".schema() out, and select or cast columns after load()): {SCHEMA_DDL}"
+        )
 
 
 class _RefusedStreamReader(DataSourceStreamReader):

@@ -35,7 +35,8 @@ def to_json(positions: Mapping[MessageQueue, int]) -> dict[str, dict[str, dict[s
     out: dict[str, dict[str, dict[str, int]]] = {}
     for mq in sorted(positions):
         out.setdefault(mq.topic, {}).setdefault(mq.broker, {})[str(mq.queue_id)] = int(
-            positions[mq])
+            positions[mq]
+        )
     return out
 
 

@@ -32,6 +32,7 @@ def _text(key: str, value: str) -> str:
 
 def _int_option(minimum: int, expected: str, must: str) -> Callable[[str, str], int]:
     """A parser of integers >= ``minimum``, with the option's own wording for errors."""
+
     def parse(key: str, value: str) -> int:
         try:
             n = int(value)
@@ -40,6 +41,7 @@ def _int_option(minimum: int, expected: str, must: str) -> Callable[[str, str], 
         if n < minimum:
             raise ConfigError(f"option {key}: must be {must}, got {value!r}")
         return n
+
     return parse
 
 
@@ -59,15 +61,23 @@ def _bool(key: str, value: str) -> bool:
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 # A bare number is milliseconds, as Spark's Kafka connector reads maxTriggerDelay.
-_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-            "d": 86_400_000}
+_UNIT_MS = {
+    None: 1,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 
 
 def _duration_ms(key: str, value: str) -> int:
     m = _DURATION.match(value)
     if not m:
         raise ConfigError(
-            f"option {key}: expected a duration such as 500ms, 30s, 15m or 1h, got {value!r}")
+            f"option {key}: expected a duration such as 500ms, 30s, 15m or 1h, got {value!r}"
+        )
     return int(m.group(1)) * _UNIT_MS[m.group(2).lower() if m.group(2) else None]
 
 
@@ -102,6 +112,7 @@ def _choice(*allowed: str) -> Callable[[str, str], str]:
         if v not in allowed:
             raise ConfigError(f"option {key}: expected one of {', '.join(allowed)}, got {value!r}")
         return v
+
     return parse
 
 
@@ -110,8 +121,11 @@ def _offsets_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, i
     v = value.strip()
     if v.lower() in ("earliest", "latest", "group"):
         return v.lower()
-    parsed = _json(key, v, 'earliest, latest, group or a JSON object such as '
-                   '{"orders": {"broker-a": {"0": 42}}}')
+    parsed = _json(
+        key,
+        v,
+        'earliest, latest, group or a JSON object such as {"orders": {"broker-a": {"0": 42}}}',
+    )
     return _check_offsets_json(key, parsed)
 
 
@@ -120,33 +134,42 @@ def _json(key: str, value: str, expected: str) -> Any:
     try:
         return json.loads(value)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"option {key}: expected {expected}, got {value!r} ({e.msg} at "
-                          f"column {e.colno})") from None
+        raise ConfigError(
+            f"option {key}: expected {expected}, got {value!r} ({e.msg} at column {e.colno})"
+        ) from None
 
 
 def _check_offsets_json(key: str, parsed: Any) -> dict[str, dict[str, dict[str, int]]]:
     where = f"option {key}"
     if not isinstance(parsed, dict) or not parsed:
-        raise ConfigError(f"{where}: expected a non-empty JSON object "
-                          f'{{"topic": {{"brokerName": {{"queueId": offset}}}}}}')
+        raise ConfigError(
+            f"{where}: expected a non-empty JSON object "
+            f'{{"topic": {{"brokerName": {{"queueId": offset}}}}}}'
+        )
     out: dict[str, dict[str, dict[str, int]]] = {}
     for topic, brokers in parsed.items():
         if not isinstance(brokers, dict):
-            raise ConfigError(f"{where}: topic {topic!r} must map broker names to queues, "
-                              f"got {brokers!r}")
+            raise ConfigError(
+                f"{where}: topic {topic!r} must map broker names to queues, got {brokers!r}"
+            )
         out[topic] = {}
         for broker, queues in brokers.items():
             if not isinstance(queues, dict):
-                raise ConfigError(f"{where}: {topic}/{broker} must map queue ids to offsets, "
-                                  f"got {queues!r}")
+                raise ConfigError(
+                    f"{where}: {topic}/{broker} must map queue ids to offsets, got {queues!r}"
+                )
             out[topic][broker] = {}
             for qid, off in queues.items():
                 if not str(qid).isdigit():
-                    raise ConfigError(f"{where}: queue id {qid!r} of {topic}/{broker} is not a "
-                                      "non-negative integer")
+                    raise ConfigError(
+                        f"{where}: queue id {qid!r} of {topic}/{broker} is not a "
+                        "non-negative integer"
+                    )
                 if isinstance(off, bool) or not isinstance(off, int) or off < -2:
-                    raise ConfigError(f"{where}: offset {off!r} of {topic}/{broker}/{qid} must "
-                                      "be an integer >= 0, or -2 (earliest) / -1 (latest)")
+                    raise ConfigError(
+                        f"{where}: offset {off!r} of {topic}/{broker}/{qid} must "
+                        "be an integer >= 0, or -2 (earliest) / -1 (latest)"
+                    )
                 out[topic][broker][str(int(qid))] = off
     return out
 
@@ -155,8 +178,9 @@ def _ending_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, in
     spec = _offsets_spec(key, value)
     if spec in ("earliest", "group"):
         raise ConfigError(f"option {key}: must be latest or a JSON object, got {value!r}")
-    if isinstance(spec, dict) and any(o == -2 for b in spec.values() for q in b.values()
-                                      for o in q.values()):
+    if isinstance(spec, dict) and any(
+        o == -2 for b in spec.values() for q in b.values() for o in q.values()
+    ):
         raise ConfigError(f"option {key}: -2 (earliest) is not allowed as an ending offset")
     return spec
 
@@ -164,15 +188,18 @@ def _ending_spec(key: str, value: str) -> str | dict[str, dict[str, dict[str, in
 def _timestamps_spec(key: str, value: str) -> dict[str, dict[str, dict[str, int]]]:
     """A JSON object {"topic": {"broker": {"queueId": timestamp ms}}} (Kafka's
     startingOffsetsByTimestamp, with RocketMQ's broker level)."""
-    parsed = _json(key, value, 'a JSON object such as '
-                   '{"orders": {"broker-a": {"0": 1700000000000}}}')
+    parsed = _json(
+        key, value, 'a JSON object such as {"orders": {"broker-a": {"0": 1700000000000}}}'
+    )
     spec = _check_offsets_json(key, parsed)
     for topic, brokers in spec.items():
         for broker, queues in brokers.items():
             for qid, ts in queues.items():
                 if ts < 0:
-                    raise ConfigError(f"option {key}: timestamp {ts} of {topic}/{broker}/{qid} "
-                                      "must be >= 0 (milliseconds since the epoch)")
+                    raise ConfigError(
+                        f"option {key}: timestamp {ts} of {topic}/{broker}/{qid} "
+                        "must be >= 0 (milliseconds since the epoch)"
+                    )
     return spec
 
 
@@ -187,13 +214,20 @@ def _assign(key: str, value: str) -> dict[str, tuple[str | None, tuple[int, ...]
         broker = None
         if isinstance(queues, dict):
             if len(queues) != 1:
-                raise ConfigError(f"option {key}: topic {topic!r} must name one broker (the "
-                                  f"store's), got {sorted(queues)}")
-            (broker, queues), = queues.items()
-        if not isinstance(queues, list) or not queues or not all(
-                isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in queues):
-            raise ConfigError(f"option {key}: topic {topic!r} must list queue ids (integers "
-                              f">= 0), got {queues!r}; e.g. {example}")
+                raise ConfigError(
+                    f"option {key}: topic {topic!r} must name one broker (the "
+                    f"store's), got {sorted(queues)}"
+                )
+            ((broker, queues),) = queues.items()
+        if (
+            not isinstance(queues, list)
+            or not queues
+            or not all(isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in queues)
+        ):
+            raise ConfigError(
+                f"option {key}: topic {topic!r} must list queue ids (integers "
+                f">= 0), got {queues!r}; e.g. {example}"
+            )
         out[topic] = (broker, tuple(sorted(set(queues))))
     return out
 
@@ -211,62 +245,165 @@ _R = frozenset({"read"})
 _W = frozenset({"write"})
 _RW = frozenset({"read", "write"})
 
-OPTIONS: dict[str, Option] = {o.key.lower(): o for o in [
-    Option("store", _text, None, "embedded store directory (default: storePathRootDir of "
-           "conf/broker.conf)", _RW),
-    Option("brokerName", _text, None, "broker name in offsets and rows (default: the store's)",
-           _R),
-    Option("topic", _topics, None, "comma-separated topics to read; the default topic to write",
-           _RW),
-    Option("topicPattern", _pattern, None, "regular expression over topic names (read)", _R),
-    Option("assign", _assign, None,
-           'the queues to read, as JSON: {"topic": [queueId, ...]} (read)', _R),
-    Option("subExpression", _sub_expression, "*", "tag expression: * or TagA || TagB", _R),
-    Option("group", _text, None, "consumer group: Spark's progress is committed as its offsets",
-           _R),
-    Option("startingOffsets", _offsets_spec, None,
-           "earliest | latest | group | JSON (default: latest for streams, earliest for batch)",
-           _R),
-    Option("startingTimestamp", _timestamp_ms, None,
-           "start every queue at its first message stored at or after this time (ms)", _R),
-    Option("startingOffsetsByTimestamp", _timestamps_spec, None,
-           'per queue, as startingTimestamp: {"topic": {"broker": {"queueId": ms}}}', _R),
-    Option("startingOffsetsByTimestampStrategy", _choice("latest", "error"), "latest",
-           "a queue with no message at or after the starting timestamp: start at its end "
-           "(latest) or fail (error)", _R),
-    Option("endingOffsets", _ending_spec, "latest", "latest | JSON (batch reads)", _R),
-    Option("endingTimestamp", _timestamp_ms, None,
-           "end every queue before its first message stored at or after this time (batch)", _R),
-    Option("endingOffsetsByTimestamp", _timestamps_spec, None,
-           'per queue, as endingTimestamp: {"topic": {"broker": {"queueId": ms}}} (batch)', _R),
-    Option("maxOffsetsPerTrigger", _positive_int, None,
-           "at most this many offsets per micro-batch, over all queues", _R),
-    Option("minOffsetsPerTrigger", _positive_int, None,
-           "wait for at least this many new offsets (up to maxTriggerDelay)", _R),
-    Option("maxTriggerDelay", _duration_ms, 15 * 60_000,
-           "longest wait for minOffsetsPerTrigger (default 15m)", _R),
-    Option("minPartitions", _positive_int, None,
-           "split queue ranges so that a batch has at least this many partitions", _R),
-    Option("maxRecordsPerPartition", _positive_int, None,
-           "split queue ranges larger than this into several partitions", _R),
-    Option("failOnDataLoss", _bool, True,
-           "fail when requested offsets are gone (segments deleted); false skips ahead", _R),
-    Option("checkCRCs", _bool, None,
-           "verify each body against its CRC as it is read, failing on a damaged one "
-           "(default: the store's checkCRCOnRead, true); false reads bodies as stored, "
-           "as Kafka's check.crcs=false", _R),
-    Option("deliveryGuarantee", _choice("exactly_once", "at_least_once"), "exactly_once",
-           "exactly_once (transactional half messages) or at_least_once", _W),
-    Option("producerGroup", _text, None, "producer group of the sink's transactions", _W),
-    Option("txnAppId", _text, None,
-           "with txnVersion: an idempotent batch write (e.g. in foreachBatch), as Delta's; "
-           "versions are counted per txnAppId and topic option", _W),
-    Option("txnVersion", _non_negative_int, None,
-           "with txnAppId: a version written before is not written again", _W),
-    Option("sinkId", _text, None,
-           "identity of an exactly-once sink across restarts (default: the checkpoint "
-           "location)", _W),
-]}
+OPTIONS: dict[str, Option] = {
+    o.key.lower(): o
+    for o in [
+        Option(
+            "store",
+            _text,
+            None,
+            "embedded store directory (default: storePathRootDir of conf/broker.conf)",
+            _RW,
+        ),
+        Option(
+            "brokerName", _text, None, "broker name in offsets and rows (default: the store's)", _R
+        ),
+        Option(
+            "topic",
+            _topics,
+            None,
+            "comma-separated topics to read; the default topic to write",
+            _RW,
+        ),
+        Option("topicPattern", _pattern, None, "regular expression over topic names (read)", _R),
+        Option(
+            "assign",
+            _assign,
+            None,
+            'the queues to read, as JSON: {"topic": [queueId, ...]} (read)',
+            _R,
+        ),
+        Option("subExpression", _sub_expression, "*", "tag expression: * or TagA || TagB", _R),
+        Option(
+            "group", _text, None, "consumer group: Spark's progress is committed as its offsets", _R
+        ),
+        Option(
+            "startingOffsets",
+            _offsets_spec,
+            None,
+            "earliest | latest | group | JSON (default: latest for streams, earliest for batch)",
+            _R,
+        ),
+        Option(
+            "startingTimestamp",
+            _timestamp_ms,
+            None,
+            "start every queue at its first message stored at or after this time (ms)",
+            _R,
+        ),
+        Option(
+            "startingOffsetsByTimestamp",
+            _timestamps_spec,
+            None,
+            'per queue, as startingTimestamp: {"topic": {"broker": {"queueId": ms}}}',
+            _R,
+        ),
+        Option(
+            "startingOffsetsByTimestampStrategy",
+            _choice("latest", "error"),
+            "latest",
+            "a queue with no message at or after the starting timestamp: start at its end "
+            "(latest) or fail (error)",
+            _R,
+        ),
+        Option("endingOffsets", _ending_spec, "latest", "latest | JSON (batch reads)", _R),
+        Option(
+            "endingTimestamp",
+            _timestamp_ms,
+            None,
+            "end every queue before its first message stored at or after this time (batch)",
+            _R,
+        ),
+        Option(
+            "endingOffsetsByTimestamp",
+            _timestamps_spec,
+            None,
+            'per queue, as endingTimestamp: {"topic": {"broker": {"queueId": ms}}} (batch)',
+            _R,
+        ),
+        Option(
+            "maxOffsetsPerTrigger",
+            _positive_int,
+            None,
+            "at most this many offsets per micro-batch, over all queues",
+            _R,
+        ),
+        Option(
+            "minOffsetsPerTrigger",
+            _positive_int,
+            None,
+            "wait for at least this many new offsets (up to maxTriggerDelay)",
+            _R,
+        ),
+        Option(
+            "maxTriggerDelay",
+            _duration_ms,
+            15 * 60_000,
+            "longest wait for minOffsetsPerTrigger (default 15m)",
+            _R,
+        ),
+        Option(
+            "minPartitions",
+            _positive_int,
+            None,
+            "split queue ranges so that a batch has at least this many partitions",
+            _R,
+        ),
+        Option(
+            "maxRecordsPerPartition",
+            _positive_int,
+            None,
+            "split queue ranges larger than this into several partitions",
+            _R,
+        ),
+        Option(
+            "failOnDataLoss",
+            _bool,
+            True,
+            "fail when requested offsets are gone (segments deleted); false skips ahead",
+            _R,
+        ),
+        Option(
+            "checkCRCs",
+            _bool,
+            None,
+            "verify each body against its CRC as it is read, failing on a damaged one "
+            "(default: the store's checkCRCOnRead, true); false reads bodies as stored, "
+            "as Kafka's check.crcs=false",
+            _R,
+        ),
+        Option(
+            "deliveryGuarantee",
+            _choice("exactly_once", "at_least_once"),
+            "exactly_once",
+            "exactly_once (transactional half messages) or at_least_once",
+            _W,
+        ),
+        Option("producerGroup", _text, None, "producer group of the sink's transactions", _W),
+        Option(
+            "txnAppId",
+            _text,
+            None,
+            "with txnVersion: an idempotent batch write (e.g. in foreachBatch), as Delta's; "
+            "versions are counted per txnAppId and topic option",
+            _W,
+        ),
+        Option(
+            "txnVersion",
+            _non_negative_int,
+            None,
+            "with txnAppId: a version written before is not written again",
+            _W,
+        ),
+        Option(
+            "sinkId",
+            _text,
+            None,
+            "identity of an exactly-once sink across restarts (default: the checkpoint location)",
+            _W,
+        ),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -297,11 +434,13 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
             raw[lower] = value
             continue
         if lower.startswith(STORE_OPTION_PREFIX):
-            name = key[len(STORE_OPTION_PREFIX):]
+            name = key[len(STORE_OPTION_PREFIX) :]
             canonical = canonical_key(name) or name  # Spark lower-cases keys
             if canonical in overrides:
-                raise ConfigError(f"option {STORE_OPTION_PREFIX}{canonical} is given twice "
-                                  f"(as {store_keys[canonical]!r} and as {key!r})")
+                raise ConfigError(
+                    f"option {STORE_OPTION_PREFIX}{canonical} is given twice "
+                    f"(as {store_keys[canonical]!r} and as {key!r})"
+                )
             overrides[canonical] = value
             store_keys[canonical] = key
             continue
@@ -318,12 +457,15 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
             raise ConfigError(
                 f"unknown rocketmq {'source' if role == 'read' else 'sink'} option {key!r}"
                 f"{hint}{end} Known options: {', '.join(sorted(known))}, and "
-                "rocketmq.<broker.conf key> for the store")
+                "rocketmq.<broker.conf key> for the store"
+            )
         values[opt.key] = opt.parse(opt.key, str(value))
         raw[opt.key] = value
     if values.get("store") is not None and "storePathRootDir" in overrides:
-        raise ConfigError(f"options store and {store_keys['storePathRootDir']} both name the store "
-                          "directory; give only one of them")
+        raise ConfigError(
+            f"options store and {store_keys['storePathRootDir']} both name the store "
+            "directory; give only one of them"
+        )
     return ParsedOptions(values, overrides, raw)
 
 

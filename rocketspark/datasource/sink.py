@@ -100,10 +100,19 @@ PROPERTY_SINK_ID = "RS_SINK"
 # read from a topic an exactly-once sink wrote then goes back through a sink as-is.
 # (TAGS, KEYS and DELAY, which the tags, keys and delayLevel columns carry, are
 # refused instead: RESERVED_PROPERTIES.)
-SINK_REPLACED_PROPERTIES = frozenset({
-    "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP", "__transactionId__",
-    "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", PROPERTY_FIRST_HALF,
-    PROPERTY_SINK_ID})
+SINK_REPLACED_PROPERTIES = frozenset(
+    {
+        "TRAN_MSG",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "PGROUP",
+        "__transactionId__",
+        "TRANSACTION_CHECK_TIMES",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        PROPERTY_FIRST_HALF,
+        PROPERTY_SINK_ID,
+    }
+)
 # The local property Spark's stream execution gives a micro-batch's tasks: the query
 # id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -117,8 +126,9 @@ def _expected() -> str:
     return ", ".join(f"{name} ({desc})" for name, (_, desc) in SINK_COLUMNS.items())
 
 
-def validate_schema(schema: StructType, default_topic: str | None,
-                    exactly_once: bool) -> tuple[str, ...]:
+def validate_schema(
+    schema: StructType, default_topic: str | None, exactly_once: bool
+) -> tuple[str, ...]:
     """Check the input columns before anything is written; return their names in order."""
     names = []
     for f in schema.fields:
@@ -128,7 +138,8 @@ def validate_schema(schema: StructType, default_topic: str | None,
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(
                 f"the rocketmq sink does not know the column {f.name!r}{hint}; expected "
-                f"columns: {_expected()}. Select or rename the columns to write.")
+                f"columns: {_expected()}. Select or rename the columns to write."
+            )
         types, desc = spec
         t = f.dataType
         ok = isinstance(t, types)
@@ -137,17 +148,20 @@ def validate_schema(schema: StructType, default_topic: str | None,
         if isinstance(t, MapType):
             ok = isinstance(t.keyType, StringType) and isinstance(t.valueType, StringType)
         if not ok:
-            raise ConfigError(f"column {f.name!r} has type {t.simpleString()}; the rocketmq "
-                              f"sink expects {desc}. Expected columns: {_expected()}")
+            raise ConfigError(
+                f"column {f.name!r} has type {t.simpleString()}; the rocketmq "
+                f"sink expects {desc}. Expected columns: {_expected()}"
+            )
         names.append(f.name)
     if "body" not in names:
-        raise ConfigError(f"the rocketmq sink needs a body column; expected columns: "
-                          f"{_expected()}")
+        raise ConfigError(f"the rocketmq sink needs a body column; expected columns: {_expected()}")
     if "topic" not in names and not default_topic:
         raise ConfigError("no topic to write to: give the option topic or a topic column")
     if exactly_once and "delayLevel" in names:
-        raise ConfigError("column delayLevel: delayed messages cannot be transactional; write "
-                          "with deliveryGuarantee=at_least_once to use delay levels")
+        raise ConfigError(
+            "column delayLevel: delayed messages cannot be transactional; write "
+            "with deliveryGuarantee=at_least_once to use delay levels"
+        )
     return tuple(names)
 
 
@@ -166,35 +180,46 @@ class SinkPlan:
     def create(cls, options: ParsedOptions, schema: StructType, *, streaming: bool) -> SinkPlan:
         topics = options.get("topic")
         if topics and len(topics) > 1:
-            raise ConfigError(f"option topic: the sink writes to one default topic, got "
-                              f"{', '.join(topics)} (use a topic column to route rows)")
+            raise ConfigError(
+                f"option topic: the sink writes to one default topic, got "
+                f"{', '.join(topics)} (use a topic column to route rows)"
+            )
         default_topic = topics[0] if topics else None
         if default_topic and is_system_topic(default_topic):
-            raise ConfigError(f"option topic: {default_topic!r} is a RocketMQ system topic; "
-                              "the sink does not write there")
+            raise ConfigError(
+                f"option topic: {default_topic!r} is a RocketMQ system topic; "
+                "the sink does not write there"
+            )
         exactly_once = options["deliveryGuarantee"] == "exactly_once"
         columns = validate_schema(schema, default_topic, exactly_once)
         ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
         store = ref.open()
-        if default_topic and not store.has_topic(default_topic) and \
-                not store.config.auto_create_topic_enable:
+        if (
+            default_topic
+            and not store.has_topic(default_topic)
+            and not store.config.auto_create_topic_enable
+        ):
             raise UnknownTopicError(
                 f"option topic: topic {default_topic!r} does not exist in store {store.root}; "
-                "create it first (rocketspark topic create)")
+                "create it first (rocketspark topic create)"
+            )
         app, version = options.get("txnAppId"), options.get("txnVersion")
         if (app is None) != (version is None):
             raise ConfigError("options txnAppId and txnVersion go together: give both or neither")
         if app is not None and (streaming or not exactly_once):
-            raise ConfigError("txnAppId / txnVersion make a batch write idempotent; they need "
-                              "deliveryGuarantee=exactly_once and do not apply to streams "
-                              "(a stream's batches are idempotent by themselves)")
+            raise ConfigError(
+                "txnAppId / txnVersion make a batch write idempotent; they need "
+                "deliveryGuarantee=exactly_once and do not apply to streams "
+                "(a stream's batches are idempotent by themselves)"
+            )
         sink_id = options.get("sinkId")
         job = None if streaming or not exactly_once else uuid.uuid4().hex[:16]
         if app is not None:
             # Per application and topic, as Delta's txnAppId is per table: one
             # foreachBatch may write the same version to two topics (results, errors).
-            sink_id = "txn-" + hashlib.sha1(
-                f"{app}\x00{default_topic or ''}".encode()).hexdigest()[:16]
+            sink_id = (
+                "txn-" + hashlib.sha1(f"{app}\x00{default_topic or ''}".encode()).hexdigest()[:16]
+            )
         if sink_id is None:
             where = options.raw.get("checkpointlocation")
             if streaming and exactly_once and not where:
@@ -202,13 +227,15 @@ class SinkPlan:
                     "an exactly-once stream needs the option checkpointLocation (or sinkId) "
                     "to recognise its batches after a restart; a checkpoint location from "
                     "spark.sql.streaming.checkpointLocation is not passed to a Python data "
-                    "source's writer, so give it as an option of this query")
+                    "source's writer, so give it as an option of this query"
+                )
             if where:
                 sink_id = hashlib.sha1(location_key(where).encode()).hexdigest()[:16]
             else:  # a batch write: one id per job (Spark plans the writer once a job)
                 sink_id = "batch-" + (job or uuid.uuid4().hex[:16])
         group = options.get("producerGroup") or default_producer_group(sink_id)
         from rocketspark.store.config import validate_group
+
         validate_group(group)
         if job is not None:
             start_job(store.root, job)
@@ -247,9 +274,15 @@ def _rows_columns(rows: Sequence[Any], names: Sequence[str]) -> tuple[dict[str, 
 
 def _store_columns(plan: SinkPlan, cols: dict[str, list[Any]]) -> dict[str, Any]:
     """Sink columns → keyword arguments of MessageStore.put_columns / prepare_columns."""
-    return {"topic": plan.default_topic, "topics": cols.get("topic"), "tags": cols.get("tags"),
-            "keys": cols.get("keys"), "properties": cols.get("properties"),
-            "queue_ids": cols.get("queueId"), "sharding_keys": cols.get("shardingKey")}
+    return {
+        "topic": plan.default_topic,
+        "topics": cols.get("topic"),
+        "tags": cols.get("tags"),
+        "keys": cols.get("keys"),
+        "properties": cols.get("properties"),
+        "queue_ids": cols.get("queueId"),
+        "sharding_keys": cols.get("shardingKey"),
+    }
 
 
 def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
@@ -265,13 +298,14 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
         nonlocal count
         check_columns(cols)  # the whole input block, before any of it is written
         for a in range(0, n, WRITE_CHUNK):
-            part = {k: v[a:a + WRITE_CHUNK] for k, v in cols.items()}
+            part = {k: v[a : a + WRITE_CHUNK] for k, v in cols.items()}
             bodies = part.pop("body")
             kw = _store_columns(plan, part)
             if plan.exactly_once:
                 with gate.writing() if gate is not None else contextlib.nullcontext():
-                    rs = store.prepare_columns(bodies, producer_group=plan.producer_group,
-                                               extra_properties=extra, **kw)
+                    rs = store.prepare_columns(
+                        bodies, producer_group=plan.producer_group, extra_properties=extra, **kw
+                    )
                 first, last = rs[0].queue_offset, rs[-1].queue_offset
                 assert last - first + 1 == len(rs)  # one lock: a consecutive run
                 if runs and runs[-1][1] == first:
@@ -328,7 +362,8 @@ class _JobWrites:
     def _ended(self) -> SinkJobEndedError:
         return SinkJobEndedError(
             f"batch write job {self.job} was committed or aborted before this task finished "
-            f"writing (no job file {self.path}); it writes nothing more")
+            f"writing (no job file {self.path}); it writes nothing more"
+        )
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -405,18 +440,23 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
     # for the chunks before (the exactly-once sink writes nothing of a bad block)
     if bodies is not None and (None in bodies or b"" in bodies or "" in bodies):
         i = next(i for i, b in enumerate(bodies) if b is None or not len(b))
-        raise ConfigError(f"column body: row {i} of the batch has a "
-                          f"{'null' if bodies[i] is None else 'empty'} body; RocketMQ's "
-                          "producer refuses both (the message body is null / length is zero)")
+        raise ConfigError(
+            f"column body: row {i} of the batch has a "
+            f"{'null' if bodies[i] is None else 'empty'} body; RocketMQ's "
+            "producer refuses both (the message body is null / length is zero)"
+        )
     topics = cols.get("topic")
     if topics is not None:
         for t in set(topics):
             if t == "":  # only null takes the default topic (the store refuses the name)
-                raise ConfigError("column topic: a row has an empty topic name; give a topic "
-                                  "or null (null: the option topic)")
+                raise ConfigError(
+                    "column topic: a row has an empty topic name; give a topic "
+                    "or null (null: the option topic)"
+                )
             if t is not None and is_system_topic(t):
-                raise ConfigError(f"column topic: {t!r} is a RocketMQ system topic; the sink "
-                                  "does not write there")
+                raise ConfigError(
+                    f"column topic: {t!r} is a RocketMQ system topic; the sink does not write there"
+                )
     column = cols.get("properties") or ()
     for i, props in enumerate(column):
         if not props:
@@ -427,12 +467,15 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
             if not name:
                 raise ConfigError("column properties: a property name is empty")
             if value is None:
-                raise ConfigError(f"column properties: property {name!r} is null (leave it "
-                                  "out of the map, or give a string)")
+                raise ConfigError(
+                    f"column properties: property {name!r} is null (leave it "
+                    "out of the map, or give a string)"
+                )
             if name in RESERVED_PROPERTIES:
                 raise ConfigError(
                     f"column properties: {name!r} is set by the sink itself; use the tags, "
-                    "keys and delayLevel columns (UNIQ_KEY may be given)")
+                    "keys and delayLevel columns (UNIQ_KEY may be given)"
+                )
             replaced = replaced or name in SINK_REPLACED_PROPERTIES
         if replaced:
             column[i] = [(k, v) for k, v in pairs if k not in SINK_REPLACED_PROPERTIES]
@@ -441,8 +484,10 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
             continue
         for key in keys:
             if not key or " " in key:
-                raise ConfigError(f"column keys: key {key!r} is null, empty or holds a space "
-                                  "(RocketMQ separates keys with spaces)")
+                raise ConfigError(
+                    f"column keys: key {key!r} is null, empty or holds a space "
+                    "(RocketMQ separates keys with spaces)"
+                )
 
 
 def _task_query() -> str | None:
@@ -453,8 +498,9 @@ def _task_query() -> str | None:
     return None if context is None else context.getLocalProperty(QUERY_ID_PROPERTY)
 
 
-def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
-              delays: list[int | None]) -> list[Message]:
+def _messages(
+    plan: SinkPlan, bodies: list[Any], kw: dict[str, Any], delays: list[int | None]
+) -> list[Message]:
     """Messages with delay levels (at-least-once only): the per-record path."""
     n = len(bodies)
 
@@ -462,14 +508,31 @@ def _messages(plan: SinkPlan, bodies: list[Any], kw: dict[str, Any],
         return kw.get(name) or [None] * n
 
     out = []
-    for i, (b, t, tg, k, p, q, sk) in enumerate(zip(
-            bodies, col("topics"), col("tags"), col("keys"), col("properties"),
-            col("queue_ids"), col("sharding_keys"))):
+    for i, (b, t, tg, k, p, q, sk) in enumerate(
+        zip(
+            bodies,
+            col("topics"),
+            col("tags"),
+            col("keys"),
+            col("properties"),
+            col("queue_ids"),
+            col("sharding_keys"),
+        )
+    ):
         if b is None:
             raise ConfigError(f"row {i} of a batch has a null body; RocketMQ messages need one")
-        out.append(Message(t or plan.default_topic, b, tags=tg, keys=k or (),
-                           properties=dict(p) if p else {}, queue_id=q, sharding_key=sk,
-                           delay_level=delays[i] or 0))
+        out.append(
+            Message(
+                t or plan.default_topic,
+                b,
+                tags=tg,
+                keys=k or (),
+                properties=dict(p) if p else {},
+                queue_id=q,
+                sharding_key=sk,
+                delay_level=delays[i] or 0,
+            )
+        )
     return out
 
 
@@ -505,8 +568,12 @@ def finish_pending(plan: SinkPlan) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     batch_id, runs = pending
     offsets = _run_offsets(runs)
-    log.warning("sink %s: finishing the commit of batch %d (%d messages) left by a crash",
-                plan.sink_id, batch_id, len(offsets))
+    log.warning(
+        "sink %s: finishing the commit of batch %d (%d messages) left by a crash",
+        plan.sink_id,
+        batch_id,
+        len(offsets),
+    )
     if len(offsets):
         store.commit_transaction(offsets)
     ledger.finish(plan.sink_id, batch_id, ledger.pending_query(plan.sink_id))
@@ -521,12 +588,17 @@ def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
     failed, a batch that was never committed, or a run that was killed.
     """
     store = plan.store.open()
-    orphans = [h.queue_offset for h in store.open_transactions(plan.producer_group,
-                                                                 exclude=keep)
-               if h.properties.get(PROPERTY_SINK_ID) == plan.sink_id]
+    orphans = [
+        h.queue_offset
+        for h in store.open_transactions(plan.producer_group, exclude=keep)
+        if h.properties.get(PROPERTY_SINK_ID) == plan.sink_id
+    ]
     if orphans:
-        log.warning("sink %s: rolling back %d half messages that no batch committed",
-                    plan.sink_id, len(orphans))
+        log.warning(
+            "sink %s: rolling back %d half messages that no batch committed",
+            plan.sink_id,
+            len(orphans),
+        )
         store.rollback_transaction(orphans)
     return len(orphans)
 
@@ -536,8 +608,9 @@ def default_producer_group(sink_id: str) -> str:
     return f"rocketspark-sink-{sink_id}"
 
 
-def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int, *,
-                                     producer_groups: Sequence[str] = ()) -> int:
+def roll_back_abandoned_batch_writes(
+    store: Any, older_than_ms: int, *, producer_groups: Sequence[str] = ()
+) -> int:
     """Roll back the open halves of batch ``df.write`` jobs older than ``older_than_ms``.
 
     A job whose driver died before its commit leaves its halves open (and
@@ -559,12 +632,16 @@ def roll_back_abandoned_batch_writes(store: Any, older_than_ms: int, *,
     for h in store.open_transactions():
         sink = h.properties.get(PROPERTY_SINK_ID, "")
         group = h.properties.get("PGROUP")
-        if sink.startswith("batch-") and h.store_timestamp < cutoff and (
-                group == default_producer_group(sink) or group in groups):
+        if (
+            sink.startswith("batch-")
+            and h.store_timestamp < cutoff
+            and (group == default_producer_group(sink) or group in groups)
+        ):
             stale.append(h.queue_offset)
     if stale:
-        log.warning("rolling back %d half messages of batch writes that never committed",
-                    len(stale))
+        log.warning(
+            "rolling back %d half messages of batch writes that never committed", len(stale)
+        )
         store.rollback_transaction(stale)
     return len(stale)
 
@@ -586,16 +663,19 @@ def _end_stale_jobs(store_root: str, cutoff_ms: int) -> None:
             if os.fstat(fd).st_mtime * 1000 >= cutoff_ms:
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # a chunk under way is written before the scan
-            log.warning("batch write job %s was never committed or aborted; ending it",
-                        name.removesuffix(".lock"))
+            log.warning(
+                "batch write job %s was never committed or aborted; ending it",
+                name.removesuffix(".lock"),
+            )
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:
             os.close(fd)
 
 
-def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
-                 batch_id: int) -> bool:
+def commit_batch(
+    plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> bool:
     """Commit one batch's halves unless the ledger has it; False for a replay."""
     store = plan.store.open()
     finish_pending(plan)
@@ -605,14 +685,24 @@ def commit_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None],
     committed, _ = ledger.get(plan.sink_id)
     query, known = _query(messages), ledger.query(plan.sink_id)
     if query is not None and known is not None and query != known and committed >= 0:
-        log.warning("sink %s: query %s commits its batch %d where query %s committed up to "
-                    "batch %d: a new checkpoint, whose batch ids start again", plan.sink_id,
-                    query, batch_id, known, committed)
+        log.warning(
+            "sink %s: query %s commits its batch %d where query %s committed up to "
+            "batch %d: a new checkpoint, whose batch ids start again",
+            plan.sink_id,
+            query,
+            batch_id,
+            known,
+            committed,
+        )
         committed = -1
     if batch_id <= committed:
-        log.warning("sink %s: batch %d was committed before (a replay after a restart); "
-                    "discarding its %d new half messages", plan.sink_id, batch_id,
-                    len(offsets))
+        log.warning(
+            "sink %s: batch %d was committed before (a replay after a restart); "
+            "discarding its %d new half messages",
+            plan.sink_id,
+            batch_id,
+            len(offsets),
+        )
         store.rollback_transaction(offsets)
         return False
     if len(offsets):  # an empty batch has nothing to finish after a crash

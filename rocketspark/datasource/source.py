@@ -59,6 +59,7 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
+
 log = logging.getLogger(__name__)
 
 SCHEMA_DDL = (
@@ -69,8 +70,10 @@ SCHEMA_DDL = (
     "sysFlag int"
 )
 # SCHEMA_DDL as (name, type) pairs, types as Spark's simpleString() spells them.
-SCHEMA_FIELDS = [(f.split(" ", 1)[0], f.split(" ", 1)[1].replace("long", "bigint"))
-                 for f in SCHEMA_DDL.split(", ")]
+SCHEMA_FIELDS = [
+    (f.split(" ", 1)[0], f.split(" ", 1)[1].replace("long", "bigint"))
+    for f in SCHEMA_DDL.split(", ")
+]
 # Offsets read from the store per call inside one partition: bounds a worker's memory.
 READ_CHUNK = 1 << 16
 
@@ -109,28 +112,36 @@ class SourcePlan:
         pattern = options.get("topicPattern")
         given = [k for k in ("topic", "topicPattern", "assign") if options.get(k)]
         if len(given) > 1:
-            raise ConfigError(f"options {' and '.join(given)} exclude each other; give one of "
-                              "topic, topicPattern and assign")
+            raise ConfigError(
+                f"options {' and '.join(given)} exclude each other; give one of "
+                "topic, topicPattern and assign"
+            )
         if not given:
-            raise ConfigError("option topic (or topicPattern, or assign) is required: the "
-                              "topics to read, comma-separated")
+            raise ConfigError(
+                "option topic (or topicPattern, or assign) is required: the "
+                "topics to read, comma-separated"
+            )
         starts = [k for k in _STARTS if options.raw.get(k) is not None]
         if len(starts) > 1:
             raise ConfigError(f"options {' and '.join(starts)} exclude each other; give one")
         ends = [k for k in _ENDS if options.raw.get(k) is not None]
         if streaming and ends:
-            raise ConfigError(f"option {ends[0]} applies to batch reads only; a stream reads "
-                              "on (use Trigger.AvailableNow to stop at the end)")
+            raise ConfigError(
+                f"option {ends[0]} applies to batch reads only; a stream reads "
+                "on (use Trigger.AvailableNow to stop at the end)"
+            )
         if len(ends) > 1:
             raise ConfigError(f"options {' and '.join(ends)} exclude each other; give one")
         if options.get("startingOffsets") == "group" and not options.get("group"):
             raise ConfigError("startingOffsets=group needs the option group")
         lo, hi = options.get("minOffsetsPerTrigger"), options.get("maxOffsetsPerTrigger")
         if lo is not None and hi is not None and lo > hi:
-            raise ConfigError(f"minOffsetsPerTrigger ({lo}) is larger than maxOffsetsPerTrigger "
-                              f"({hi})")
+            raise ConfigError(
+                f"minOffsetsPerTrigger ({lo}) is larger than maxOffsetsPerTrigger ({hi})"
+            )
         if options.get("group"):
             from rocketspark.store.config import validate_group
+
             validate_group(options["group"])
         ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
         plan = cls(ref, options, streaming=bool(streaming))
@@ -138,8 +149,12 @@ class SourcePlan:
         plan.broker = options.get("brokerName") or store.config.broker_name
         queues = plan.queues(store)  # unknown topics and queues fail here, at load()
         if not pattern:  # (a pattern's topics may appear later)
-            for key in ("startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
-                        "endingOffsetsByTimestamp"):
+            for key in (
+                "startingOffsets",
+                "endingOffsets",
+                "startingOffsetsByTimestamp",
+                "endingOffsetsByTimestamp",
+            ):
                 spec = options.get(key)
                 if isinstance(spec, Mapping):
                     plan.check_given(store, queues, from_json(spec), key)
@@ -159,34 +174,43 @@ class SourcePlan:
                 if not store.has_topic(t):
                     raise UnknownTopicError(
                         f"option topic: topic {t!r} does not exist in store {store.root} "
-                        f"(topics there: {', '.join(sorted(x.name for x in store.list_topics()) or ['none'])})")
+                        f"(topics there: {', '.join(sorted(x.name for x in store.list_topics()) or ['none'])})"
+                    )
         else:
             pattern = self.options["topicPattern"]
-            topics = [t.name for t in store.list_topics()
-                      if not is_system_topic(t.name) and pattern.fullmatch(t.name)]
+            topics = [
+                t.name
+                for t in store.list_topics()
+                if not is_system_topic(t.name) and pattern.fullmatch(t.name)
+            ]
         out = []
         for t in topics:
             info = store.topic(t)
             out.extend(MessageQueue(t, self.broker, q) for q in range(info.read_queue_nums))
         return out
 
-    def _assigned(self, store: MessageStore,
-                  assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
-                  ) -> list[MessageQueue]:
+    def _assigned(
+        self, store: MessageStore, assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
+    ) -> list[MessageQueue]:
         """The queues of the assign option, each checked to exist (Kafka's assign)."""
         out = []
         for topic, (broker, ids) in assigned.items():
             if not store.has_topic(topic):
-                raise UnknownTopicError(f"option assign: topic {topic!r} does not exist in "
-                                        f"store {store.root}")
+                raise UnknownTopicError(
+                    f"option assign: topic {topic!r} does not exist in store {store.root}"
+                )
             if broker is not None and broker != self.broker:
-                raise ConfigError(f"option assign: broker {broker!r} of topic {topic!r} is not "
-                                  f"this store's broker {self.broker!r}")
+                raise ConfigError(
+                    f"option assign: broker {broker!r} of topic {topic!r} is not "
+                    f"this store's broker {self.broker!r}"
+                )
             n = store.topic(topic).read_queue_nums
             missing = [q for q in ids if q >= n]
             if missing:
-                raise ConfigError(f"option assign: topic {topic!r} has no queue "
-                                  f"{missing[0]} (it has {n} read queues, 0-{n - 1})")
+                raise ConfigError(
+                    f"option assign: topic {topic!r} has no queue "
+                    f"{missing[0]} (it has {n} read queues, 0-{n - 1})"
+                )
             out.extend(MessageQueue(topic, self.broker, q) for q in ids)
         return sorted(out)
 
@@ -196,8 +220,15 @@ class SourcePlan:
     def earliest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
         return {mq: store.min_offset(mq.topic, mq.queue_id) for mq in queues}
 
-    def resolve(self, store: MessageStore, queues: Sequence[MessageQueue], default: str,
-                key: str, *, symbolic_latest: bool = False) -> Positions:
+    def resolve(
+        self,
+        store: MessageStore,
+        queues: Sequence[MessageQueue],
+        default: str,
+        key: str,
+        *,
+        symbolic_latest: bool = False,
+    ) -> Positions:
         """Turn the starting (``key`` startingOffsets) or ending (endingOffsets) options
         into a position for every queue: offsets, one timestamp or one per queue.
 
@@ -215,8 +246,11 @@ class SourcePlan:
             for mq in queues:
                 ts = stamps.get(mq, timestamp)
                 if ts is None:  # a queue the JSON leaves out: as in startingOffsets JSON
-                    out[mq] = (store.min_offset(mq.topic, mq.queue_id) if side == "starting"
-                               else store.max_offset(mq.topic, mq.queue_id))
+                    out[mq] = (
+                        store.min_offset(mq.topic, mq.queue_id)
+                        if side == "starting"
+                        else store.max_offset(mq.topic, mq.queue_id)
+                    )
                     continue
                 out[mq] = store.offset_for_timestamp(mq.topic, mq.queue_id, ts)
                 if side == "starting" and out[mq] == store.max_offset(mq.topic, mq.queue_id):
@@ -225,7 +259,8 @@ class SourcePlan:
                             f"queue {mq} has no message stored at or after timestamp {ts} "
                             f"(its end is offset {out[mq]}); "
                             "startingOffsetsByTimestampStrategy=error. Use latest to start "
-                            "such queues at their end")
+                            "such queues at their end"
+                        )
                     if symbolic_latest:  # no message at or after it yet: the queue's latest
                         out[mq] = LATEST
             return out
@@ -234,15 +269,15 @@ class SourcePlan:
         if spec == "earliest":
             return self.earliest(store, queues)
         if spec == "latest":
-            return ({mq: LATEST for mq in queues} if symbolic_latest
-                    else self.latest(store, queues))
+            return {mq: LATEST for mq in queues} if symbolic_latest else self.latest(store, queues)
         if spec == "group":
             group = self.options["group"]
             out: Positions = {}
             for mq in queues:
                 committed = store.committed_offset(group, mq.topic, mq.queue_id)
-                out[mq] = (committed if committed is not None
-                           else store.min_offset(mq.topic, mq.queue_id))
+                out[mq] = (
+                    committed if committed is not None else store.min_offset(mq.topic, mq.queue_id)
+                )
             return out
         given = from_json(spec)
         self.check_given(store, queues, given, key)
@@ -256,8 +291,9 @@ class SourcePlan:
             out[mq] = off
         return out
 
-    def check_given(self, store: MessageStore, queues: Sequence[MessageQueue],
-                    given: Positions, key: str) -> None:
+    def check_given(
+        self, store: MessageStore, queues: Sequence[MessageQueue], given: Positions, key: str
+    ) -> None:
         """Offsets (or timestamps) a user gave in JSON: subscribed queues, and no offset
         past a queue's end."""
         known = set(queues)
@@ -266,30 +302,36 @@ class SourcePlan:
                 raise ConfigError(
                     f"option {key}: queue {mq} is not one of the subscribed queues "
                     f"(broker {self.broker!r}, topics "
-                    f"{sorted({q.topic for q in queues})})")
+                    f"{sorted({q.topic for q in queues})})"
+                )
             if off >= 0 and "Timestamp" not in key:
                 end = store.max_offset(mq.topic, mq.queue_id)
                 if off > end:
                     raise ConfigError(
                         f"option {key}: offset {off} for queue {mq} is past the queue's end "
-                        f"({end}); give an offset up to {end}, or -1 for latest")
+                        f"({end}); give an offset up to {end}, or -1 for latest"
+                    )
 
     # -- partitions ----------------------------------------------------------------------
 
-    def check_range(self, store: MessageStore, mq: MessageQueue, start: int, end: int
-                    ) -> tuple[int, int]:
+    def check_range(
+        self, store: MessageStore, mq: MessageQueue, start: int, end: int
+    ) -> tuple[int, int]:
         """Apply failOnDataLoss to a planned range; return the range to read."""
         lo = store.min_offset(mq.topic, mq.queue_id)
         hi = store.max_offset(mq.topic, mq.queue_id)
         if start < lo or end > hi:
-            what = (f"queue {mq}: offset {start} was requested but the earliest offset is {lo}"
-                    if start < lo else
-                    f"queue {mq}: offsets up to {end} were planned but the queue ends at {hi} "
-                    "(was the store replaced?)")
+            what = (
+                f"queue {mq}: offset {start} was requested but the earliest offset is {lo}"
+                if start < lo
+                else f"queue {mq}: offsets up to {end} were planned but the queue ends at {hi} "
+                "(was the store replaced?)"
+            )
             if self.options["failOnDataLoss"]:
                 raise OffsetOutOfRangeError(
                     f"{what}; some data may have been lost. Set failOnDataLoss=false to skip "
-                    "ahead instead of failing.")
+                    "ahead instead of failing."
+                )
             log.warning("%s; skipping ahead (failOnDataLoss=false)", what)
             start = max(start, lo)
             if start > hi:
@@ -297,8 +339,9 @@ class SourcePlan:
             end = max(start, min(end, hi))
         return start, end
 
-    def split(self, store: MessageStore, ranges: dict[MessageQueue, tuple[int, int]]
-              ) -> list[QueueRange]:
+    def split(
+        self, store: MessageStore, ranges: dict[MessageQueue, tuple[int, int]]
+    ) -> list[QueueRange]:
         """Cut ranges into partitions (maxRecordsPerPartition, minPartitions)."""
         sizes = {mq: e - s for mq, (s, e) in ranges.items() if e > s}
         if not sizes:
@@ -336,22 +379,29 @@ def read_range(part: QueueRange) -> Iterator[Any]:
         if part.fail_on_data_loss:
             raise OffsetOutOfRangeError(
                 f"queue {mq}: offset {start} was requested but the earliest offset is {lo}; "
-                "some data may have been lost. Set failOnDataLoss=false to skip ahead.")
+                "some data may have been lost. Set failOnDataLoss=false to skip ahead."
+            )
         log.warning("queue %s: offsets [%d, %d) are gone; skipping them", mq, start, lo)
         start = lo
     pos = start
     while pos < end:
-        batches, nxt = store.read_batches(mq.topic, mq.queue_id, pos, min(end, pos + READ_CHUNK),
-                                          part.expression, broker_name=mq.broker,
-                                          check_crc=part.check_crc)
+        batches, nxt = store.read_batches(
+            mq.topic,
+            mq.queue_id,
+            pos,
+            min(end, pos + READ_CHUNK),
+            part.expression,
+            broker_name=mq.broker,
+            check_crc=part.check_crc,
+        )
         for b in batches:
             if b.num_rows:
                 yield b
         if nxt <= pos:
             if part.fail_on_data_loss:
                 raise OffsetOutOfRangeError(
-                    f"queue {mq}: offsets [{pos}, {end}) were planned but the queue ends at "
-                    f"{nxt}")
+                    f"queue {mq}: offsets [{pos}, {end}) were planned but the queue ends at {nxt}"
+                )
             break
         pos = nxt
 
@@ -383,9 +433,13 @@ class PushedFilters:
             return True
         if col == "queueOffset" and isinstance(f.value if hasattr(f, "value") else None, int):
             v = f.value
-            bounds = {ds.EqualTo: (v, v + 1), ds.GreaterThan: (v + 1, None),
-                      ds.GreaterThanOrEqual: (v, None), ds.LessThan: (None, v),
-                      ds.LessThanOrEqual: (None, v + 1)}.get(type(f))
+            bounds = {
+                ds.EqualTo: (v, v + 1),
+                ds.GreaterThan: (v + 1, None),
+                ds.GreaterThanOrEqual: (v, None),
+                ds.LessThan: (None, v),
+                ds.LessThanOrEqual: (None, v + 1),
+            }.get(type(f))
             if bounds is None:
                 return False
             lo, hi = bounds
@@ -425,15 +479,19 @@ class RocketMQBatchReader(DataSourceReader):
         subscribed = plan.queues(store)
         start = plan.resolve(store, subscribed, "earliest", "startingOffsets")
         end = plan.resolve(store, subscribed, "latest", "endingOffsets")
-        queues = [mq for mq in subscribed
-                  if (pushed.topics is None or mq.topic in pushed.topics)
-                  and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)]
+        queues = [
+            mq
+            for mq in subscribed
+            if (pushed.topics is None or mq.topic in pushed.topics)
+            and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)
+        ]
         ranges = {}
         for mq in queues:
             s, e = start[mq], end[mq]
             if e < s:
-                raise ConfigError(f"queue {mq}: the ending offset {e} is before the starting "
-                                  f"offset {s}")
+                raise ConfigError(
+                    f"queue {mq}: the ending offset {e} is before the starting offset {s}"
+                )
             s, e = plan.check_range(store, mq, s, e)
             s = max(s, pushed.offset_lo)
             if pushed.offset_hi is not None:
@@ -509,8 +567,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan = self.plan
             store = plan.store.open()
             queues = plan.queues(store)
-            self._initial = to_json(plan.resolve(store, queues, "latest", "startingOffsets",
-                                                 symbolic_latest=True))
+            self._initial = to_json(
+                plan.resolve(store, queues, "latest", "startingOffsets", symbolic_latest=True)
+            )
         return self._initial
 
     def getDefaultReadLimit(self) -> Any:
@@ -534,10 +593,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # control here (a limit computed from a guessed start could end before the
             # real one): every available offset, as Kafka's connector without limits.
             # The end this reader returned last is processed once Spark asks again.
-            if not self._legacy_warned and (opts.get("maxOffsetsPerTrigger")
-                                            or opts.get("minOffsetsPerTrigger")):
-                log.warning("maxOffsetsPerTrigger / minOffsetsPerTrigger need Spark 4.2 "
-                            "(admission control for Python data sources); ignored here")
+            if not self._legacy_warned and (
+                opts.get("maxOffsetsPerTrigger") or opts.get("minOffsetsPerTrigger")
+            ):
+                log.warning(
+                    "maxOffsetsPerTrigger / minOffsetsPerTrigger need Spark 4.2 "
+                    "(admission control for Python data sources); ignored here"
+                )
                 self._legacy_warned = True
             if self._last_end is not None:
                 self._commit_group(store, self._last_end)
@@ -574,8 +636,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin[mq] = store.min_offset(mq.topic, mq.queue_id)
         if self._target is not None:
             # (a start past the target, as a starting timestamp resolved after it: empty)
-            latest = {mq: max(begin[mq], min(off, self._target[mq])) if mq in self._target
-                      else begin[mq] for mq, off in latest.items()}
+            latest = {
+                mq: max(begin[mq], min(off, self._target[mq])) if mq in self._target else begin[mq]
+                for mq, off in latest.items()
+            }
         end = dict(latest)
         for mq, off in begin.items():
             if mq not in end:  # a queue no longer subscribed keeps its position
@@ -595,7 +659,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return start  # wait for more (no batch this trigger)
             if max_rows and total > max_rows:
                 end = _rate_limit(begin, latest, backlog, total, max_rows) | {
-                    mq: off for mq, off in begin.items() if mq not in latest}
+                    mq: off for mq, off in begin.items() if mq not in latest
+                }
         if any(end[mq] != begin.get(mq) for mq in end):
             self._waiting_since = None
         result = to_json(end)
@@ -644,26 +709,36 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not group or processed == self._group_committed:
             return
         live = set(self.plan.queues(store))
-        store.commit_offsets(group, {(mq.topic, mq.queue_id): off
-                                     for mq, off in from_json(processed).items()
-                                     if mq in live and off >= 0})
+        store.commit_offsets(
+            group,
+            {
+                (mq.topic, mq.queue_id): off
+                for mq, off in from_json(processed).items()
+                if mq in live and off >= 0
+            },
+        )
         self._group_committed = processed
 
     def stop(self) -> None:
         pass
 
 
-_SHRUNK_ADVICE = ("some data may have been lost. Set failOnDataLoss=false to restart such a "
-                  "queue at its earliest offset instead of failing.")
+_SHRUNK_ADVICE = (
+    "some data may have been lost. Set failOnDataLoss=false to restart such a "
+    "queue at its earliest offset instead of failing."
+)
 
 
 def _shrunk(mq: MessageQueue, position: int, end: int) -> str:
-    return (f"queue {mq}: the stream is at offset {position} but the queue ends at {end} "
-            "(was the store replaced, or the topic re-created?)")
+    return (
+        f"queue {mq}: the stream is at offset {position} but the queue ends at {end} "
+        "(was the store replaced, or the topic re-created?)"
+    )
 
 
-def _rate_limit(begin: Positions, latest: Positions, backlog: dict[MessageQueue, int],
-                total: int, limit: int) -> Positions:
+def _rate_limit(
+    begin: Positions, latest: Positions, backlog: dict[MessageQueue, int], total: int, limit: int
+) -> Positions:
     """Share ``limit`` offsets among queues in proportion to their backlog.
 
     As Kafka's connector does, a queue whose share rounds below one still gets

@@ -44,8 +44,10 @@ class StoreRef:
         if path:
             given = [k for k in kw if canonical_key(k) == "storePathRootDir"]
             if given:
-                raise ConfigError(f"the store directory is given twice: as store and as "
-                                  f"{given[0]}; give only one of them")
+                raise ConfigError(
+                    f"the store directory is given twice: as store and as "
+                    f"{given[0]}; give only one of them"
+                )
             kw["storePathRootDir"] = path
         config = MessageStoreConfig.load(None, **kw)
         kw.pop("storePathRootDir", None)
@@ -61,9 +63,12 @@ class StoreRef:
         if kind == "foreign":
             raise StorePathError(f"option store: {describe_foreign(self.root)}", path=self.root)
         if kind != "store":
-            raise StorePathError(f"option store: there is no store at {self.root} (create one "
-                                 "first: MessageStore.open(path).create_topic(...), or "
-                                 "`rocketspark --store DIR topic create NAME`)", path=self.root)
+            raise StorePathError(
+                f"option store: there is no store at {self.root} (create one "
+                "first: MessageStore.open(path).create_topic(...), or "
+                "`rocketspark --store DIR topic create NAME`)",
+                path=self.root,
+            )
         return self
 
     def open(self) -> MessageStore:
@@ -78,8 +83,10 @@ class StoreRef:
                 # Deleted (and maybe created again) under a running application: what
                 # the old instance wrote would go to files no longer in the directory.
                 _open.pop(self)
-                log.warning("store %s was deleted or replaced while open in this process; "
-                            "opening it again", self.root)
+                log.warning(
+                    "store %s was deleted or replaced while open in this process; opening it again",
+                    self.root,
+                )
                 store.close()
                 store = None
             if store is None or store._closed:
@@ -88,12 +95,15 @@ class StoreRef:
                 # option the user wrote, not a keyword argument. Spark's Python workers
                 # end without close() (os._exit, or killed by the daemon): their exit is
                 # clean unless they left a write unfinished.
-                config = MessageStoreConfig.load(None, storePathRootDir=self.root,
-                                                 **dict(self.overrides))
-                explicit = {canonical_key(k) or k: f"option rocketmq.{k}"
-                            for k, _ in self.overrides}
-                store = MessageStore(config, create=False, explicit=explicit,
-                                     exit_without_close=True)
+                config = MessageStoreConfig.load(
+                    None, storePathRootDir=self.root, **dict(self.overrides)
+                )
+                explicit = {
+                    canonical_key(k) or k: f"option rocketmq.{k}" for k, _ in self.overrides
+                }
+                store = MessageStore(
+                    config, create=False, explicit=explicit, exit_without_close=True
+                )
                 _open[self] = store
             return store
 
@@ -114,7 +124,7 @@ def location_key(where: str) -> str:
     dbfs:/) are kept as given, less a trailing slash.
     """
     if where.startswith("file:"):
-        where = "/" + where[len("file:"):].lstrip("/")
+        where = "/" + where[len("file:") :].lstrip("/")
     if "://" in where or (":" in where.split("/", 1)[0] and not os.path.isabs(where)):
         return where.rstrip("/")
     return os.path.abspath(where)

@@ -59,8 +59,7 @@ class Pieces:
     @classmethod
     def fixed(cls, data: Any, width: int, n: int) -> Pieces:
         """n consecutive pieces of ``width`` bytes from the start of ``data``."""
-        return cls([data], np.arange(n, dtype=np.int64) * width,
-                   np.full(n, width, dtype=np.int64))
+        return cls([data], np.arange(n, dtype=np.int64) * width, np.full(n, width, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -72,17 +71,19 @@ class Pieces:
     def to_list(self) -> list[bytes]:
         """Each piece as bytes (for the few-record paths)."""
         raws = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]  # bytes, any dtype
-        idx = (np.full(len(self), self.index) if np.isscalar(self.index)
-               else self.index).tolist()
-        return [raws[b][o:o + n].tobytes() for b, o, n in
-                zip(idx, self.offsets.tolist(), self.lengths.tolist())]
+        idx = (np.full(len(self), self.index) if np.isscalar(self.index) else self.index).tolist()
+        return [
+            raws[b][o : o + n].tobytes()
+            for b, o, n in zip(idx, self.offsets.tolist(), self.lengths.tolist())
+        ]
 
 
 def byte_rows(buf: np.ndarray, width: int) -> np.ndarray:
     """Row k = buf[k:k + width], a stride-1 view: indexing it by offsets copies
     ``width`` bytes per offset without building an index grid."""
-    return np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width),
-                                           strides=(1, 1), writeable=False)
+    return np.lib.stride_tricks.as_strided(
+        buf, shape=(len(buf) - width + 1, width), strides=(1, 1), writeable=False
+    )
 
 
 def gather_items(buf: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -101,8 +102,9 @@ def gather_items(buf: np.ndarray, offsets: np.ndarray, dtype: np.dtype) -> np.nd
 
 def _indexed_items(buf: np.ndarray, offsets: np.ndarray, item: np.dtype) -> np.ndarray:
     """The raw items at any ``offsets``: a stride-1 view of ``buf`` indexed by them."""
-    items = np.ndarray(shape=(len(buf) - item.itemsize + 1,), dtype=item, buffer=buf,
-                       offset=0, strides=(1,))
+    items = np.ndarray(
+        shape=(len(buf) - item.itemsize + 1,), dtype=item, buffer=buf, offset=0, strides=(1,)
+    )
     return items[offsets]
 
 
@@ -120,8 +122,12 @@ def strided_items(buf: Any, offsets: np.ndarray, item: np.dtype) -> np.ndarray |
         return None
     first = int(offsets[0])
     step = int(offsets[1]) - first
-    if step <= 0 or first < 0 or int(offsets[-1]) - first != (m - 1) * step or (
-            m > 2 and not bool((np.diff(offsets) == step).all())):
+    if (
+        step <= 0
+        or first < 0
+        or int(offsets[-1]) - first != (m - 1) * step
+        or (m > 2 and not bool((np.diff(offsets) == step).all()))
+    ):
         return None
     return np.ndarray(shape=(m,), dtype=item, buffer=buf, offset=first, strides=(step,))
 
@@ -161,8 +167,9 @@ def decimal_list(values: np.ndarray, separator: bytes = b",") -> bytes:
     return out.tobytes()
 
 
-def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
-             width: int = INLINE) -> np.ndarray:
+def _windows(
+    data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None, width: int = INLINE
+) -> np.ndarray:
     """The ``width`` bytes at each offset (zeroed past each length), as void scalars.
 
     A stride-1 2-D view of ``data`` indexed by row copies ``width`` bytes per
@@ -181,8 +188,9 @@ def _windows(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray | None,
     else:
         near = np.ones(m, dtype=bool)
     if near.any():
-        padded = np.concatenate((data[-width:] if len(data) >= width else data,
-                                 np.zeros(width, dtype=np.uint8)))
+        padded = np.concatenate(
+            (data[-width:] if len(data) >= width else data, np.zeros(width, dtype=np.uint8))
+        )
         base = max(len(data) - width, 0)
         pwin = byte_rows(padded, width)
         out[near] = pwin[offsets[near] - base]
@@ -224,20 +232,24 @@ def interleave_rows(columns: Sequence[Pieces], widths: Sequence[int], out: np.nd
         dst = np.ndarray(shape=(n,), dtype=item, buffer=out, offset=at, strides=(row,))
         idx = np.broadcast_to(np.asarray(col.index, dtype=np.int64), (n,))
         for b, raw in enumerate(col.buffers):
-            sel: slice | np.ndarray = (slice(None) if len(col.buffers) == 1
-                                       else np.flatnonzero(idx == b))
+            sel: slice | np.ndarray = (
+                slice(None) if len(col.buffers) == 1 else np.flatnonzero(idx == b)
+            )
             offs = col.offsets[sel]
             if not len(offs):
                 continue
             data = np.frombuffer(raw, dtype=np.uint8)
             first = int(offs[0])
             m = len(offs)
-            if isinstance(sel, slice) and int(offs[-1]) - first == (m - 1) * w and (
-                    m < 2 or bool((np.diff(offs) == w).all())):
+            if (
+                isinstance(sel, slice)
+                and int(offs[-1]) - first == (m - 1) * w
+                and (m < 2 or bool((np.diff(offs) == w).all()))
+            ):
                 # Consecutive pieces (a joined list, a matrix): one 2-D slice copy.
                 if first < 0 or first + m * w > len(data):
                     raise ValueError("a piece reaches outside its buffer")
-                matrix[:, at:at + w] = data[first:first + m * w].reshape(m, w)
+                matrix[:, at : at + w] = data[first : first + m * w].reshape(m, w)
                 continue
             if int(offs.min()) < 0 or int(offs.max()) + w > len(data):
                 raise ValueError("a piece reaches outside its buffer")
@@ -287,8 +299,7 @@ def interleave(columns: Sequence[Pieces]) -> pa.Buffer:
                 views["buffer"][b_rows, c] = base + b
                 views["offset"][b_rows, c] = b_off
         buffers.extend(pa.py_buffer(raw) for raw in col.buffers)
-    arr = pa.Array.from_buffers(pa.binary_view(), n * k,
-                                [None, pa.py_buffer(views), *buffers])
+    arr = pa.Array.from_buffers(pa.binary_view(), n * k, [None, pa.py_buffer(views), *buffers])
     out = arr.cast(pa.large_binary())
     bufs = out.buffers()
     ends = np.frombuffer(bufs[1], dtype=np.int64, count=n * k + 1, offset=0)

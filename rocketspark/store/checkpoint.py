@@ -65,8 +65,14 @@ class StoreCheckpoint:
         phy, logics, _, _, _ = self.read()
         return min(phy, logics)
 
-    def update(self, *, physic: int | None = None, logics: int | None = None,
-               index: int | None = None, confirm_phy_offset: int | None = None) -> None:
+    def update(
+        self,
+        *,
+        physic: int | None = None,
+        logics: int | None = None,
+        index: int | None = None,
+        confirm_phy_offset: int | None = None,
+    ) -> None:
         """Advance the given timestamps (never backwards: several processes update it)."""
         cur = list(self.read())
         for i, v in ((0, physic), (1, logics), (2, index)):

@@ -101,6 +101,7 @@ def _rest_list(rests: Pieces | tuple[Pieces, ...]) -> list[bytes]:
 def _column_getter(n: int) -> Callable[[np.ndarray | int], list[int]]:
     def col(value: np.ndarray | int) -> list[int]:
         return value.tolist() if isinstance(value, np.ndarray) else [int(value)] * n
+
     return col
 
 
@@ -152,14 +153,22 @@ class Placement:
 class CommitLog:
     """The CommitLog of one store directory."""
 
-    def __init__(self, root: str, segment_size: int, store_host: HostAddress, *,
-                 writable: bool = True, warm: bool = True):
+    def __init__(
+        self,
+        root: str,
+        segment_size: int,
+        store_host: HostAddress,
+        *,
+        writable: bool = True,
+        warm: bool = True,
+    ):
         self.directory = os.path.join(root, "commitlog")
         self.segment_size = segment_size
         self.store_host = store_host
         self.header = HEADERS[(False, store_host.is_v6)]
-        self.files = MappedFileQueue(self.directory, segment_size, writable=writable,
-                                     chunk=COMMIT_LOG_CHUNK)
+        self.files = MappedFileQueue(
+            self.directory, segment_size, writable=writable, chunk=COMMIT_LOG_CHUNK
+        )
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
         self._warm = warm
 
@@ -176,9 +185,14 @@ class CommitLog:
 
     # -- writing -----------------------------------------------------------------
 
-    def append(self, start: int, records: Sequence[PreparedRecord], store_timestamp: int,
-               next_queue_offset: Callable[[str, int, int], int],
-               set_pending_end: Callable[[int], None]) -> tuple[list[Appended], int]:
+    def append(
+        self,
+        start: int,
+        records: Sequence[PreparedRecord],
+        store_timestamp: int,
+        next_queue_offset: Callable[[str, int, int], int],
+        set_pending_end: Callable[[int], None],
+    ) -> tuple[list[Appended], int]:
         """Write ``records`` from CommitLog offset ``start``; return placements and end.
 
         ``next_queue_offset(topic, queue_id, count)`` reserves ``count`` queue
@@ -203,7 +217,8 @@ class CommitLog:
             if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
                 raise MessageTooLargeError(
                     f"a record of {total} bytes does not fit in a CommitLog segment of "
-                    f"{seg_size} bytes (mappedFileSizeCommitLog)")
+                    f"{seg_size} bytes (mappedFileSizeCommitLog)"
+                )
         for r in records:
             header = headers[(r.born_host.is_v6, store_v6)]
             total = header.size + len(r.tail)
@@ -214,10 +229,27 @@ class CommitLog:
                 pos = chunk_start = seg_end
                 seg_end += seg_size
             qo = next_queue_offset(r.topic, r.queue_id, 1) if r.dispatch else 0
-            chunks.append(header.pack(
-                total, r.magic, r.crc, r.queue_id, r.flag, qo, pos, r.sys_flag,
-                r.born_timestamp, r.born_host.ip, r.born_host.port, store_timestamp,
-                store_ip, store_port, r.reconsume_times, r.prepared_offset, r.body_len))
+            chunks.append(
+                header.pack(
+                    total,
+                    r.magic,
+                    r.crc,
+                    r.queue_id,
+                    r.flag,
+                    qo,
+                    pos,
+                    r.sys_flag,
+                    r.born_timestamp,
+                    r.born_host.ip,
+                    r.born_host.port,
+                    store_timestamp,
+                    store_ip,
+                    store_port,
+                    r.reconsume_times,
+                    r.prepared_offset,
+                    r.body_len,
+                )
+            )
             chunks.append(r.tail)
             placed.append(Appended(pos, total, qo))
             pos += total
@@ -257,11 +289,16 @@ class CommitLog:
             data = b"".join(parts)
             f = self.files.get_or_create(at)
             off = at - f.start_offset
-            f.mm[off:off + len(data)] = data
+            f.mm[off : off + len(data)] = data
 
-    def append_columns(self, start: int, batch: ColumnBatch, store_timestamp: int,
-                       next_queue_offset: Callable[[str, int, int], int],
-                       set_pending_end: Callable[[int], None]) -> Placement:
+    def append_columns(
+        self,
+        start: int,
+        batch: ColumnBatch,
+        store_timestamp: int,
+        next_queue_offset: Callable[[str, int, int], int],
+        set_pending_end: Callable[[int], None],
+    ) -> Placement:
         """Write a ColumnBatch from CommitLog offset ``start`` (the vectorised append).
 
         Sizes are checked before any queue offset is reserved or byte written.
@@ -274,31 +311,42 @@ class CommitLog:
                 batch.bodies = batch.bodies.to_list()
             if not isinstance(batch.rests, list):
                 batch.rests = _rest_list(batch.rests)
-            return self._append_columns_small(start, batch, store_timestamp,
-                                              next_queue_offset, set_pending_end)
+            return self._append_columns_small(
+                start, batch, store_timestamp, next_queue_offset, set_pending_end
+            )
         seg_size = self.segment_size
         header_size = HEADER_V4.size
         # Pieces (the segmented copy) for big batches or when the caller gave them;
         # below GATHER_MIN records a bytes.join of the objects is cheaper.
-        gather = (n >= GATHER_MIN or not isinstance(batch.bodies, list)
-                  or not isinstance(batch.rests, list))
+        gather = (
+            n >= GATHER_MIN
+            or not isinstance(batch.bodies, list)
+            or not isinstance(batch.rests, list)
+        )
         if gather:
-            body_p = (batch.bodies if isinstance(batch.bodies, Pieces)
-                      else Pieces.of_list(batch.bodies))
-            rest_ps = (list(batch.rests) if isinstance(batch.rests, tuple) else
-                       [batch.rests if isinstance(batch.rests, Pieces)
-                        else Pieces.of_list(batch.rests)])
+            body_p = (
+                batch.bodies if isinstance(batch.bodies, Pieces) else Pieces.of_list(batch.bodies)
+            )
+            rest_ps = (
+                list(batch.rests)
+                if isinstance(batch.rests, tuple)
+                else [
+                    batch.rests if isinstance(batch.rests, Pieces) else Pieces.of_list(batch.rests)
+                ]
+            )
             body_len = body_p.lengths
             totals = header_size + body_len + sum(p.lengths for p in rest_ps)
         else:
             body_len = np.fromiter(map(len, batch.bodies), dtype=np.int64, count=n)
-            totals = header_size + body_len + np.fromiter(map(len, batch.rests),
-                                                          dtype=np.int64, count=n)
+            totals = (
+                header_size + body_len + np.fromiter(map(len, batch.rests), dtype=np.int64, count=n)
+            )
         biggest = int(totals.max())
         if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
             raise MessageTooLargeError(
                 f"a record of {biggest} bytes does not fit in a CommitLog segment of "
-                f"{seg_size} bytes (mappedFileSizeCommitLog)")
+                f"{seg_size} bytes (mappedFileSizeCommitLog)"
+            )
         # Queue offsets: each (topic, queue) gets a consecutive run, in batch order.
         if isinstance(batch.topics, str):
             # Queue ids are small non-negative ints: bincount groups them in O(n).
@@ -312,9 +360,10 @@ class CommitLog:
         else:
             ids: dict[tuple[str, int], int] = {}
             inverse = np.fromiter(
-                (ids.setdefault(k, len(ids)) for k in zip(batch.topics,
-                                                         batch.queue_ids.tolist())),
-                dtype=np.int64, count=n)
+                (ids.setdefault(k, len(ids)) for k in zip(batch.topics, batch.queue_ids.tolist())),
+                dtype=np.int64,
+                count=n,
+            )
             counts = np.bincount(inverse, minlength=len(ids))
             group_names = list(ids)
         order = np.argsort(inverse, kind="stable")
@@ -322,7 +371,7 @@ class CommitLog:
         queue_offsets = np.empty(n, dtype=np.int64)
         groups = []
         for g, (topic, qid) in enumerate(group_names):
-            idx = order[bounds[g]:bounds[g + 1]]
+            idx = order[bounds[g] : bounds[g + 1]]
             base = next_queue_offset(topic, qid, len(idx))
             queue_offsets[idx] = base + np.arange(len(idx), dtype=np.int64)
             groups.append((topic, qid, idx))
@@ -335,7 +384,7 @@ class CommitLog:
             seg_end = (pos // seg_size + 1) * seg_size
             ends = pos + np.cumsum(totals[i:])
             k = int(np.searchsorted(ends, seg_end - END_FILE_MIN_BLANK_LENGTH, side="right"))
-            phys[i:i + k] = ends[:k] - totals[i:i + k]
+            phys[i : i + k] = ends[:k] - totals[i : i + k]
             stop = int(ends[k - 1]) if k else pos
             if i + k < n:
                 chunks.append((pos, i, i + k, seg_end - stop))
@@ -354,8 +403,9 @@ class CommitLog:
         hdr["phy"] = phys
         hdr["sys_flag"] = batch.sys_flags
         hdr["born_ts"] = batch.born_ts
-        hdr["born_ip"] = (int.from_bytes(batch.born_host.ip, "big") if batch.born_ips is None
-                          else batch.born_ips)
+        hdr["born_ip"] = (
+            int.from_bytes(batch.born_host.ip, "big") if batch.born_ips is None else batch.born_ips
+        )
         hdr["born_port"] = batch.born_host.port if batch.born_ports is None else batch.born_ports
         hdr["store_ts"] = store_timestamp
         hdr["store_ip"] = int.from_bytes(self.store_host.ip, "big")
@@ -385,18 +435,20 @@ class CommitLog:
                         off += size
                     else:
                         data = interleave(part)
-                        f.mm[off:off + data.size] = data
+                        f.mm[off : off + data.size] = data
                         off += data.size
                         del data
                 if blank:
-                    f.mm[off:off + BLANK.size] = BLANK.pack(blank, BLANK_MAGIC_CODE)
+                    f.mm[off : off + BLANK.size] = BLANK.pack(blank, BLANK_MAGIC_CODE)
             return Placement(phys, totals, queue_offsets, groups, pos)
         heads = memoryview(hdr.tobytes())
         bodies, rests = batch.bodies, batch.rests
         for at, first, stop, blank in chunks:
             parts: list[bytes | memoryview] = [b""] * (3 * (stop - first))
-            parts[0::3] = [heads[j:j + header_size]
-                           for j in range(first * header_size, stop * header_size, header_size)]
+            parts[0::3] = [
+                heads[j : j + header_size]
+                for j in range(first * header_size, stop * header_size, header_size)
+            ]
             parts[1::3] = bodies[first:stop]
             parts[2::3] = rests[first:stop]
             if blank:
@@ -404,12 +456,17 @@ class CommitLog:
             data = b"".join(parts)
             f = self.files.get_or_create(at)
             off = at - f.start_offset
-            f.mm[off:off + len(data)] = data
+            f.mm[off : off + len(data)] = data
         return Placement(phys, totals, queue_offsets, groups, pos)
 
-    def _append_columns_small(self, start: int, batch: ColumnBatch, store_timestamp: int,
-                              next_queue_offset: Callable[[str, int, int], int],
-                              set_pending_end: Callable[[int], None]) -> Placement:
+    def _append_columns_small(
+        self,
+        start: int,
+        batch: ColumnBatch,
+        store_timestamp: int,
+        next_queue_offset: Callable[[str, int, int], int],
+        set_pending_end: Callable[[int], None],
+    ) -> Placement:
         """append_columns for a few records: plain ``struct`` beats numpy's per-call cost."""
         n = len(batch)
         seg_size = self.segment_size
@@ -421,7 +478,8 @@ class CommitLog:
         if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
             raise MessageTooLargeError(
                 f"a record of {biggest} bytes does not fit in a CommitLog segment of "
-                f"{seg_size} bytes (mappedFileSizeCommitLog)")
+                f"{seg_size} bytes (mappedFileSizeCommitLog)"
+            )
         qids = batch.queue_ids.tolist()
         keys = [(batch.topic_of(i), qids[i]) for i in range(n)]
         order: dict[tuple[str, int], list[int]] = {}
@@ -436,8 +494,11 @@ class CommitLog:
         magics, crcs = col(batch.magics), col(batch.crcs)
         flags, born_ts, reconsume = col(batch.flags), col(batch.born_ts), col(batch.reconsume)
         sys_flags, prepared = col(batch.sys_flags), col(batch.prepared)
-        born_ips = ([batch.born_host.ip] * n if batch.born_ips is None
-                    else [int(v).to_bytes(4, "big") for v in batch.born_ips.tolist()])
+        born_ips = (
+            [batch.born_host.ip] * n
+            if batch.born_ips is None
+            else [int(v).to_bytes(4, "big") for v in batch.born_ips.tolist()]
+        )
         born_ports = col(batch.born_host.port if batch.born_ports is None else batch.born_ports)
         store_ip, store_port = self.store_host.ip, self.store_host.port
         writes: list[tuple[int, list[bytes]]] = []
@@ -453,10 +514,27 @@ class CommitLog:
                 chunk = []
                 chunk_start = pos = seg_end
             phys[i] = pos
-            chunk.append(pack(total, magics[i], crcs[i], qids[i], flags[i], qoffs[i], pos,
-                              sys_flags[i], born_ts[i], born_ips[i], born_ports[i],
-                              store_timestamp, store_ip, store_port, reconsume[i], prepared[i],
-                              len(bodies[i])))
+            chunk.append(
+                pack(
+                    total,
+                    magics[i],
+                    crcs[i],
+                    qids[i],
+                    flags[i],
+                    qoffs[i],
+                    pos,
+                    sys_flags[i],
+                    born_ts[i],
+                    born_ips[i],
+                    born_ports[i],
+                    store_timestamp,
+                    store_ip,
+                    store_port,
+                    reconsume[i],
+                    prepared[i],
+                    len(bodies[i]),
+                )
+            )
             chunk.append(bodies[i])
             chunk.append(rests[i])
             pos += total
@@ -465,8 +543,13 @@ class CommitLog:
         self.warm(start, pos)
         self._write(writes)
         groups = [(t, q, np.asarray(idx, dtype=np.int64)) for (t, q), idx in order.items()]
-        return Placement(np.asarray(phys, dtype=np.int64), np.asarray(totals, dtype=np.int64),
-                         np.asarray(qoffs, dtype=np.int64), groups, pos)
+        return Placement(
+            np.asarray(phys, dtype=np.int64),
+            np.asarray(totals, dtype=np.int64),
+            np.asarray(qoffs, dtype=np.int64),
+            groups,
+            pos,
+        )
 
     def wipe(self, start: int, end: int) -> None:
         """Zero [start, end): the leftovers of a writer that died mid-append.
@@ -492,19 +575,32 @@ class CommitLog:
     def segment(self, offset: int) -> MappedFile:
         f = self.files.find(offset)
         if f is None:
-            raise CorruptRecordError("no CommitLog segment holds this offset",
-                                     file=self.directory, offset=offset)
+            raise CorruptRecordError(
+                "no CommitLog segment holds this offset", file=self.directory, offset=offset
+            )
         return f
 
     def read(self, offset: int, *, verify_crc: bool = False) -> MessageExt:
         """Decode the record at CommitLog ``offset``."""
         f = self.segment(offset)
-        return decode_record(f.mm, offset - f.start_offset, file=f.path,
-                             base_offset=f.start_offset, verify_crc=verify_crc)
+        return decode_record(
+            f.mm,
+            offset - f.start_offset,
+            file=f.path,
+            base_offset=f.start_offset,
+            verify_crc=verify_crc,
+        )
 
-    def read_reached(self, offset: int, *, verify_crc: bool, size: int | None = None,
-                     topic: str | None = None, queue_id: int | None = None,
-                     queue_offset: int | None = None) -> MessageExt:
+    def read_reached(
+        self,
+        offset: int,
+        *,
+        verify_crc: bool,
+        size: int | None = None,
+        topic: str | None = None,
+        queue_id: int | None = None,
+        queue_offset: int | None = None,
+    ) -> MessageExt:
         """Decode the record at ``offset`` that a ConsumeQueue entry (or the index) led to.
 
         Raises CorruptRecordError naming the file, offset and field when its header
@@ -512,13 +608,18 @@ class CommitLog:
         ``verify_crc``, when its body does not match BODYCRC.
         """
         f = self.segment(offset)
-        msg = decode_record(f.mm, offset - f.start_offset, file=f.path,
-                            base_offset=f.start_offset, verify_crc=verify_crc)
-        what = header_mismatch(msg, offset, size=size, topic=topic, queue_id=queue_id,
-                               queue_offset=queue_offset)
+        msg = decode_record(
+            f.mm,
+            offset - f.start_offset,
+            file=f.path,
+            base_offset=f.start_offset,
+            verify_crc=verify_crc,
+        )
+        what = header_mismatch(
+            msg, offset, size=size, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+        )
         if what is not None:
-            raise CorruptRecordError(f"record header damaged: {what}", file=f.path,
-                                     offset=offset)
+            raise CorruptRecordError(f"record header damaged: {what}", file=f.path, offset=offset)
         return msg
 
     def store_timestamp(self, offset: int) -> int:
@@ -565,7 +666,7 @@ class CommitLog:
             zeros = bytes(1 << 20)
             for lo, hi in data_ranges(f, offset - f.start_offset):
                 for at in range(lo, hi, len(zeros)):
-                    f.mm[at:min(hi, at + len(zeros))] = zeros[:min(hi, at + len(zeros)) - at]
+                    f.mm[at : min(hi, at + len(zeros))] = zeros[: min(hi, at + len(zeros)) - at]
             f.flush(offset - f.start_offset, f.size)
         seg = self.segment_size
         self.files.delete_from(offset - offset % seg + seg)
@@ -588,7 +689,7 @@ class CommitLog:
                 break
             pos = max(pos, lo)
             while pos < hi:
-                chunk = data[pos:min(hi, pos + step)]
+                chunk = data[pos : min(hi, pos + step)]
                 nz = np.flatnonzero(chunk)
                 if len(nz):
                     last_nonzero = pos + int(nz[-1]) + 1
@@ -640,8 +741,7 @@ def data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
         pos = hi
 
 
-def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None
-                      ) -> int | None:
+def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None) -> int | None:
     """Return the offset of the first record at or after ``pos`` that verifies.
 
     A record verifies when its magic code is a message's, its fields add up
@@ -666,8 +766,11 @@ def find_valid_record(files: MappedFileQueue, pos: int, limit: int | None = None
                     break
                 at = hit + 1
                 rec = hit - 4
-                if (hit + 4 > f.size or mm[hit + 3] not in _MAGIC_LAST
-                        or rec + PHYSICAL_OFFSET_OFFSET + 8 > f.size):
+                if (
+                    hit + 4 > f.size
+                    or mm[hit + 3] not in _MAGIC_LAST
+                    or rec + PHYSICAL_OFFSET_OFFSET + 8 > f.size
+                ):
                     continue
                 phy = f.start_offset + rec
                 if LONG.unpack_from(mm, rec + PHYSICAL_OFFSET_OFFSET)[0] != phy:
@@ -697,8 +800,9 @@ def survey_records(files: MappedFileQueue, pos: int) -> tuple[int, int, int]:
     return first, count, end
 
 
-def scan_files(files: MappedFileQueue, start: int, *, verify_crc: bool = True,
-               refresh: bool = False) -> Iterator[tuple[int, RecordCheck]]:
+def scan_files(
+    files: MappedFileQueue, start: int, *, verify_crc: bool = True, refresh: bool = False
+) -> Iterator[tuple[int, RecordCheck]]:
     """CommitLog.scan over a queue of segments (``refresh``: map segments other
     processes made meanwhile)."""
     pos = start

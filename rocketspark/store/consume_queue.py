@@ -43,18 +43,20 @@ _SIZE = struct.Struct(">i")
 class ConsumeQueue:
     """The logical queue of one (topic, queueId)."""
 
-    def __init__(self, root: str, topic: str, queue_id: int, file_size: int, *,
-                 writable: bool = True):
+    def __init__(
+        self, root: str, topic: str, queue_id: int, file_size: int, *, writable: bool = True
+    ):
         if file_size % CQ_STORE_UNIT_SIZE:
             raise CorruptRecordError(
-                f"mappedFileSizeConsumeQueue {file_size} is not a multiple of "
-                f"{CQ_STORE_UNIT_SIZE}")
+                f"mappedFileSizeConsumeQueue {file_size} is not a multiple of {CQ_STORE_UNIT_SIZE}"
+            )
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
         self.entries_per_file = file_size // CQ_STORE_UNIT_SIZE
-        self.files = MappedFileQueue(self.directory, file_size, writable=writable,
-                                     chunk=CONSUME_QUEUE_CHUNK)
+        self.files = MappedFileQueue(
+            self.directory, file_size, writable=writable, chunk=CONSUME_QUEUE_CHUNK
+        )
         self._max = -1  # cached next logical offset; -1 until first looked up
 
     # -- positions ---------------------------------------------------------------
@@ -101,12 +103,14 @@ class ConsumeQueue:
             if f is None:
                 return n
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
-            count = min(block, self.entries_per_file - first,
-                        _entries_with_data(f, pos - f.start_offset))
+            count = min(
+                block, self.entries_per_file - first, _entries_with_data(f, pos - f.start_offset)
+            )
             if count <= 0:  # a hole: never written
                 return n
-            sizes = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count,
-                                  offset=pos - f.start_offset)["size"]
+            sizes = np.frombuffer(
+                f.mm, dtype=CQ_ENTRY_DTYPE, count=count, offset=pos - f.start_offset
+            )["size"]
             empty = np.flatnonzero(sizes == 0)
             del sizes
             if len(empty):
@@ -193,12 +197,16 @@ class ConsumeQueue:
                 break
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
             # Not into a hole past the queue's end (see MappedFile.data_limit).
-            take = min(remaining, self.entries_per_file - first,
-                       _entries_with_data(f, pos - f.start_offset))
+            take = min(
+                remaining,
+                self.entries_per_file - first,
+                _entries_with_data(f, pos - f.start_offset),
+            )
             if take <= 0:
                 break
-            view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
-                                 offset=first * CQ_STORE_UNIT_SIZE)
+            view = np.frombuffer(
+                f.mm, dtype=CQ_ENTRY_DTYPE, count=take, offset=first * CQ_STORE_UNIT_SIZE
+            )
             # SIZE fields first: a writer fills SIZE last, so every entry whose SIZE
             # we saw is whole when we copy it afterwards (copying in address order
             # could read an entry's offset before its writer stored it).
@@ -274,10 +282,11 @@ class ConsumeQueue:
             f = self.files.get_or_create(pos)
             first = (pos - f.start_offset) // CQ_STORE_UNIT_SIZE
             take = min(n - done, self.entries_per_file - first)
-            view = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=take,
-                                 offset=first * CQ_STORE_UNIT_SIZE)
-            view[:] = block[done:done + take]
-            view["size"] = sizes_be[done:done + take]
+            view = np.frombuffer(
+                f.mm, dtype=CQ_ENTRY_DTYPE, count=take, offset=first * CQ_STORE_UNIT_SIZE
+            )
+            view[:] = block[done : done + take]
+            view["size"] = sizes_be[done : done + take]
             del view
             done += take
         if self._max == start:
@@ -332,9 +341,15 @@ class ConsumeQueue:
                 n -= 1
                 continue
             lo = max(first * CQ_STORE_UNIT_SIZE, f.start_offset)
-            view = np.frombuffer(f.mm, dtype=np.uint8, count=pos + CQ_STORE_UNIT_SIZE - lo,
-                                 offset=lo - f.start_offset)
-            sizes = view.reshape(-1, CQ_STORE_UNIT_SIZE)[:, SIZE_FIELD_OFFSET:SIZE_FIELD_OFFSET + 4]
+            view = np.frombuffer(
+                f.mm,
+                dtype=np.uint8,
+                count=pos + CQ_STORE_UNIT_SIZE - lo,
+                offset=lo - f.start_offset,
+            )
+            sizes = view.reshape(-1, CQ_STORE_UNIT_SIZE)[
+                :, SIZE_FIELD_OFFSET : SIZE_FIELD_OFFSET + 4
+            ]
             sizes[::-1] = 0
             view[:] = 0
             del view, sizes
@@ -342,7 +357,9 @@ class ConsumeQueue:
         # Drop files wholly past the end.
         self.files.delete_from(
             -(-first * CQ_STORE_UNIT_SIZE // self.files.file_size) * self.files.file_size
-            if first else 1 << 62)
+            if first
+            else 1 << 62
+        )
 
     def flush(self, start: int, end: int) -> None:
         self.files.flush(start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE)

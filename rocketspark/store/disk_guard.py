@@ -47,8 +47,9 @@ def disk_usage(path: str) -> tuple[float, int]:
 class DiskGuard:
     """The disk-usage guard of one store directory (see the module docstring)."""
 
-    def __init__(self, root: str, warning_level_ratio: int, clean_forcibly_ratio: int,
-                 max_used_ratio: int):
+    def __init__(
+        self, root: str, warning_level_ratio: int, clean_forcibly_ratio: int, max_used_ratio: int
+    ):
         self.root = root
         self.refuse_above = warning_level_ratio / 100.0
         # The two clean thresholds only warn: an embedded store has no clean
@@ -73,12 +74,18 @@ class DiskGuard:
             raise DiskFullError(
                 f"store {self.root}: its disk is {ratio:.1%} used, more than "
                 f"diskSpaceWarningLevelRatio={self.refuse_above * 100:.0f}%; puts are "
-                f"refused until space is freed ({free} bytes free)", file=self.root)
+                f"refused until space is freed ({free} bytes free)",
+                file=self.root,
+            )
         if ratio > self.warn_above and not self._warned:
-            log.warning("store %s: disk %.1f%% used; puts are refused above %.0f%% "
-                        "(diskSpaceWarningLevelRatio): free space or delete expired files "
-                        "(rocketspark store clean)", self.root, ratio * 100,
-                        self.refuse_above * 100)
+            log.warning(
+                "store %s: disk %.1f%% used; puts are refused above %.0f%% "
+                "(diskSpaceWarningLevelRatio): free space or delete expired files "
+                "(rocketspark store clean)",
+                self.root,
+                ratio * 100,
+                self.refuse_above * 100,
+            )
         self._warned = ratio > self.warn_above
         self._next_check = time.monotonic() + CHECK_INTERVAL
         return free
@@ -90,8 +97,10 @@ class DiskGuard:
             self._next_check = 0.0
             raise DiskFullError(
                 f"store {self.root}: {what} need {needed} bytes but the disk has {free} "
-                "bytes free; puts are refused until space is freed", file=self.root,
-                needed=needed)
+                "bytes free; puts are refused until space is freed",
+                file=self.root,
+                needed=needed,
+            )
 
 
 def _mapped_files(root: str) -> list[str]:
@@ -100,12 +109,14 @@ def _mapped_files(root: str) -> list[str]:
     for sub, depth in (("commitlog", 0), ("index", 0), ("consumequeue", 2)):
         dirs = [os.path.join(root, sub)]
         for _ in range(depth):
-            dirs = [os.path.join(d, n) for d in dirs if os.path.isdir(d)
-                    for n in sorted(os.listdir(d))]
+            dirs = [
+                os.path.join(d, n) for d in dirs if os.path.isdir(d) for n in sorted(os.listdir(d))
+            ]
         for d in dirs:
             if os.path.isdir(d):
-                paths += [os.path.join(d, n) for n in sorted(os.listdir(d))
-                          if not n.startswith(".")]
+                paths += [
+                    os.path.join(d, n) for n in sorted(os.listdir(d)) if not n.startswith(".")
+                ]
     return paths
 
 
@@ -125,8 +136,11 @@ def reserve_sparse_files(root: str, segments: list[str] | None = None) -> DiskFu
     reading a hole through a mapping allocates memory, so there it raises.
     """
     failed: list[DiskFullError] = []
-    paths = (_mapped_files(root) if segments is None else
-             [os.path.join(root, name) for name in (STATE_FILE, "checkpoint")] + segments)
+    paths = (
+        _mapped_files(root)
+        if segments is None
+        else [os.path.join(root, name) for name in (STATE_FILE, "checkpoint")] + segments
+    )
     for path in paths:
         try:
             fd = os.open(path, os.O_RDWR)
@@ -158,11 +172,15 @@ def reserve_sparse_files(root: str, segments: list[str] | None = None) -> DiskFu
         raise DiskFullError(
             f"store {root} cannot be opened while its tmpfs is full: {where}, and on tmpfs "
             f"even reading a hole takes memory; free up to {needed} bytes and retry",
-            file=failed[0].file, needed=needed)
+            file=failed[0].file,
+            needed=needed,
+        )
     return DiskFullError(
         f"store {root} was opened while its disk was full and {where}: writes are "
         f"refused; free up to {needed} bytes and open the store again",
-        file=failed[0].file, needed=needed)
+        file=failed[0].file,
+        needed=needed,
+    )
 
 
 def _holes_take_memory(path: str) -> bool:

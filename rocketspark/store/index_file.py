@@ -202,11 +202,11 @@ def java_hash_rows(seeds: np.ndarray, chars: np.ndarray) -> np.ndarray:
     uint32, a block of rows at a time (the uint32 copy of a block stays small).
     """
     m, length = chars.shape
-    weights = _powers_of_31(max(length, 1))[length - 1::-1] if length else None
+    weights = _powers_of_31(max(length, 1))[length - 1 :: -1] if length else None
     out = np.asarray(seeds, dtype=np.uint32) * np.uint32(pow(31, length, 1 << 32))
     if weights is not None:
         for c in range(0, m, 16384):
-            out[c:c + 16384] += chars[c:c + 16384].astype(np.uint32) @ weights
+            out[c : c + 16384] += chars[c : c + 16384].astype(np.uint32) @ weights
     return out
 
 
@@ -403,8 +403,13 @@ class IndexFile:
             return
         fd = os.open(self.path, os.O_RDWR)
         try:
-            self._reserved = reserve_ahead(fd, self.path, self._reserved, end,
-                                           min(self.size, max(end, self._reserved) + INDEX_CHUNK))
+            self._reserved = reserve_ahead(
+                fd,
+                self.path,
+                self._reserved,
+                end,
+                min(self.size, max(end, self._reserved) + INDEX_CHUNK),
+            )
         finally:
             os.close(fd)
 
@@ -650,8 +655,10 @@ class IndexFile:
             slots[bad] = prev
         else:
             slots[slots >= count] = INVALID_INDEX
-        torn = repaired or (count < self.index_num and (
-            int(entries["key_hash"][count]) or int(entries["phy_offset"][count])))
+        torn = repaired or (
+            count < self.index_num
+            and (int(entries["key_hash"][count]) or int(entries["phy_offset"][count]))
+        )
         if count > 1 and torn:
             # The record of the last published entry may have more entries among the
             # unpublished ones: it is indexed again too (a repeated entry is harmless).
@@ -813,8 +820,12 @@ class IndexService:
         self.refresh()
         repaired = sum(f.repair() for f in self._files[-2:])
         if repaired:
-            log.warning("index %s: %d hash slots pointed at entries a killed writer never "
-                        "published; relinked", self.directory, repaired)
+            log.warning(
+                "index %s: %d hash slots pointed at entries a killed writer never "
+                "published; relinked",
+                self.directory,
+                repaired,
+            )
         return repaired
 
     @property
@@ -841,8 +852,9 @@ class IndexService:
             f = self._files[-1]
             count = max(_INT.unpack_from(f._mm, INDEX_COUNT_OFFSET)[0], 1)
             room = max(0, self.index_num - count)
-            if entries <= room and (f._entries_at + (count + entries) * INDEX_ENTRY_SIZE
-                                    <= f._reserved):
+            if entries <= room and (
+                f._entries_at + (count + entries) * INDEX_ENTRY_SIZE <= f._reserved
+            ):
                 return 0  # the hot path: reserved already
             if room:
                 f.reserve(min(entries, room))
@@ -952,8 +964,11 @@ class IndexService:
                     f.put_hash(int(h), int(phy), int(ts))
                 done += 1
             return done
-        return self._put(np.asarray(hashes, dtype=np.int32), np.asarray(phys, dtype=np.int64),
-                         np.asarray(stamps, dtype=np.int64))
+        return self._put(
+            np.asarray(hashes, dtype=np.int32),
+            np.asarray(phys, dtype=np.int64),
+            np.asarray(stamps, dtype=np.int64),
+        )
 
     def _put(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> int:
         done = 0

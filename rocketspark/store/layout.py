@@ -66,10 +66,21 @@ GEOMETRY_KEYS = {
 # Any one of these makes a directory a store.
 _MARKERS = ("commitlog", "consumequeue", STATE_FILE, GEOMETRY_FILE)
 # What else the root of a store holds (RocketMQ's and ours).
-_STORE_ENTRIES = frozenset({
-    "lock", "abort", "checkpoint", "config", "index", "commitlog", "consumequeue",
-    "rocketspark.write.lock", "rocketspark.flush.lock", STATE_FILE, GEOMETRY_FILE,
-})
+_STORE_ENTRIES = frozenset(
+    {
+        "lock",
+        "abort",
+        "checkpoint",
+        "config",
+        "index",
+        "commitlog",
+        "consumequeue",
+        "rocketspark.write.lock",
+        "rocketspark.flush.lock",
+        STATE_FILE,
+        GEOMETRY_FILE,
+    }
+)
 _ROCKETMQ_INDEX_DIMENSIONS = (5_000_000, 5_000_000 * 4)
 UNKNOWN_INDEX = "not told by the size of its index files"
 
@@ -93,12 +104,17 @@ def directory_kind(root: str) -> Kind:
         st = os.stat(root)
     except FileNotFoundError:
         if os.path.islink(root):
-            raise StorePathError(f"store path {root} is a symbolic link to "
-                                 f"{os.readlink(root)}, which does not exist", path=root) from None
+            raise StorePathError(
+                f"store path {root} is a symbolic link to "
+                f"{os.readlink(root)}, which does not exist",
+                path=root,
+            ) from None
         return "absent"
     except NotADirectoryError:
-        raise StorePathError(f"store path {root} lies under {_file_above(root)}, which is a "
-                             "file, not a directory", path=root) from None
+        raise StorePathError(
+            f"store path {root} lies under {_file_above(root)}, which is a file, not a directory",
+            path=root,
+        ) from None
     except OSError as exc:
         raise StorePathError(f"store path {root}: {exc.strerror}", path=root) from None
     if not stat.S_ISDIR(st.st_mode):
@@ -106,8 +122,9 @@ def directory_kind(root: str) -> Kind:
     try:
         names = os.listdir(root)
     except OSError as exc:
-        raise StorePathError(f"store directory {root} cannot be listed: {exc.strerror}",
-                             path=root) from None
+        raise StorePathError(
+            f"store directory {root} cannot be listed: {exc.strerror}", path=root
+        ) from None
     if not names:
         return "empty"
     if any(m in names and _is_marker(os.path.join(root, m)) for m in _MARKERS):
@@ -136,7 +153,9 @@ def check_writable(root: str) -> None:
     if not os.access(root, os.W_OK | os.X_OK):
         raise StorePathError(
             f"store directory {root} is not writable by this user; rocketspark writes its "
-            "lock and state files there even to read", path=root)
+            "lock and state files there even to read",
+            path=root,
+        )
 
 
 def describe_foreign(root: str) -> str:
@@ -144,8 +163,10 @@ def describe_foreign(root: str) -> str:
     names = sorted(os.listdir(root))
     names = [n for n in names if n not in _STORE_ENTRIES] or names
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (f"{root} is not a store (it has no commitlog/, consumequeue/ or rocketspark.state) "
-            f"and is not empty: it holds {shown}")
+    return (
+        f"{root} is not a store (it has no commitlog/, consumequeue/ or rocketspark.state) "
+        f"and is not empty: it holds {shown}"
+    )
 
 
 def check_creatable(root: str) -> None:
@@ -154,11 +175,15 @@ def check_creatable(root: str) -> None:
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise StorePathError(f"store path {root} lies under {_file_above(root)}, which is a "
-                             "file, not a directory", path=root)
+        raise StorePathError(
+            f"store path {root} lies under {_file_above(root)}, which is a file, not a directory",
+            path=root,
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise StorePathError(f"cannot create store directory {root}: {parent} is not "
-                             "writable by this user", path=root)
+        raise StorePathError(
+            f"cannot create store directory {root}: {parent} is not writable by this user",
+            path=root,
+        )
 
 
 def _file_above(root: str) -> str:
@@ -186,9 +211,13 @@ class StoreGeometry:
         return dict(self.values)
 
 
-def read_geometry(root: str, config: MessageStoreConfig | None = None,
-                  explicit: Mapping[str, str] | None = None, *,
-                  for_check: bool = False) -> StoreGeometry:
+def read_geometry(
+    root: str,
+    config: MessageStoreConfig | None = None,
+    explicit: Mapping[str, str] | None = None,
+    *,
+    for_check: bool = False,
+) -> StoreGeometry:
     """Return the geometry of the store at ``root`` (read only).
 
     ``config`` supplies the sizes the store has no files of yet (and candidate
@@ -223,9 +252,16 @@ def read_geometry(root: str, config: MessageStoreConfig | None = None,
                 raise ConfigError(
                     f"{key}={given} ({explicit[key]}) does not match the store at {root}: its "
                     f"{key} is {values[field]}, {sources[field]}. A store's geometry is fixed "
-                    f"when it is made; open it without {key} (or with {key}={values[field]})")
-            log.info("store %s: using its %s %d (%s), not %d", root, key, values[field],
-                     sources[field], given)
+                    f"when it is made; open it without {key} (or with {key}={values[field]})"
+                )
+            log.info(
+                "store %s: using its %s %d (%s), not %d",
+                root,
+                key,
+                values[field],
+                sources[field],
+                given,
+            )
     return StoreGeometry(values, sources, recorded is not None)
 
 
@@ -272,13 +308,15 @@ def _read_record(root: str) -> dict[str, int] | None:
         values = {field: int(props[key]) for key, field in GEOMETRY_KEYS.items()}
         MessageStoreConfig(**dict[str, Any](values))  # in range
     except (ConfigError, KeyError, ValueError) as exc:
-        raise CorruptRecordError(f"the store's geometry record is unreadable ({exc})",
-                                 file=path) from None
+        raise CorruptRecordError(
+            f"the store's geometry record is unreadable ({exc})", file=path
+        ) from None
     return values
 
 
-def _segment_files(directory: str, *, digits: int = FILE_NAME_DIGITS,
-                   remove_temporaries: bool = False) -> list[tuple[int, int, str]]:
+def _segment_files(
+    directory: str, *, digits: int = FILE_NAME_DIGITS, remove_temporaries: bool = False
+) -> list[tuple[int, int, str]]:
     """(start offset, size, path) of each segment in ``directory``, by start offset.
 
     ``remove_temporaries`` also deletes, in the same listing, the hidden files a
@@ -292,8 +330,11 @@ def _segment_files(directory: str, *, digits: int = FILE_NAME_DIGITS,
                 if len(name) == digits and name.isdigit():
                     with contextlib.suppress(FileNotFoundError):  # expired meanwhile
                         out.append((int(name), e.stat().st_size, e.path))
-                elif (remove_temporaries and is_temporary_name(name)
-                      and not e.is_dir(follow_symlinks=False)):
+                elif (
+                    remove_temporaries
+                    and is_temporary_name(name)
+                    and not e.is_dir(follow_symlinks=False)
+                ):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(e.path)
     except (FileNotFoundError, NotADirectoryError):
@@ -322,8 +363,9 @@ def _index_files(root: str) -> list[tuple[int, int, str]]:
     return _segment_files(os.path.join(root, "index"), digits=17)
 
 
-def _infer(root: str, config: MessageStoreConfig,
-           for_check: bool = False) -> dict[str, tuple[int, str]]:
+def _infer(
+    root: str, config: MessageStoreConfig, for_check: bool = False
+) -> dict[str, tuple[int, str]]:
     """The sizes the files of a store without a record show, with where each was read."""
     found: dict[str, tuple[int, str]] = {}
     cl = _segment_files(os.path.join(root, "commitlog"))
@@ -334,7 +376,9 @@ def _infer(root: str, config: MessageStoreConfig,
             _check_lone_segment(path, start, size, "CommitLog", 4096, 1)
             _check_state_reaches(root, start + size, path, size)
         found["mapped_file_size_commit_log"] = (
-            size, f"read from its CommitLog segments ({os.path.join(root, 'commitlog')})")
+            size,
+            f"read from its CommitLog segments ({os.path.join(root, 'commitlog')})",
+        )
     spacings: Counter[int] = Counter()
     lone: list[tuple[int, int, str]] = []
     for qdir in _queue_dirs(root):
@@ -350,10 +394,13 @@ def _infer(root: str, config: MessageStoreConfig,
         else:
             # A truncated file is shorter than the others: the largest is whole.
             start, size, path = max(lone, key=lambda f: f[1])
-            _check_lone_segment(path, start, size, "ConsumeQueue", CQ_STORE_UNIT_SIZE,
-                                CQ_STORE_UNIT_SIZE)
+            _check_lone_segment(
+                path, start, size, "ConsumeQueue", CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE
+            )
         found["mapped_file_size_consume_queue"] = (
-            size, f"read from its ConsumeQueue files ({os.path.join(root, 'consumequeue')})")
+            size,
+            f"read from its ConsumeQueue files ({os.path.join(root, 'consumequeue')})",
+        )
     index = _index_files(root)
     if index:
         size = max(f[1] for f in index)
@@ -368,7 +415,8 @@ def _infer(root: str, config: MessageStoreConfig,
                 f"maxHashSlotNum={config.max_hash_slot_num} maxIndexNum={config.max_index_num} "
                 f"({index_file_size(config.max_hash_slot_num, config.max_index_num)} bytes) "
                 "nor RocketMQ's defaults give: open it with the maxHashSlotNum and maxIndexNum "
-                "it was written with")
+                "it was written with"
+            )
         found["max_hash_slot_num"] = (dims[0], where)
         found["max_index_num"] = (dims[1], where)
     return found
@@ -387,15 +435,19 @@ def _index_dimensions(size: int, config: MessageStoreConfig) -> tuple[int, int] 
     return None
 
 
-def _check_lone_segment(path: str, start: int, size: int, what: str, minimum: int,
-                        unit: int) -> None:
+def _check_lone_segment(
+    path: str, start: int, size: int, what: str, minimum: int, unit: int
+) -> None:
     """A lone segment's size is the geometry only if it could be a whole segment."""
     if size < minimum or size % unit or start % size:
         raise SegmentSizeError(
             f"{what} file {path} is {size} bytes, which cannot be a whole segment "
             f"(at least {minimum} bytes, a multiple of {unit}, dividing its start offset "
             f"{start}): it is truncated, and the store records no geometry to say by how much",
-            file=path, expected=None, actual=size)
+            file=path,
+            expected=None,
+            actual=size,
+        )
 
 
 def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
@@ -415,15 +467,23 @@ def _check_state_reaches(root: str, end: int, path: str, size: int) -> None:
     if magic == STATE_MAGIC and commit_pos > end:
         raise SegmentSizeError(
             f"CommitLog segment {path} is {size} bytes, but the store's data reaches offset "
-            f"{commit_pos}: it is truncated", file=path, expected=None, actual=size)
+            f"{commit_pos}: it is truncated",
+            file=path,
+            expected=None,
+            actual=size,
+        )
 
 
 # --- the files against the geometry ----------------------------------------------------
 
 
-def wrong_size_files(root: str, geometry: StoreGeometry, *,
-                     remove_temporaries: bool = False,
-                     seen: list[str] | None = None) -> list[SegmentSizeError]:
+def wrong_size_files(
+    root: str,
+    geometry: StoreGeometry,
+    *,
+    remove_temporaries: bool = False,
+    seen: list[str] | None = None,
+) -> list[SegmentSizeError]:
     """Every CommitLog, ConsumeQueue and index file whose size is not the geometry's.
 
     One listing of each directory; ``remove_temporaries``: see :func:`check_file_sizes`.
@@ -432,15 +492,32 @@ def wrong_size_files(root: str, geometry: StoreGeometry, *,
     g = geometry.values
     out = []
     index_size = index_file_size(g["max_hash_slot_num"], g["max_index_num"])
-    checks = [(os.path.join(root, "commitlog"), g["mapped_file_size_commit_log"],
-               "CommitLog segment", "mappedFileSizeCommitLog", FILE_NAME_DIGITS)]
-    checks += [(qdir, g["mapped_file_size_consume_queue"], "ConsumeQueue file",
-                "mappedFileSizeConsumeQueue", FILE_NAME_DIGITS) for qdir in _queue_dirs(root)]
-    checks.append((os.path.join(root, "index"), index_size, "index file",
-                   "maxHashSlotNum/maxIndexNum", 17))
+    checks = [
+        (
+            os.path.join(root, "commitlog"),
+            g["mapped_file_size_commit_log"],
+            "CommitLog segment",
+            "mappedFileSizeCommitLog",
+            FILE_NAME_DIGITS,
+        )
+    ]
+    checks += [
+        (
+            qdir,
+            g["mapped_file_size_consume_queue"],
+            "ConsumeQueue file",
+            "mappedFileSizeConsumeQueue",
+            FILE_NAME_DIGITS,
+        )
+        for qdir in _queue_dirs(root)
+    ]
+    checks.append(
+        (os.path.join(root, "index"), index_size, "index file", "maxHashSlotNum/maxIndexNum", 17)
+    )
     for directory, size, what, key, digits in checks:
-        for start, actual, path in _segment_files(directory, digits=digits,
-                                                  remove_temporaries=remove_temporaries):
+        for start, actual, path in _segment_files(
+            directory, digits=digits, remove_temporaries=remove_temporaries
+        ):
             if seen is not None:
                 seen.append(path)
             if actual != size or (digits == FILE_NAME_DIGITS and start % size):
@@ -464,8 +541,10 @@ def check_file_sizes(root: str, geometry: StoreGeometry) -> list[str]:
         return seen
     first = wrong[0]
     if len(wrong) > 1:
-        first.args = (f"{first}; and {len(wrong) - 1} more file(s) of the wrong size "
-                      "(`rocketspark store check` lists them)",)
+        first.args = (
+            f"{first}; and {len(wrong) - 1} more file(s) of the wrong size "
+            "(`rocketspark store check` lists them)",
+        )
     raise first
 
 
@@ -474,9 +553,12 @@ def _size_error(path: str, what: str, key: str, expected: int, actual: int) -> S
         how = f"not at a multiple of {expected} (its name is not a segment start)"
     else:
         how = "truncated" if actual < expected else "longer than the store's geometry"
-    return SegmentSizeError(f"{what} {path} is {actual} bytes, expected {expected} "
-                            f"(the store's {key}): {how}", file=path, expected=expected,
-                            actual=actual)
+    return SegmentSizeError(
+        f"{what} {path} is {actual} bytes, expected {expected} (the store's {key}): {how}",
+        file=path,
+        expected=expected,
+        actual=actual,
+    )
 
 
 __all__ = [

@@ -46,7 +46,10 @@ def disk_full(path: str, needed: int, cause: OSError | None = None) -> DiskFullE
     return DiskFullError(
         f"no space left on the device for {path} ({needed} bytes needed{why}); "
         "free disk space (e.g. delete expired files with `rocketspark store clean`) "
-        "and retry", file=path, needed=needed)
+        "and retry",
+        file=path,
+        needed=needed,
+    )
 
 
 # Chunk sizes of the reservation ahead of the write position (MappedFile.reserve).
@@ -152,7 +155,7 @@ def _write_zeros(fd: int, start: int, end: int) -> None:
     zeros = _ZEROS
     pos = start
     while pos < end:
-        pos += os.pwrite(fd, zeros[:min(len(zeros), end - pos)], pos)
+        pos += os.pwrite(fd, zeros[: min(len(zeros), end - pos)], pos)
 
 
 def segment_name(start_offset: int) -> str:
@@ -224,11 +227,28 @@ def create_segment(path: str, size: int, reserve: int = 0) -> None:
 class MappedFile:
     """One segment: a file of fixed size mapped into memory."""
 
-    __slots__ = ("path", "start_offset", "size", "_fd", "mm", "writable", "reserved",
-                 "chunk", "_data")
+    __slots__ = (
+        "path",
+        "start_offset",
+        "size",
+        "_fd",
+        "mm",
+        "writable",
+        "reserved",
+        "chunk",
+        "_data",
+    )
 
-    def __init__(self, path: str, start_offset: int, size: int, *, create: bool, writable: bool,
-                 chunk: int = 0):
+    def __init__(
+        self,
+        path: str,
+        start_offset: int,
+        size: int,
+        *,
+        create: bool,
+        writable: bool,
+        chunk: int = 0,
+    ):
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -249,7 +269,10 @@ class MappedFile:
                 raise SegmentSizeError(
                     f"segment {path} is {actual} bytes, expected {size} (the store's "
                     f"segment size): it is {'truncated' if actual < size else 'too long'}",
-                    file=path, expected=size, actual=actual)
+                    file=path,
+                    expected=size,
+                    actual=actual,
+                )
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             self.mm = mmap.mmap(fd, size, access=access)
         except BaseException:
@@ -297,8 +320,13 @@ class MappedFile:
         """
         if end <= self.reserved:
             return
-        self.reserved = reserve_ahead(self._fd, self.path, self.reserved, end,
-                                      min(self.size, max(end, self.reserved) + self.chunk))
+        self.reserved = reserve_ahead(
+            self._fd,
+            self.path,
+            self.reserved,
+            end,
+            min(self.size, max(end, self.reserved) + self.chunk),
+        )
 
     def prefill(self, start: int, end: int) -> None:
         """Write zeros over bytes [start, end) of this segment with write(2).
@@ -348,8 +376,7 @@ class MappedFileQueue:
     (``files`` is replaced whole, never changed in place).
     """
 
-    def __init__(self, directory: str, file_size: int, *, writable: bool = True,
-                 chunk: int = 0):
+    def __init__(self, directory: str, file_size: int, *, writable: bool = True, chunk: int = 0):
         self.directory = directory
         self.file_size = file_size
         self.writable = writable
@@ -386,12 +413,18 @@ class MappedFileQueue:
             if start % self.file_size:
                 raise CorruptRecordError(
                     f"segment name is not a multiple of the file size {self.file_size}",
-                    file=os.path.join(self.directory, segment_name(start)))
+                    file=os.path.join(self.directory, segment_name(start)),
+                )
             f = known.pop(start, None)
             if f is None:
-                f = MappedFile(os.path.join(self.directory, segment_name(start)), start,
-                               self.file_size, create=False, writable=self.writable,
-                               chunk=self.chunk)
+                f = MappedFile(
+                    os.path.join(self.directory, segment_name(start)),
+                    start,
+                    self.file_size,
+                    create=False,
+                    writable=self.writable,
+                    chunk=self.chunk,
+                )
             files.append(f)
         for stale in known.values():
             stale.close()
@@ -399,7 +432,9 @@ class MappedFileQueue:
             if b.start_offset != a.end_offset:
                 raise CorruptRecordError(
                     f"segments are not contiguous: {segment_name(a.start_offset)} is followed "
-                    f"by {segment_name(b.start_offset)}", file=self.directory)
+                    f"by {segment_name(b.start_offset)}",
+                    file=self.directory,
+                )
         self.files = files
 
     @property
@@ -440,13 +475,17 @@ class MappedFileQueue:
             start = offset - offset % self.file_size
             if self.files and start < self.files[0].start_offset:
                 raise CorruptRecordError(
-                    f"offset {offset} lies before the first segment", file=self.directory)
+                    f"offset {offset} lies before the first segment", file=self.directory
+                )
             files = list(self.files)
             first_new = files[-1].end_offset if files else start
             for s in range(first_new, start + 1, self.file_size):
                 path = os.path.join(self.directory, segment_name(s))
-                files.append(MappedFile(path, s, self.file_size, create=True, writable=True,
-                                        chunk=self.chunk))
+                files.append(
+                    MappedFile(
+                        path, s, self.file_size, create=True, writable=True, chunk=self.chunk
+                    )
+                )
             self.files = files
             return files[-1]
 
@@ -490,8 +529,9 @@ class MappedFileQueue:
         for f in self.files:
             if f.end_offset <= start or f.start_offset >= end:
                 continue
-            f.flush(max(start, f.start_offset) - f.start_offset,
-                    min(end, f.end_offset) - f.start_offset)
+            f.flush(
+                max(start, f.start_offset) - f.start_offset, min(end, f.end_offset) - f.start_offset
+            )
 
     def close(self) -> None:
         with self._lock:

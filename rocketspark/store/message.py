@@ -52,35 +52,45 @@ PROPERTY_SEPARATOR = "\x02"
 # System properties a message's own fields set: as a user property (RocketMQ's
 # putUserProperty refuses them too) the record would say one tag while its
 # ConsumeQueue entry filters by another, or carry keys the index never saw.
-RESERVED_PROPERTIES = frozenset(
-    {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY_TIME_LEVEL}
-)
+RESERVED_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY_TIME_LEVEL})
 
 
 # On a half message a check put back: the queue offset of the half its producer was
 # given (ours; see transaction.py). Only the store writes it: a prepare refuses it,
 # and a commit drops it.
 PROPERTY_FIRST_HALF = "RS_FIRST_HALF"
-FIRST_HALF_ERROR = (f"property {PROPERTY_FIRST_HALF!r} is the store's own record of a "
-                    "half message a transaction check put back; a prepare does not take it "
-                    "(drop it from properties copied from another message)")
+FIRST_HALF_ERROR = (
+    f"property {PROPERTY_FIRST_HALF!r} is the store's own record of a "
+    "half message a transaction check put back; a prepare does not take it "
+    "(drop it from properties copied from another message)"
+)
 
 
 # What a prepare sets on each half (see transaction.py).
-PREPARE_PROPERTIES = frozenset({
-    PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_ID, PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX})
+PREPARE_PROPERTIES = frozenset(
+    {
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    }
+)
 
 
 def check_extra_properties(extra: Mapping[str, str] | None) -> None:
     """Properties a transactional prepare adds to every half: user properties too."""
     if extra is not None and not isinstance(extra, Mapping):
-        raise ConfigError(f"extra properties must be a mapping of names to values, got "
-                          f"{type(extra).__name__}")
+        raise ConfigError(
+            f"extra properties must be a mapping of names to values, got {type(extra).__name__}"
+        )
     for k, v in (extra or {}).items():
         if not k or any(c in str(t) for t in (k, v) for c in "\x01\x02"):
-            raise ConfigError(f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
-                              "separator in its name or value")
+            raise ConfigError(
+                f"extra property {k!r}: empty name, or a \\x01 / \\x02 "
+                "separator in its name or value"
+            )
         _check_property_text("name", k, "extra property: ")
         _check_property_text("value", v, f"extra property {k!r}: ")
         if k in RESERVED_PROPERTIES:
@@ -95,8 +105,11 @@ def check_extra_properties(extra: Mapping[str, str] | None) -> None:
 
 def reserved_property_error(name: str, where: str = "message property") -> str:
     """The error for a user property that a message field sets (RESERVED_PROPERTIES)."""
-    return (f"{where} {name!r} is set from the message's tags, keys or delay level; "
-            "give it there, not as a property")
+    return (
+        f"{where} {name!r} is set from the message's tags, keys or delay level; "
+        "give it there, not as a property"
+    )
+
 
 # --- well-known system topics (TopicValidator) -----------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -184,8 +197,7 @@ def _check_property_text(kind: str, text: str, where: str = "") -> None:
         raise InvalidMessageError(f"{where}message property {kind} {text!r} must be a string")
     if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
         raise InvalidMessageError(
-            f"{where}message property {kind} {text!r} contains a \\x01 or \\x02 separator "
-            "character"
+            f"{where}message property {kind} {text!r} contains a \\x01 or \\x02 separator character"
         )
     if not text.isascii():
         check_utf8(f"message property {kind}", text, where)
@@ -201,8 +213,8 @@ def check_utf8(field: str, text: str, where: str = "") -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise InvalidMessageError(
-            f"{where}{field} {text!r} does not encode as UTF-8 ({e.reason} at "
-            f"character {e.start})") from None
+            f"{where}{field} {text!r} does not encode as UTF-8 ({e.reason} at character {e.start})"
+        ) from None
 
 
 # Java's int and long: FLAG and RECONSUMETIMES are 4-byte, BORNTIMESTAMP 8-byte fields.
@@ -221,8 +233,10 @@ def check_int(field: str, value: Any, lo: int, hi: int, where: str = "") -> int:
     return value
 
 
-EMPTY_BODY_ERROR = ("the message body length is zero (RocketMQ's producer refuses empty "
-                    "bodies, and its consumers stop at them)")
+EMPTY_BODY_ERROR = (
+    "the message body length is zero (RocketMQ's producer refuses empty "
+    "bodies, and its consumers stop at them)"
+)
 
 
 def message_body(body: Any, where: str = "") -> bytes:
@@ -243,14 +257,16 @@ def message_body(body: Any, where: str = "") -> bytes:
             except TypeError:  # an int would be bytes(int): that many zero bytes
                 raise InvalidMessageError(
                     f"{where}body must be bytes, a bytes-like object or str, got "
-                    f"{type(body).__name__}") from None
+                    f"{type(body).__name__}"
+                ) from None
     if not body:
         raise InvalidMessageError(f"{where}{EMPTY_BODY_ERROR}")
     return body
 
 
-def user_properties(props: Any, where: str = "",
-                    reserved: frozenset[str] = RESERVED_PROPERTIES) -> dict[str, str]:
+def user_properties(
+    props: Any, where: str = "", reserved: frozenset[str] = RESERVED_PROPERTIES
+) -> dict[str, str]:
     """Return ``props`` (a mapping or (name, value) pairs) as a checked dict.
 
     Raises InvalidMessageError, prefixed by ``where``, unless every name and
@@ -263,12 +279,13 @@ def user_properties(props: Any, where: str = "",
         props = dict(props)
     except (TypeError, ValueError):
         raise InvalidMessageError(
-            f"{where}properties must be a mapping or (name, value) pairs, got "
-            f"{props!r}") from None
+            f"{where}properties must be a mapping or (name, value) pairs, got {props!r}"
+        ) from None
     for name, value in props.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise InvalidMessageError(
-                f"{where}message property {name!r}: names and values must be strings")
+                f"{where}message property {name!r}: names and values must be strings"
+            )
         if not name:
             raise InvalidMessageError(f"{where}message property names must not be empty")
         if name in reserved:
@@ -325,20 +342,24 @@ class Message:
         elif not isinstance(keys, tuple):
             # bytes would be keys of numbers, a mapping its names: refused, as put_columns does
             if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
-                    keys, Iterable):
+                keys, Iterable
+            ):
                 raise InvalidMessageError(
-                    f"keys must be a string or an iterable of strings, got {keys!r}")
+                    f"keys must be a string or an iterable of strings, got {keys!r}"
+                )
             keys = tuple(keys)
         for k in keys:
             if not isinstance(k, str) or not k or KEY_SEPARATOR in k:
                 raise InvalidMessageError(
-                    f"message key {k!r} must be a non-empty string without spaces")
+                    f"message key {k!r} must be a non-empty string without spaces"
+                )
             _check_property_text("key", k)
         if keys is not self.keys:
             object.__setattr__(self, "keys", keys)
         tags = self.tags
-        if tags is not None and not (tags.__class__ is str and tags.isascii()
-                                     and "\x01" not in tags and "\x02" not in tags):
+        if tags is not None and not (
+            tags.__class__ is str and tags.isascii() and "\x01" not in tags and "\x02" not in tags
+        ):
             _check_property_text("tags", tags)
         props = self.properties
         if props.__class__ is dict and not props:
@@ -350,44 +371,63 @@ class Message:
                 text = "".join(props) + "".join(props.values())
             except TypeError:  # not all strings
                 text = "\x01"
-            if (text.isascii() and "\x01" not in text and "\x02" not in text
-                    and "" not in props and RESERVED_PROPERTIES.isdisjoint(props)):
+            if (
+                text.isascii()
+                and "\x01" not in text
+                and "\x02" not in text
+                and "" not in props
+                and RESERVED_PROPERTIES.isdisjoint(props)
+            ):
                 object.__setattr__(self, "properties", MappingProxyType(props.copy()))
             else:
                 object.__setattr__(self, "properties", MappingProxyType(user_properties(props)))
         elif props is None:
             object.__setattr__(self, "properties", _EMPTY)
         elif self.properties or not isinstance(self.properties, (Mapping, list, tuple)):
-            object.__setattr__(self, "properties",
-                               MappingProxyType(user_properties(self.properties)))
+            object.__setattr__(
+                self, "properties", MappingProxyType(user_properties(self.properties))
+            )
         flag, level, times = self.flag, self.delay_level, self.reconsume_times
-        if (flag.__class__ is not int or level.__class__ is not int
-                or times.__class__ is not int or flag != 0 or level != 0 or times != 0):
+        if (
+            flag.__class__ is not int
+            or level.__class__ is not int
+            or times.__class__ is not int
+            or flag != 0
+            or level != 0
+            or times != 0
+        ):
             self._check_ints(flag, level, times)
         if self.born_timestamp is not None and (
-                self.born_timestamp.__class__ is not int
-                or not 0 <= self.born_timestamp <= INT64_MAX):
-            object.__setattr__(self, "born_timestamp", check_int(
-                "born_timestamp (milliseconds since the epoch)", self.born_timestamp,
-                0, INT64_MAX))
+            self.born_timestamp.__class__ is not int or not 0 <= self.born_timestamp <= INT64_MAX
+        ):
+            object.__setattr__(
+                self,
+                "born_timestamp",
+                check_int(
+                    "born_timestamp (milliseconds since the epoch)",
+                    self.born_timestamp,
+                    0,
+                    INT64_MAX,
+                ),
+            )
         if self.queue_id is not None and self.queue_id.__class__ is not int:
             # the range depends on the topic: the store checks it (OffsetOutOfRangeError)
-            object.__setattr__(self, "queue_id",
-                               check_int("queue_id", self.queue_id, -INT64_MAX, INT64_MAX))
+            object.__setattr__(
+                self, "queue_id", check_int("queue_id", self.queue_id, -INT64_MAX, INT64_MAX)
+            )
         if self.sharding_key is not None and not isinstance(self.sharding_key, str):
-            raise InvalidMessageError(
-                f"sharding_key must be a string, got {self.sharding_key!r}")
+            raise InvalidMessageError(f"sharding_key must be a string, got {self.sharding_key!r}")
 
     def _check_ints(self, flag: Any, level: Any, times: Any) -> None:
         """flag, delay_level and reconsume_times other than all three 0."""
         if flag.__class__ is not int or not INT32_MIN <= flag <= INT32_MAX:
             object.__setattr__(self, "flag", check_int("flag", flag, INT32_MIN, INT32_MAX))
         if level.__class__ is not int or level < 0:
-            object.__setattr__(self, "delay_level",
-                               check_int("delay_level", level, 0, INT32_MAX))
+            object.__setattr__(self, "delay_level", check_int("delay_level", level, 0, INT32_MAX))
         if times.__class__ is not int or not 0 <= times <= INT32_MAX:
-            object.__setattr__(self, "reconsume_times", check_int(
-                "reconsume_times", times, 0, INT32_MAX))
+            object.__setattr__(
+                self, "reconsume_times", check_int("reconsume_times", times, 0, INT32_MAX)
+            )
 
     def all_properties(self) -> dict[str, str]:
         """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""

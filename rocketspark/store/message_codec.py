@@ -97,12 +97,27 @@ def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
 
 
 # The fixed part of a record with IPv4 hosts as one numpy record (vectorised paths).
-HEADER_V4_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phy", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_ip", ">u4"), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", ">u4"),
-    ("store_port", ">i4"), ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
-])
+HEADER_V4_DTYPE = np.dtype(
+    [
+        ("total", ">i4"),
+        ("magic", ">i4"),
+        ("crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("phy", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_ts", ">i8"),
+        ("born_ip", ">u4"),
+        ("born_port", ">i4"),
+        ("store_ts", ">i8"),
+        ("store_ip", ">u4"),
+        ("store_port", ">i4"),
+        ("reconsume", ">i4"),
+        ("prepared", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)
 
 # HEADERS[(born_v6, store_v6)]: the fixed part up to and including BODYLENGTH.
 HEADERS = {(b, s): _header_struct(b, s) for b in (False, True) for s in (False, True)}
@@ -137,8 +152,9 @@ class HostAddress:
         return f"[{addr}]:{self.port}" if self.is_v6 else f"{addr}:{self.port}"
 
 
-def record_length(body_len: int, topic_len: int, props_len: int,
-                  born_v6: bool = False, store_v6: bool = False) -> int:
+def record_length(
+    body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False
+) -> int:
     """Return the TOTALSIZE of a record with these variable parts."""
     topic_len_size = 1 if topic_len <= V1_MAX_TOPIC_LENGTH else 2
     return HEADERS[(born_v6, store_v6)].size + body_len + topic_len_size + topic_len + 2 + props_len
@@ -240,7 +256,9 @@ def decompress_body(body: bytes, sys_flag: int, *, offset: int | None = None) ->
         try:
             return zlib.decompress(body)
         except zlib.error as exc:
-            raise CorruptRecordError(f"compressed body does not inflate: {exc}", offset=offset) from None
+            raise CorruptRecordError(
+                f"compressed body does not inflate: {exc}", offset=offset
+            ) from None
     raise RocketSparkError(
         f"body at offset {offset} is compressed with {CompressionType(kind).name}, "
         "which rocketspark cannot inflate (only ZLIB is supported)"
@@ -280,9 +298,21 @@ def encode_record(
     sys_flag = host_sys_flag(sys_flag, born_host, store_host)
     return _pack(
         HEADERS[(born_host.is_v6, store_host.is_v6)],
-        topic_bytes, queue_id, body, properties, queue_offset, physical_offset,
-        born_timestamp, born_host, store_timestamp, store_host, flag, sys_flag,
-        reconsume_times, prepared_transaction_offset, body_crc(body),
+        topic_bytes,
+        queue_id,
+        body,
+        properties,
+        queue_offset,
+        physical_offset,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        flag,
+        sys_flag,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_crc(body),
     )
 
 
@@ -296,13 +326,16 @@ def host_sys_flag(sys_flag: int, born_host: HostAddress, store_host: HostAddress
     return sys_flag
 
 
-HALF_SIZE_NOTE = (" as a transactional half message, which adds UNIQ_KEY, PGROUP, "
-                  "__transactionId__, TRAN_MSG, REAL_TOPIC and REAL_QID (~200 bytes) to "
-                  "the message's own")
+HALF_SIZE_NOTE = (
+    " as a transactional half message, which adds UNIQ_KEY, PGROUP, "
+    "__transactionId__, TRAN_MSG, REAL_TOPIC and REAL_QID (~200 bytes) to "
+    "the message's own"
+)
 
 
-def check_sizes(topic: str, body_len: int, props_len: int, max_message_size: int,
-                note: str = "") -> None:
+def check_sizes(
+    topic: str, body_len: int, props_len: int, max_message_size: int, note: str = ""
+) -> None:
     """Raise when a message breaks RocketMQ's size limits (``note``: what added to them)."""
     if props_len > MAX_PROPERTIES_LENGTH:
         raise PropertiesTooLargeError(
@@ -318,17 +351,44 @@ def check_sizes(topic: str, body_len: int, props_len: int, max_message_size: int
         raise MessageTooLargeError(f"topic name of {len(topic)} characters is too long")
 
 
-def _pack(header: struct.Struct, topic_bytes: bytes, queue_id: int, body: bytes,
-          properties: bytes, queue_offset: int, physical_offset: int, born_timestamp: int,
-          born_host: HostAddress, store_timestamp: int, store_host: HostAddress, flag: int,
-          sys_flag: int, reconsume_times: int, prepared_offset: int, crc: int) -> bytes:
+def _pack(
+    header: struct.Struct,
+    topic_bytes: bytes,
+    queue_id: int,
+    body: bytes,
+    properties: bytes,
+    queue_offset: int,
+    physical_offset: int,
+    born_timestamp: int,
+    born_host: HostAddress,
+    store_timestamp: int,
+    store_host: HostAddress,
+    flag: int,
+    sys_flag: int,
+    reconsume_times: int,
+    prepared_offset: int,
+    crc: int,
+) -> bytes:
     topic_len = len(topic_bytes)
     v2 = topic_len > V1_MAX_TOPIC_LENGTH
     total = header.size + len(body) + (2 if v2 else 1) + topic_len + 2 + len(properties)
     head = header.pack(
-        total, MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE, crc, queue_id, flag,
-        queue_offset, physical_offset, sys_flag, born_timestamp, born_host.ip, born_host.port,
-        store_timestamp, store_host.ip, store_host.port, reconsume_times, prepared_offset,
+        total,
+        MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host.ip,
+        born_host.port,
+        store_timestamp,
+        store_host.ip,
+        store_host.port,
+        reconsume_times,
+        prepared_offset,
         len(body),
     )
     topic_part = (SHORT.pack(topic_len) if v2 else bytes((topic_len,))) + topic_bytes
@@ -363,7 +423,10 @@ def decode_record(
         if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
             raise CorruptRecordError(
                 f"bad MAGICCODE, expected {MESSAGE_MAGIC_CODE:#x} or {MESSAGE_MAGIC_CODE_V2:#x}, "
-                f"got {magic & 0xFFFFFFFF:#x}", file=file, offset=where)
+                f"got {magic & 0xFFFFFFFF:#x}",
+                file=file,
+                offset=where,
+            )
         sys_flag = INT.unpack_from(buf, pos + SYS_FLAG_OFFSET)[0]
         born_v6 = bool(sys_flag & SysFlag.BORNHOST_V6)
         store_v6 = bool(sys_flag & SysFlag.STOREHOST_V6)
@@ -371,15 +434,35 @@ def decode_record(
         if total < header.size or pos + total > len(buf):
             raise CorruptRecordError(
                 f"TOTALSIZE {total} does not fit (header {header.size}, "
-                f"{len(buf) - pos} bytes left)", file=file, offset=where)
-        (_, _, crc, queue_id, flag, queue_offset, phy_offset, sys_flag, born_ts, born_ip,
-         born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = (
-            header.unpack_from(buf, pos))
+                f"{len(buf) - pos} bytes left)",
+                file=file,
+                offset=where,
+            )
+        (
+            _,
+            _,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            phy_offset,
+            sys_flag,
+            born_ts,
+            born_ip,
+            born_port,
+            store_ts,
+            store_ip,
+            store_port,
+            reconsume,
+            prepared,
+            body_len,
+        ) = header.unpack_from(buf, pos)
         p = pos + header.size
         if body_len < 0 or p + body_len > pos + total:
-            raise CorruptRecordError(f"BODYLENGTH {body_len} overruns TOTALSIZE {total}",
-                                     file=file, offset=where)
-        body = bytes(buf[p:p + body_len])
+            raise CorruptRecordError(
+                f"BODYLENGTH {body_len} overruns TOTALSIZE {total}", file=file, offset=where
+            )
+        body = bytes(buf[p : p + body_len])
         p += body_len
         if magic == MESSAGE_MAGIC_CODE_V2:
             topic_len = SHORT.unpack_from(buf, p)[0]
@@ -387,15 +470,18 @@ def decode_record(
         else:
             topic_len = buf[p]
             p += 1
-        topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
         p += topic_len
         props_len = SHORT.unpack_from(buf, p)[0]
         p += 2
         if props_len < 0 or p + props_len - pos != total:
             raise CorruptRecordError(
                 f"TOTALSIZE {total} disagrees with the lengths of its fields "
-                f"(they add up to {p + max(props_len, 0) - pos})", file=file, offset=where)
-        properties = decode_properties(buf[p:p + props_len])
+                f"(they add up to {p + max(props_len, 0) - pos})",
+                file=file,
+                offset=where,
+            )
+        properties = decode_properties(buf[p : p + props_len])
     except (struct.error, IndexError, ValueError) as exc:
         if isinstance(exc, CorruptRecordError):
             raise
@@ -406,26 +492,46 @@ def decode_record(
         body = decompress_body(body, sys_flag, offset=where)
     store_host = HostAddress(store_ip, store_port)
     return MessageExt(
-        topic=topic, queue_id=queue_id, queue_offset=queue_offset,
-        commitlog_offset=phy_offset, msg_id=message_id(store_host, phy_offset), body=body,
-        properties=properties, born_timestamp=born_ts, store_timestamp=store_ts,
-        born_host=str(HostAddress(born_ip, born_port)), store_host=str(store_host),
-        reconsume_times=reconsume, sys_flag=sys_flag, flag=flag, body_crc=crc,
-        store_size=total, prepared_transaction_offset=prepared,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commitlog_offset=phy_offset,
+        msg_id=message_id(store_host, phy_offset),
+        body=body,
+        properties=properties,
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        born_host=str(HostAddress(born_ip, born_port)),
+        store_host=str(store_host),
+        reconsume_times=reconsume,
+        sys_flag=sys_flag,
+        flag=flag,
+        body_crc=crc,
+        store_size=total,
+        prepared_transaction_offset=prepared,
     )
 
 
-def body_crc_error(stored: int, computed: int, *, file: str | None,
-                   offset: int) -> CorruptRecordError:
+def body_crc_error(
+    stored: int, computed: int, *, file: str | None, offset: int
+) -> CorruptRecordError:
     """The error of a record whose body does not match its BODYCRC field."""
     return CorruptRecordError(
         f"body CRC mismatch: BODYCRC field {stored}, CRC of the body {computed}",
-        file=file, offset=offset)
+        file=file,
+        offset=offset,
+    )
 
 
-def header_mismatch(msg: MessageExt, offset: int, *, size: int | None = None,
-                    topic: str | None = None, queue_id: int | None = None,
-                    queue_offset: int | None = None) -> str | None:
+def header_mismatch(
+    msg: MessageExt,
+    offset: int,
+    *,
+    size: int | None = None,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    queue_offset: int | None = None,
+) -> str | None:
     """Say which header field shows that the record read at CommitLog ``offset`` is not
     the one that led there, or return None: its PHYSICALOFFSET must be ``offset``, and
     its TOTALSIZE, topic, QUEUEID and QUEUEOFFSET those given (a ConsumeQueue entry's).
@@ -442,8 +548,10 @@ def header_mismatch(msg: MessageExt, offset: int, *, size: int | None = None,
     if queue_id is not None and msg.queue_id != queue_id:
         return f"QUEUEID {msg.queue_id} is not {queue_id}, whose ConsumeQueue points at it"
     if queue_offset is not None and msg.queue_offset != queue_offset:
-        return (f"QUEUEOFFSET {msg.queue_offset} is not {queue_offset}, the ConsumeQueue "
-                "offset that points at it")
+        return (
+            f"QUEUEOFFSET {msg.queue_offset} is not {queue_offset}, the ConsumeQueue "
+            "offset that points at it"
+        )
     return None
 
 
@@ -471,35 +579,45 @@ class RecordCheck:
     prepared_transaction_offset: int = 0
 
 
-def check_record(buf: bytes | bytearray | memoryview, pos: int, expected_offset: int,
-                 *, verify_crc: bool = True) -> RecordCheck:
+def check_record(
+    buf: bytes | bytearray | memoryview, pos: int, expected_offset: int, *, verify_crc: bool = True
+) -> RecordCheck:
     """Validate the record at ``pos`` as recovery does, never raising.
 
     A record is valid when its magic is v1/v2, its fields add up to TOTALSIZE,
     its PHYSICALOFFSET equals ``expected_offset`` and its body CRC matches.
     """
     if pos + 8 > len(buf):
-        return RecordCheck(RECORD_END if pos >= len(buf) else RECORD_INVALID,
-                           "segment ends inside a record header")
+        return RecordCheck(
+            RECORD_END if pos >= len(buf) else RECORD_INVALID, "segment ends inside a record header"
+        )
     total, magic = BLANK.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         return RecordCheck(RECORD_BLANK)
     if total == 0 and magic == 0:
         return RecordCheck(RECORD_END)
     try:
-        msg = decode_record(buf, pos, base_offset=expected_offset - pos, verify_crc=verify_crc,
-                            inflate=False)
+        msg = decode_record(
+            buf, pos, base_offset=expected_offset - pos, verify_crc=verify_crc, inflate=False
+        )
     except CorruptRecordError as exc:
         return RecordCheck(RECORD_INVALID, str(exc))
     if msg.commitlog_offset != expected_offset:
         return RecordCheck(
             RECORD_INVALID,
-            f"PHYSICALOFFSET {msg.commitlog_offset} differs from position {expected_offset}")
+            f"PHYSICALOFFSET {msg.commitlog_offset} differs from position {expected_offset}",
+        )
     props = msg.properties
     return RecordCheck(
-        msg.store_size, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
-        store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, topic=msg.topic,
-        tags=props.get("TAGS"), uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-        keys=props.get("KEYS"), properties=props,
+        msg.store_size,
+        queue_id=msg.queue_id,
+        queue_offset=msg.queue_offset,
+        store_timestamp=msg.store_timestamp,
+        sys_flag=msg.sys_flag,
+        topic=msg.topic,
+        tags=props.get("TAGS"),
+        uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        keys=props.get("KEYS"),
+        properties=props,
         prepared_transaction_offset=msg.prepared_transaction_offset,
     )

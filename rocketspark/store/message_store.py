@@ -191,14 +191,34 @@ class PutResults(Sequence[PutResult]):
     want them whole.
     """
 
-    __slots__ = ("status", "topics", "queue_ids", "queue_offsets", "commitlog_offsets",
-                 "store_sizes", "store_timestamp", "_host_hex", "_uniq_prefix", "_uniq_start",
-                 "_uniq_given")
+    __slots__ = (
+        "status",
+        "topics",
+        "queue_ids",
+        "queue_offsets",
+        "commitlog_offsets",
+        "store_sizes",
+        "store_timestamp",
+        "_host_hex",
+        "_uniq_prefix",
+        "_uniq_start",
+        "_uniq_given",
+    )
 
-    def __init__(self, status: PutStatus, topics: list[str] | str, queue_ids: np.ndarray,
-                 queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
-                 store_sizes: np.ndarray, store_timestamp: int, store_host: HostAddress,
-                 uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str]):
+    def __init__(
+        self,
+        status: PutStatus,
+        topics: list[str] | str,
+        queue_ids: np.ndarray,
+        queue_offsets: np.ndarray,
+        commitlog_offsets: np.ndarray,
+        store_sizes: np.ndarray,
+        store_timestamp: int,
+        store_host: HostAddress,
+        uniq_prefix: str,
+        uniq_start: int,
+        uniq_given: dict[int, str],
+    ):
         self.status = status
         self.topics = topics
         self.queue_ids = queue_ids
@@ -220,9 +240,17 @@ class PutResults(Sequence[PutResult]):
         if uniq is None:
             uniq = f"{self._uniq_prefix}{(self._uniq_start + i) & 0xFFFF:04X}"
         topic = self.topics if isinstance(self.topics, str) else self.topics[i]
-        return PutResult(self.status, topic, int(self.queue_ids[i]),
-                         int(self.queue_offsets[i]), phy, f"{self._host_hex}{phy:016X}", uniq,
-                         self.store_timestamp, int(self.store_sizes[i]))
+        return PutResult(
+            self.status,
+            topic,
+            int(self.queue_ids[i]),
+            int(self.queue_offsets[i]),
+            phy,
+            f"{self._host_hex}{phy:016X}",
+            uniq,
+            self.store_timestamp,
+            int(self.store_sizes[i]),
+        )
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
@@ -298,10 +326,17 @@ class SubscriptionExpression:
 class MessageStore:
     """A RocketMQ message store in one directory, shared by any number of processes."""
 
-    def __init__(self, config: MessageStoreConfig, *, clock: Clock = system_clock,
-                 create: bool | None = None, explicit: Mapping[str, str] | None = None,
-                 truncate_at: int | None = None, exit_without_close: bool = False,
-                 full_recovery: bool = False):
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        *,
+        clock: Clock = system_clock,
+        create: bool | None = None,
+        explicit: Mapping[str, str] | None = None,
+        truncate_at: int | None = None,
+        exit_without_close: bool = False,
+        full_recovery: bool = False,
+    ):
         """Open the store ``config`` names; see :meth:`open` for the keywords.
 
         ``explicit`` maps the broker.conf keys the caller set on purpose to
@@ -315,8 +350,11 @@ class MessageStore:
         self._closed = True
         if explicit is None:
             defaults = MessageStoreConfig()
-            explicit = {key: "the given config" for key, field in layout.GEOMETRY_KEYS.items()
-                        if getattr(config, field) != getattr(defaults, field)}
+            explicit = {
+                key: "the given config"
+                for key, field in layout.GEOMETRY_KEYS.items()
+                if getattr(config, field) != getattr(defaults, field)
+            }
         # Everything that can refuse the open runs before the first file is written.
         kind = layout.directory_kind(self.root)
         if kind == "foreign" and create is not True:
@@ -331,14 +369,17 @@ class MessageStore:
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as exc:  # e.g. a dangling symbolic link among its parents
-            raise StorePathError(f"cannot create store directory {self.root}: {exc.strerror} "
-                                 f"({exc.filename})", path=self.root) from exc
+            raise StorePathError(
+                f"cannot create store directory {self.root}: {exc.strerror} ({exc.filename})",
+                path=self.root,
+            ) from exc
         self._lock = StoreLock(self.root)
         try:
             first = self._lock.acquire()
         except PermissionError as exc:
-            raise StorePathError(f"cannot open the store's lock file {exc.filename}: "
-                                 f"{exc.strerror}", path=self.root) from exc
+            raise StorePathError(
+                f"cannot open the store's lock file {exc.filename}: {exc.strerror}", path=self.root
+            ) from exc
         try:
             # Under the lock: another process may have made the store meanwhile.
             geometry = layout.read_geometry(self.root, config, explicit)
@@ -354,9 +395,12 @@ class MessageStore:
                 # reopened.
                 self._write_refused = reserve_sparse_files(self.root, segments)
             self._files_writable = self._write_refused is None
-            self._guard = DiskGuard(self.root, config.disk_space_warning_level_ratio,
-                                    config.disk_space_clean_forcibly_ratio,
-                                    config.disk_max_used_space_ratio)
+            self._guard = DiskGuard(
+                self.root,
+                config.disk_space_warning_level_ratio,
+                config.disk_space_clean_forcibly_ratio,
+                config.disk_max_used_space_ratio,
+            )
             self._touched: list[tuple[str, int, int, int]] = []  # queue offsets an append took
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
@@ -364,21 +408,29 @@ class MessageStore:
             if not first and self.state.format_version not in (None, STATE_FORMAT_VERSION):
                 raise StoreLockedError(
                     f"store {self.root} is open in a process using state format "
-                    f"{self.state.format_version}; this rocketspark uses {STATE_FORMAT_VERSION}")
+                    f"{self.state.format_version}; this rocketspark uses {STATE_FORMAT_VERSION}"
+                )
             if first and self.state.valid and self.state.format_version > STATE_FORMAT_VERSION:
                 raise StoreLockedError(
                     f"store {self.root} was written by a newer rocketspark (state format "
-                    f"{self.state.format_version} > {STATE_FORMAT_VERSION})")
+                    f"{self.state.format_version} > {STATE_FORMAT_VERSION})"
+                )
             # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
             # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
-            self.commit_log = CommitLog(self.root, config.mapped_file_size_commit_log,
-                                        self.store_host, writable=self._files_writable,
-                                        warm=config.flush_disk_type != "SYNC_FLUSH")
+            self.commit_log = CommitLog(
+                self.root,
+                config.mapped_file_size_commit_log,
+                self.store_host,
+                writable=self._files_writable,
+                warm=config.flush_disk_type != "SYNC_FLUSH",
+            )
             self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
-            self.index = IndexService(os.path.join(self.root, "index"),
-                                      hash_slot_num=config.max_hash_slot_num,
-                                      index_num=config.max_index_num,
-                                      writable=self._files_writable)
+            self.index = IndexService(
+                os.path.join(self.root, "index"),
+                hash_slot_num=config.max_hash_slot_num,
+                index_num=config.max_index_num,
+                writable=self._files_writable,
+            )
             config_dir = os.path.join(self.root, "config")
             self.topics = TopicConfigTable(config_dir)
             self.offsets = ConsumerOffsetTable(config_dir)
@@ -395,8 +447,9 @@ class MessageStore:
             self._dirty_guard = threading.Lock()
             self._known_commit_pos = -1
             self._round_robin: dict[str, int] = {}
-            self._ids = UniqueIdGenerator(self.store_host.ip if not self.store_host.is_v6
-                                          else b"\x7f\x00\x00\x01")
+            self._ids = UniqueIdGenerator(
+                self.store_host.ip if not self.store_host.is_v6 else b"\x7f\x00\x00\x01"
+            )
             self._arrivals = threading.Condition()
             self._flush_lock = WriteLock(self.root, FLUSH_LOCK_FILE)
             self._delay_ms = config.delay_levels_ms()
@@ -417,14 +470,17 @@ class MessageStore:
                 except Exception as exc:
                     if self._write_refused is None:
                         raise
-                    raise DiskFullError(f"store {self.root} needs recovery, which cannot "
-                                        f"write: {self._write_refused}") from exc
+                    raise DiskFullError(
+                        f"store {self.root} needs recovery, which cannot "
+                        f"write: {self._write_refused}"
+                    ) from exc
                 self._adopt_unlisted_topics()
                 self._lock.downgrade()
             elif truncate_at is not None:
                 raise StoreLockedError(
                     f"store {self.root}: truncate_at needs the store to itself (recovery "
-                    "runs in the first process to open it); close the other processes")
+                    "runs in the first process to open it); close the other processes"
+                )
             # A holder that must close() for its exit to count as clean (see close).
             self._counted = not exit_without_close
             if self._counted:
@@ -443,11 +499,18 @@ class MessageStore:
     # -- opening and closing -------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, *, config_file: str | None = None,
-             clock: Clock = system_clock, create: bool | None = None,
-             truncate_at: int | None = None, exit_without_close: bool = False,
-             full_recovery: bool = False,
-             **overrides: object) -> MessageStore:
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        config_file: str | None = None,
+        clock: Clock = system_clock,
+        create: bool | None = None,
+        truncate_at: int | None = None,
+        exit_without_close: bool = False,
+        full_recovery: bool = False,
+        **overrides: object,
+    ) -> MessageStore:
         """Open (creating if needed) the store at ``path``.
 
         ``overrides`` are broker.conf properties, in RocketMQ's camelCase or in
@@ -482,9 +545,15 @@ class MessageStore:
             overrides["store_path_root_dir"] = os.fspath(path)
         config = MessageStoreConfig.load(config_file, **overrides)
         explicit = {canonical_key(key) or key: f"keyword argument {key}" for key in overrides}
-        return cls(config, clock=clock, create=create, explicit=explicit,
-                   truncate_at=truncate_at, exit_without_close=exit_without_close,
-                   full_recovery=full_recovery)
+        return cls(
+            config,
+            clock=clock,
+            create=create,
+            explicit=explicit,
+            truncate_at=truncate_at,
+            exit_without_close=exit_without_close,
+            full_recovery=full_recovery,
+        )
 
     def __enter__(self) -> MessageStore:
         return self
@@ -544,8 +613,15 @@ class MessageStore:
 
     # -- topics ----------------------------------------------------------------------
 
-    def create_topic(self, topic: str, queues: int | None = None, *, order: bool = False,
-                     perm: int = 6, force: bool = False) -> TopicInfo:
+    def create_topic(
+        self,
+        topic: str,
+        queues: int | None = None,
+        *,
+        order: bool = False,
+        perm: int = 6,
+        force: bool = False,
+    ) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
 
         Creating an existing topic with the same queue count is a no-op; more
@@ -560,8 +636,9 @@ class MessageStore:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
         existing = self.topics.get(topic)
         if existing is not None and not force:
-            current = max(int(existing.get("readQueueNums", 0)),
-                          int(existing.get("writeQueueNums", 0)))
+            current = max(
+                int(existing.get("readQueueNums", 0)), int(existing.get("writeQueueNums", 0))
+            )
             holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
             if n < current:
                 holding = sorted(set(holding) | self._queues_awaited(topic, n))
@@ -570,7 +647,8 @@ class MessageStore:
                     f"topic {topic!r} has {current} queues; {n} would hide the messages of "
                     f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
                     "delayed or half messages are bound for). Pass "
-                    "force=True (rocketspark topic create --force) to shrink it anyway")
+                    "force=True (rocketspark topic create --force) to shrink it anyway"
+                )
         self.topics.create(topic, n, n, perm=perm, order=order)
         self._topic_cache.clear()
         return self.topic(topic)
@@ -580,9 +658,13 @@ class MessageStore:
         cfg = self.topics.get(topic)
         if cfg is None:
             raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
-        return TopicInfo(cfg["topicName"], int(cfg["readQueueNums"]),
-                         int(cfg["writeQueueNums"]), int(cfg.get("perm", 6)),
-                         bool(cfg.get("order", False)))
+        return TopicInfo(
+            cfg["topicName"],
+            int(cfg["readQueueNums"]),
+            int(cfg["writeQueueNums"]),
+            int(cfg.get("perm", 6)),
+            bool(cfg.get("order", False)),
+        )
 
     def has_topic(self, topic: str) -> bool:
         return self.topics.get(topic) is not None
@@ -640,9 +722,13 @@ class MessageStore:
             with self._queues_guard:
                 q = self._queues.get(key)
                 if q is None:
-                    q = ConsumeQueue(self.root, topic, queue_id,
-                                     self.config.mapped_file_size_consume_queue,
-                                     writable=self._files_writable)
+                    q = ConsumeQueue(
+                        self.root,
+                        topic,
+                        queue_id,
+                        self.config.mapped_file_size_consume_queue,
+                        writable=self._files_writable,
+                    )
                     self._queues[key] = q
         return q
 
@@ -735,7 +821,8 @@ class MessageStore:
         if total + END_FILE_MIN_BLANK_LENGTH > seg_size:
             raise MessageTooLargeError(
                 f"a record of {total} bytes does not fit in a CommitLog segment of "
-                f"{seg_size} bytes (mappedFileSizeCommitLog)")
+                f"{seg_size} bytes (mappedFileSizeCommitLog)"
+            )
         crc = zlib.crc32(body) & 0x7FFFFFFF
         born, store = self.born_host, self.store_host
         with self._write_lock:
@@ -750,10 +837,34 @@ class MessageStore:
                 pos = seg_end
             try:
                 queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
-                writes.append((pos, [HEADER_V4.pack(
-                    total, magic, crc, queue_id, msg.flag, queue_offset, pos, 0,
-                    msg.born_timestamp or now, born.ip, born.port, store_ts, store.ip,
-                    store.port, msg.reconsume_times, 0, len(body)), body, rest]))
+                writes.append(
+                    (
+                        pos,
+                        [
+                            HEADER_V4.pack(
+                                total,
+                                magic,
+                                crc,
+                                queue_id,
+                                msg.flag,
+                                queue_offset,
+                                pos,
+                                0,
+                                msg.born_timestamp or now,
+                                born.ip,
+                                born.port,
+                                store_ts,
+                                store.ip,
+                                store.port,
+                                msg.reconsume_times,
+                                0,
+                                len(body),
+                            ),
+                            body,
+                            rest,
+                        ],
+                    )
+                )
                 end = pos + total
                 self._make_room(writes[0][0], end, 1 + len(keys))
                 state.pending_end = end
@@ -763,22 +874,34 @@ class MessageStore:
                 self._give_back_queue_offsets()
                 raise
             state.commit_pos = end
-            self._cq(topic, queue_id).put(queue_offset, (pos,), (total,),
-                                          (tags_code(tags) if tags else 0,))
+            self._cq(topic, queue_id).put(
+                queue_offset, (pos,), (total,), (tags_code(tags) if tags else 0,)
+            )
             self._mark_dirty((topic, queue_id), queue_offset)
-            hashes = [hex_suffixed_hash(self._uniq_hash_base(topic, uniq_prefix), counter)
-                      if own is None else java_string_hash(f"{topic}#{own}")]
+            hashes = [
+                hex_suffixed_hash(self._uniq_hash_base(topic, uniq_prefix), counter)
+                if own is None
+                else java_string_hash(f"{topic}#{own}")
+            ]
             hashes += [java_string_hash(f"{topic}#{k}") for k in keys]
             self.index.put_hashes(hashes, [pos] * len(hashes), [store_ts] * len(hashes))
             state.dispatched_pos = end
             state.write_seq = state.write_seq + 1
             self._known_commit_pos = end
-        result = PutResult(PutStatus.PUT_OK, topic, queue_id, queue_offset, pos,
-                           message_id(store, pos), uniq, store_ts, total)
+        result = PutResult(
+            PutStatus.PUT_OK,
+            topic,
+            queue_id,
+            queue_offset,
+            pos,
+            message_id(store, pos),
+            uniq,
+            store_ts,
+            total,
+        )
         return self._after_append([result])[0]
 
-    def put_batch(self, messages: Sequence[Message] | Iterable[Message]
-                  ) -> Sequence[PutResult]:
+    def put_batch(self, messages: Sequence[Message] | Iterable[Message]) -> Sequence[PutResult]:
         """Store several messages under one lock and one flush; all or none are validated.
 
         Returns one PutResult per message, in order: a list, or (for the
@@ -794,7 +917,8 @@ class MessageStore:
             # a Message checked its fields when it was made; anything else did not
             i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
             raise InvalidMessageError(
-                f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}")
+                f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}"
+            )
         now = self.clock()
         if not any(m.delay_level for m in messages):
             if self._columnar:
@@ -814,22 +938,32 @@ class MessageStore:
             if check_topic and not self.config.auto_create_topic_enable:
                 raise UnknownTopicError(
                     f"topic {topic!r} does not exist in store {self.root}; create it first "
-                    "(MessageStore.create_topic or `rocketspark topic create`)")
+                    "(MessageStore.create_topic or `rocketspark topic create`)"
+                )
             validate_topic(topic)
-            self.topics.create(topic, self.config.default_topic_queue_nums,
-                               self.config.default_topic_queue_nums, perm=6, order=False)
+            self.topics.create(
+                topic,
+                self.config.default_topic_queue_nums,
+                self.config.default_topic_queue_nums,
+                perm=6,
+                order=False,
+            )
             cfg = self.topics.get(topic)
             assert cfg is not None
         return cfg
 
-    def put_columns(self, bodies: Sequence[bytes | str], *, topic: str | None = None,
-                    topics: Sequence[str | None] | None = None,
-                    tags: Sequence[str | None] | None = None,
-                    keys: Sequence[str | Sequence[str] | None] | None = None,
-                    properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None]
-                    | None = None,
-                    queue_ids: Sequence[int | None] | None = None,
-                    sharding_keys: Sequence[str | None] | None = None) -> PutResults:
+    def put_columns(
+        self,
+        bodies: Sequence[bytes | str],
+        *,
+        topic: str | None = None,
+        topics: Sequence[str | None] | None = None,
+        tags: Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
+        properties: Sequence[Mapping[str, str] | Sequence[tuple[str, str]] | None] | None = None,
+        queue_ids: Sequence[int | None] | None = None,
+        sharding_keys: Sequence[str | None] | None = None,
+    ) -> PutResults:
         """Store messages given column by column: the fast path for Arrow / Spark data.
 
         ``bodies`` has one entry per message; every other column is optional
@@ -848,9 +982,14 @@ class MessageStore:
             return self.put_batch(cols.messages())  # type: ignore[return-value]
         return self._put_columns(cols, self.clock())
 
-    def prepare_columns(self, bodies: Sequence[bytes | str], *, producer_group: str,
-                        extra_properties: Mapping[str, str] | None = None,
-                        **columns: Any) -> PutResults:
+    def prepare_columns(
+        self,
+        bodies: Sequence[bytes | str],
+        *,
+        producer_group: str,
+        extra_properties: Mapping[str, str] | None = None,
+        **columns: Any,
+    ) -> PutResults:
         """Store half messages given column by column (see :meth:`put_columns`).
 
         The halves stay invisible until :meth:`commit_transaction`; their
@@ -858,10 +997,16 @@ class MessageStore:
         """
         self._check_open()
         validate_group(producer_group)
-        cols = _Columns(bodies, columns.pop("topic", None), columns.pop("topics", None),
-                        columns.pop("tags", None), columns.pop("keys", None),
-                        columns.pop("properties", None), columns.pop("queue_ids", None),
-                        columns.pop("sharding_keys", None))
+        cols = _Columns(
+            bodies,
+            columns.pop("topic", None),
+            columns.pop("topics", None),
+            columns.pop("tags", None),
+            columns.pop("keys", None),
+            columns.pop("properties", None),
+            columns.pop("queue_ids", None),
+            columns.pop("sharding_keys", None),
+        )
         if columns:
             raise TypeError(f"unknown columns {sorted(columns)}")
         if not len(bodies):
@@ -871,12 +1016,16 @@ class MessageStore:
         check_extra_properties(extra_properties)
         extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
         if not self._columnar:
-            return self.prepare_batch(cols.messages(), producer_group=producer_group,
-                                      properties=dict(extra_properties or {}))  # type: ignore
+            return self.prepare_batch(
+                cols.messages(),
+                producer_group=producer_group,
+                properties=dict(extra_properties or {}),
+            )  # type: ignore
         return self._put_columns(cols, self.clock(), half=(producer_group, extra))
 
-    def _put_columns(self, cols: _Columns, now: int,
-                     half: tuple[str, str] | None = None) -> PutResults:
+    def _put_columns(
+        self, cols: _Columns, now: int, half: tuple[str, str] | None = None
+    ) -> PutResults:
         """The columnar put (no delay, IPv4 hosts).
 
         Writes exactly the bytes of the per-record path (same property order:
@@ -913,8 +1062,9 @@ class MessageStore:
             batch, keyed_rows, keys_text = uniform
             with self._write_lock:
                 self._sync_with_writers()
-                results = self._append_columns_locked(batch, now, uniq_prefix, uniq_start,
-                                                      {}, keyed_rows, keys_text)
+                results = self._append_columns_locked(
+                    batch, now, uniq_prefix, uniq_start, {}, keyed_rows, keys_text
+                )
             return self._after_append(results)  # type: ignore[return-value]
         cache: dict[str, tuple[int, bytes, int, str]] = {}
         last_topic = None
@@ -943,8 +1093,9 @@ class MessageStore:
                 topic = default_topic
             if topic is None or (topic is not last_topic and topic != last_topic):
                 if topic is None:
-                    raise InvalidMessageError(f"row {i}: no topic (give a topic for every row, "
-                                              "or a default topic)")
+                    raise InvalidMessageError(
+                        f"row {i}: no topic (give a topic for every row, or a default topic)"
+                    )
                 if topic.__class__ is not str and not isinstance(topic, str):
                     raise InvalidMessageError(f"row {i}: topic must be a string, got {topic!r}")
                 info = cache.get(topic)
@@ -962,18 +1113,22 @@ class MessageStore:
             q = col_qids[i] if col_qids is not None else None
             if q is not None:
                 if q.__class__ is not int:
-                    q = check_int("queue_id", q, -INT64_MAX, INT64_MAX,
-                                  f"row {i} of topic {topic!r}: ")
+                    q = check_int(
+                        "queue_id", q, -INT64_MAX, INT64_MAX, f"row {i} of topic {topic!r}: "
+                    )
                 if not 0 <= q < write_queues:
                     raise OffsetOutOfRangeError(
                         f"queue_id {q} is out of range for topic {topic!r} "
-                        f"with {write_queues} write queues")
+                        f"with {write_queues} write queues"
+                    )
             else:
                 shard = col_shard[i] if col_shard is not None else None
                 if shard is not None:
                     if shard.__class__ is not str and not isinstance(shard, str):
-                        raise InvalidMessageError(f"row {i} of topic {topic!r}: sharding_key "
-                                                  f"must be a string, got {shard!r}")
+                        raise InvalidMessageError(
+                            f"row {i} of topic {topic!r}: sharding_key "
+                            f"must be a string, got {shard!r}"
+                        )
                     h = java_hash(shard)
                     q = h % write_queues if h >= 0 else -(-h % write_queues)
                     q = -q if q < 0 else q
@@ -993,8 +1148,11 @@ class MessageStore:
                     named = props
                 else:
                     try:  # the common case without formatting the error's prefix per row
-                        named = dict(props) if (props.__class__ is list
-                                                or props.__class__ is tuple) else None
+                        named = (
+                            dict(props)
+                            if (props.__class__ is list or props.__class__ is tuple)
+                            else None
+                        )
                     except (TypeError, ValueError):
                         named = None
                     if named is None:
@@ -1011,8 +1169,9 @@ class MessageStore:
                 if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
                     for k in named:
                         if k in RESERVED_PROPERTIES:
-                            raise InvalidMessageError(reserved_property_error(
-                                k, f"row {i} of topic {topic!r}: property"))
+                            raise InvalidMessageError(
+                                reserved_property_error(k, f"row {i} of topic {topic!r}: property")
+                            )
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
             elif props is not None and not isinstance(props, (Mapping, list, tuple)):
@@ -1020,22 +1179,27 @@ class MessageStore:
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 if tag.__class__ is not str and not isinstance(tag, str):
-                    raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
-                                              f"string, got {tag!r}")
+                    raise InvalidMessageError(
+                        f"row {i} of topic {topic!r}: tags must be a string, got {tag!r}"
+                    )
                 text += f"TAGS\x01{tag}\x02"
                 codes[i] = code_of(tag)
                 pairs += 1
             elif tag is not None and not isinstance(tag, str):
-                raise InvalidMessageError(f"row {i} of topic {topic!r}: tags must be a "
-                                          f"string, got {tag!r}")
+                raise InvalidMessageError(
+                    f"row {i} of topic {topic!r}: tags must be a string, got {tag!r}"
+                )
             key = col_keys[i] if col_keys is not None else None
             if key:
                 if not isinstance(key, str):
                     # the common case (one space between keys, none in them) checked here,
                     # without formatting the error's prefix per row; the rest there
                     try:
-                        joined = " ".join(key) if (key.__class__ is list or key.__class__
-                                                   is tuple) and "" not in key else None
+                        joined = (
+                            " ".join(key)
+                            if (key.__class__ is list or key.__class__ is tuple) and "" not in key
+                            else None
+                        )
                     except TypeError:  # not strings
                         joined = None
                     if joined is not None and joined.count(" ") == len(key) - 1:
@@ -1051,7 +1215,8 @@ class MessageStore:
             if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
                 raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
-                    "contains a \\x01 or \\x02 separator character")
+                    "contains a \\x01 or \\x02 separator character"
+                )
             if own_uniq is None:
                 suffix = hex4[(uniq_start + i) & 0xFFFF]
                 text += f"{uniq_tail}{suffix}\x02"
@@ -1060,8 +1225,10 @@ class MessageStore:
                 uniq = own_uniq
                 uniq_given[i] = own_uniq
             if half is not None:
-                text += (f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
-                         f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02")
+                text += (
+                    f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
+                    f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02"
+                )
             body = col_bodies[i]
             if body.__class__ is not bytes or not body:
                 body = message_body(body, f"row {i} of topic {topic!r}: ")
@@ -1086,18 +1253,30 @@ class MessageStore:
         crcs = np.fromiter(map(crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         if half is not None:
             batch = ColumnBatch(
-                topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32), bodies=bodies,
-                rests=rests, crcs=crcs, magics=half_info[2],
-                tags_codes=np.asarray(codes, dtype=np.int64), born_host=self.born_host,
-                born_ts=now)
+                topics=TRANS_HALF_TOPIC,
+                queue_ids=np.zeros(n, dtype=np.int32),
+                bodies=bodies,
+                rests=rests,
+                crcs=crcs,
+                magics=half_info[2],
+                tags_codes=np.asarray(codes, dtype=np.int64),
+                born_host=self.born_host,
+                born_ts=now,
+            )
         else:
             batch = ColumnBatch(
                 topics=last_topic if same_topic else topics,  # type: ignore[arg-type]
-                queue_ids=np.asarray(queue_ids, dtype=np.int32), bodies=bodies, rests=rests,
-                crcs=crcs, magics=magic if same_topic else np.fromiter(
-                    (cache[t][2] for t in topics), dtype=np.int32, count=n),
-                tags_codes=np.asarray(codes, dtype=np.int64), born_host=self.born_host,
-                born_ts=now)
+                queue_ids=np.asarray(queue_ids, dtype=np.int32),
+                bodies=bodies,
+                rests=rests,
+                crcs=crcs,
+                magics=magic
+                if same_topic
+                else np.fromiter((cache[t][2] for t in topics), dtype=np.int32, count=n),
+                tags_codes=np.asarray(codes, dtype=np.int64),
+                born_host=self.born_host,
+                born_ts=now,
+            )
         if cols.extra is not None:  # flag, reconsume times, born timestamp (put_batch)
             flags, reconsume, born = cols.extra
             batch.flags = np.asarray(flags, dtype=np.int64)
@@ -1105,13 +1284,19 @@ class MessageStore:
             batch.born_ts = np.asarray([b or now for b in born], dtype=np.int64)
         with self._write_lock:
             self._sync_with_writers()
-            results = self._append_columns_locked(batch, now, uniq_prefix, uniq_start,
-                                                  uniq_given, keyed, key_strings)
+            results = self._append_columns_locked(
+                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+            )
         return self._after_append(results)  # type: ignore[return-value]
 
-    def _uniform_batch(self, cols: _Columns, now: int, uniq_prefix: str, uniq_start: int,
-                       half: tuple[str, str] | None
-                       ) -> tuple[ColumnBatch, list[int], list[str]] | None:
+    def _uniform_batch(
+        self,
+        cols: _Columns,
+        now: int,
+        uniq_prefix: str,
+        uniq_start: int,
+        half: tuple[str, str] | None,
+    ) -> tuple[ColumnBatch, list[int], list[str]] | None:
         """The batch of rows that differ only in body and keys, built without a row loop.
 
         One topic, no properties, queue ids or sharding keys: every record's
@@ -1142,27 +1327,32 @@ class MessageStore:
             else:
                 tag_values = list(dict.fromkeys(cols.tags))
                 if len(tag_values) > UNIFORM_MAX_TAGS or not all(
-                        t is None or (isinstance(t, str) and "\x01" not in t
-                                      and "\x02" not in t and _utf8(t)) for t in tag_values):
+                    t is None
+                    or (isinstance(t, str) and "\x01" not in t and "\x02" not in t and _utf8(t))
+                    for t in tag_values
+                ):
                     return None
                 number = {t: i for i, t in enumerate(tag_values)}
-                tag_of = np.fromiter(map(number.__getitem__, cols.tags), dtype=np.int64,
-                                     count=n)
+                tag_of = np.fromiter(map(number.__getitem__, cols.tags), dtype=np.int64, count=n)
         for col in (cols.queue_ids, cols.sharding_keys):
             if col is not None and (not isinstance(col, list) or col.count(None) != n):
                 return None
         # An empty row is None or an empty mapping / sequence; any other false value
         # (0, False, b"") is one the row loop refuses. (Columns of Messages hold no such.)
         props_col = cols.properties
-        if props_col is not None and (any(props_col) or not (
-                cols.checked or _only_empty(props_col, n, ({}, None, [], ())))):
+        if props_col is not None and (
+            any(props_col) or not (cols.checked or _only_empty(props_col, n, ({}, None, [], ())))
+        ):
             return None
         key_texts: list[bytes] | None = None
         keyed: list[int] = []
         key_strings: list[str] = []
         has_keys = cols.keys is not None and any(cols.keys)
-        if cols.keys is not None and not has_keys and not (
-                cols.checked or _only_empty(cols.keys, n, (None, (), [], ""))):
+        if (
+            cols.keys is not None
+            and not has_keys
+            and not (cols.checked or _only_empty(cols.keys, n, (None, (), [], "")))
+        ):
             return None
         if has_keys:
             if not isinstance(cols.keys, list):
@@ -1188,15 +1378,23 @@ class MessageStore:
             except TypeError:  # not a sequence of strings
                 return None
             joined = "\x01".join(key_strings)
-            if "\x02" in joined or joined.count("\x01") != len(key_strings) - 1 or (
-                    not joined.isascii() and not _utf8(joined)):
+            if (
+                "\x02" in joined
+                or joined.count("\x01") != len(key_strings) - 1
+                or (not joined.isascii() and not _utf8(joined))
+            ):
                 return None  # the row loop reports the bad key
             if listed:
                 # a key of a sequence is non-empty and without spaces (as Message's):
                 # its joined text then has exactly one space between keys, none at the ends
                 seq = "\x01" + "\x01".join(listed) + "\x01"
-                if (seq.count(" ") != spaces or "  " in seq or "\x01 " in seq
-                        or " \x01" in seq or "\x01\x01" in seq):
+                if (
+                    seq.count(" ") != spaces
+                    or "  " in seq
+                    or "\x01 " in seq
+                    or " \x01" in seq
+                    or "\x01\x01" in seq
+                ):
                     return None
             key_texts = [b""] * n
             for i, k in zip(keyed, key_strings):
@@ -1208,8 +1406,9 @@ class MessageStore:
         if not all(b.__class__ is bytes for b in bodies):
             return None
         lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-        if n and (int(lengths.max()) > self.config.max_message_size
-                  or not lengths.all()):  # an empty body: the row loop reports it
+        if n and (
+            int(lengths.max()) > self.config.max_message_size or not lengths.all()
+        ):  # an empty body: the row loop reports it
             return None
         known = self._topic_cache.get(topic)
         if known is None:
@@ -1223,8 +1422,9 @@ class MessageStore:
         # With keys, TAGS and KEYS (which vary) come before the template as pieces of
         # their own, and PROPERTIESLENGTH with them; without, the template has it all.
         separate = key_texts is not None or tag_of is not None
-        uniq_head = (f"UNIQ_KEY\x01{uniq_prefix}" if separate else
-                     f"{head}UNIQ_KEY\x01{uniq_prefix}").encode()
+        uniq_head = (
+            f"UNIQ_KEY\x01{uniq_prefix}" if separate else f"{head}UNIQ_KEY\x01{uniq_prefix}"
+        ).encode()
         if half is None:
             text = [uniq_head, b"\x02"]
             groups = [(None, np.arange(n))]
@@ -1233,14 +1433,19 @@ class MessageStore:
             group, extra = half
             half_topic = self._topic_info(TRANS_HALF_TOPIC)
             lead = half_topic[1]
-            text = [uniq_head, f"\x02PGROUP\x01{group}\x02__transactionId__\x01{uniq_prefix}"
-                    .encode(), f"\x02{extra}TRAN_MSG\x01true\x02REAL_TOPIC\x01{topic}\x02"
-                    "REAL_QID\x01".encode()]
+            text = [
+                uniq_head,
+                f"\x02PGROUP\x01{group}\x02__transactionId__\x01{uniq_prefix}".encode(),
+                f"\x02{extra}TRAN_MSG\x01true\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x01".encode(),
+            ]
             order = np.argsort(queue_ids, kind="stable")
             per_queue = np.bincount(queue_ids, minlength=write_queues)
             ends = np.cumsum(per_queue)
-            groups = [(q, order[ends[q] - per_queue[q]:ends[q]])
-                      for q in range(write_queues) if per_queue[q]]
+            groups = [
+                (q, order[ends[q] - per_queue[q] : ends[q]])
+                for q in range(write_queues)
+                if per_queue[q]
+            ]
         buffers = []
         offsets = np.empty(n, dtype=np.int64)
         rest_len = np.empty(n, dtype=np.int64)
@@ -1260,20 +1465,26 @@ class MessageStore:
             m = len(rows)
             matrix = np.tile(np.frombuffer(bytes(template), dtype=np.uint8), (m, 1))
             for at in slots:
-                matrix[:, at:at + 4] = hex4[rows]
+                matrix[:, at : at + 4] = hex4[rows]
             buffers.append(matrix)
             width = len(template)
             offsets[rows] = np.arange(m, dtype=np.int64) * width
             rest_len[rows] = width
             which[rows] = g
-        rests: Pieces | tuple[Pieces, ...] = Pieces(buffers, offsets, rest_len,
-                                                    which if len(buffers) > 1 else 0)
+        rests: Pieces | tuple[Pieces, ...] = Pieces(
+            buffers, offsets, rest_len, which if len(buffers) > 1 else 0
+        )
         if tag_of is not None:
             heads = [f"TAGS\x01{t}\x02".encode() if t else b"" for t in tag_values]
-            head_p = Pieces(heads, np.zeros(n, dtype=np.int64),
-                            np.asarray([len(h) for h in heads], dtype=np.int64)[tag_of], tag_of)
-            codes = np.asarray([tags_code(t) if t else 0 for t in tag_values],
-                               dtype=np.int64)[tag_of]
+            head_p = Pieces(
+                heads,
+                np.zeros(n, dtype=np.int64),
+                np.asarray([len(h) for h in heads], dtype=np.int64)[tag_of],
+                tag_of,
+            )
+            codes = np.asarray([tags_code(t) if t else 0 for t in tag_values], dtype=np.int64)[
+                tag_of
+            ]
         else:
             head_p = Pieces.repeated(head.encode(), n)
             codes = np.full(n, tags_code(tag) if tag else 0, dtype=np.int64)
@@ -1285,19 +1496,42 @@ class MessageStore:
                 sizes = sizes + keys_p.lengths
             if int(sizes.max()) > 32767:
                 return None
-            rests = (Pieces.repeated(lead, n), Pieces.fixed(sizes.astype(">u2"), 2, n),
-                     head_p, *((keys_p,) if keys_p is not None else ()), rests)
+            rests = (
+                Pieces.repeated(lead, n),
+                Pieces.fixed(sizes.astype(">u2"), 2, n),
+                head_p,
+                *((keys_p,) if keys_p is not None else ()),
+                rests,
+            )
         self._round_robin[topic] = first + n - 1  # the row loop would have got as far
         crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         if half is None:
-            return ColumnBatch(topics=topic, queue_ids=queue_ids.astype(np.int32),
-                               bodies=bodies, rests=rests, crcs=crcs, magics=magic,
-                               tags_codes=codes, born_host=self.born_host,
-                               born_ts=now), keyed, key_strings
+            return (
+                ColumnBatch(
+                    topics=topic,
+                    queue_ids=queue_ids.astype(np.int32),
+                    bodies=bodies,
+                    rests=rests,
+                    crcs=crcs,
+                    magics=magic,
+                    tags_codes=codes,
+                    born_host=self.born_host,
+                    born_ts=now,
+                ),
+                keyed,
+                key_strings,
+            )
         half_batch = ColumnBatch(
-            topics=TRANS_HALF_TOPIC, queue_ids=np.zeros(n, dtype=np.int32), bodies=bodies,
-            rests=rests, crcs=crcs, magics=half_topic[2], tags_codes=codes,
-            born_host=self.born_host, born_ts=now)
+            topics=TRANS_HALF_TOPIC,
+            queue_ids=np.zeros(n, dtype=np.int32),
+            bodies=bodies,
+            rests=rests,
+            crcs=crcs,
+            magics=half_topic[2],
+            tags_codes=codes,
+            born_host=self.born_host,
+            born_ts=now,
+        )
         return half_batch, keyed, key_strings  # halves are indexed by key too, as RocketMQ does
 
     def _topic_info(self, topic: str) -> tuple[int, bytes, int]:
@@ -1305,20 +1539,37 @@ class MessageStore:
         cfg = self._topic_for_put(topic)
         tb = topic.encode("utf-8")
         v2 = len(tb) > V1_MAX_TOPIC_LENGTH
-        return (int(cfg["writeQueueNums"]),
-                (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
-                MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
+        return (
+            int(cfg["writeQueueNums"]),
+            (SHORT.pack(len(tb)) if v2 else bytes((len(tb),))) + tb,
+            MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+        )
 
-    def _append_columns_locked(self, batch: ColumnBatch, now: int, uniq_prefix: str,
-                               uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
-                               key_strings: list[str]) -> PutResults:
-        return self._append_columns_then_locked(batch, (), now, uniq_prefix, uniq_start,
-                                                uniq_given, keyed, key_strings)[0]
+    def _append_columns_locked(
+        self,
+        batch: ColumnBatch,
+        now: int,
+        uniq_prefix: str,
+        uniq_start: int,
+        uniq_given: dict[int, str],
+        keyed: list[int],
+        key_strings: list[str],
+    ) -> PutResults:
+        return self._append_columns_then_locked(
+            batch, (), now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+        )[0]
 
     def _append_columns_then_locked(
-            self, batch: ColumnBatch, then: Sequence[PreparedRecord], now: int,
-            uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str], keyed: list[int],
-            key_strings: list[str], uniq_hashes: np.ndarray | None = None
+        self,
+        batch: ColumnBatch,
+        then: Sequence[PreparedRecord],
+        now: int,
+        uniq_prefix: str,
+        uniq_start: int,
+        uniq_given: dict[int, str],
+        keyed: list[int],
+        key_strings: list[str],
+        uniq_hashes: np.ndarray | None = None,
     ) -> tuple[PutResults, list[PutResult]]:
         """Append ``batch`` and then the records ``then`` as ONE append.
 
@@ -1329,46 +1580,77 @@ class MessageStore:
         state = self.state
         start = state.commit_pos
         store_ts = max(now, self.clock())
-        index_entries = (len(batch) + sum(s.count(" ") + 1 for s in key_strings)
-                         + _index_entries(then))
+        index_entries = (
+            len(batch) + sum(s.count(" ") + 1 for s in key_strings) + _index_entries(then)
+        )
 
         def set_pending(end: int) -> None:
             self._make_room(start, end, index_entries)
             state.pending_end = end
 
         try:
-            placed = self.commit_log.append_columns(start, batch, store_ts,
-                                                    self._reserve_queue_offsets, set_pending)
+            placed = self.commit_log.append_columns(
+                start, batch, store_ts, self._reserve_queue_offsets, set_pending
+            )
             end = placed.end
             placed_then: list[Appended] = []
             if then:
                 placed_then, end = self.commit_log.append(
-                    end, then, store_ts, self._reserve_queue_offsets, set_pending)
+                    end, then, store_ts, self._reserve_queue_offsets, set_pending
+                )
         except BaseException:
             self._give_back_queue_offsets()
             raise
         state.commit_pos = end
         for topic, qid, idx in placed.groups:
             first = int(placed.queue_offsets[idx[0]])
-            self._cq(topic, qid).put(first, placed.phys[idx], placed.sizes[idx],
-                                     batch.tags_codes[idx])
+            self._cq(topic, qid).put(
+                first, placed.phys[idx], placed.sizes[idx], batch.tags_codes[idx]
+            )
             self._mark_dirty((topic, qid), first)
-        self._index_columns(batch, placed, store_ts, uniq_prefix, uniq_start, uniq_given,
-                            keyed, key_strings, uniq_hashes)
+        self._index_columns(
+            batch,
+            placed,
+            store_ts,
+            uniq_prefix,
+            uniq_start,
+            uniq_given,
+            keyed,
+            key_strings,
+            uniq_hashes,
+        )
         if then:
             self._dispatch(then, placed_then, store_ts)
         state.dispatched_pos = end
         state.write_seq = state.write_seq + 1
         self._known_commit_pos = end
-        results = PutResults(PutStatus.PUT_OK, batch.topics, batch.queue_ids,
-                             placed.queue_offsets, placed.phys, placed.sizes, store_ts,
-                             self.store_host, uniq_prefix, uniq_start, uniq_given)
+        results = PutResults(
+            PutStatus.PUT_OK,
+            batch.topics,
+            batch.queue_ids,
+            placed.queue_offsets,
+            placed.phys,
+            placed.sizes,
+            store_ts,
+            self.store_host,
+            uniq_prefix,
+            uniq_start,
+            uniq_given,
+        )
         return results, self._record_results(then, placed_then, store_ts)
 
-    def _index_columns(self, batch: ColumnBatch, placed: Placement, store_ts: int,
-                       uniq_prefix: str, uniq_start: int, uniq_given: dict[int, str],
-                       keyed: list[int], key_strings: list[str],
-                       uniq_hashes: np.ndarray | None = None) -> None:
+    def _index_columns(
+        self,
+        batch: ColumnBatch,
+        placed: Placement,
+        store_ts: int,
+        uniq_prefix: str,
+        uniq_start: int,
+        uniq_given: dict[int, str],
+        keyed: list[int],
+        key_strings: list[str],
+        uniq_hashes: np.ndarray | None = None,
+    ) -> None:
         """Index topic#UNIQ_KEY then topic#key of each record, in record order.
 
         ``uniq_hashes``: the topic#UNIQ_KEY hashCodes, when the caller has them.
@@ -1396,8 +1678,9 @@ class MessageStore:
         owners = np.arange(n, dtype=np.int64)
         if uniq_given and uniq_hashes is None:
             at = np.fromiter(uniq_given, dtype=np.int64, count=len(uniq_given))
-            hashes[at] = java_hash_many([f"{batch.topic_of(int(i))}#{uniq_given[int(i)]}"
-                                         for i in at])
+            hashes[at] = java_hash_many(
+                [f"{batch.topic_of(int(i))}#{uniq_given[int(i)]}" for i in at]
+            )
         if keyed:
             strings: list[str] = []
             owner_list: list[int] = []
@@ -1409,13 +1692,18 @@ class MessageStore:
             key_owner = np.asarray(owner_list, dtype=np.int64)
             # Each record's UNIQ_KEY entry comes before its key entries.
             owners = np.concatenate((owners, key_owner))
-            order = np.argsort(owners * 2 + np.concatenate(
-                (np.zeros(n, dtype=np.int64), np.ones(len(key_owner), dtype=np.int64))),
-                kind="stable")
+            order = np.argsort(
+                owners * 2
+                + np.concatenate(
+                    (np.zeros(n, dtype=np.int64), np.ones(len(key_owner), dtype=np.int64))
+                ),
+                kind="stable",
+            )
             hashes = np.concatenate((hashes, java_hash_many(strings)))[order]
             owners = owners[order]
-        self.index.put_hashes(hashes, placed.phys[owners],
-                              np.full(len(owners), store_ts, dtype=np.int64))
+        self.index.put_hashes(
+            hashes, placed.phys[owners], np.full(len(owners), store_ts, dtype=np.int64)
+        )
 
     def _uniq_hash_base(self, topic: str, uniq_prefix: str) -> int:
         """hashCode of ``topic#<uniq_prefix>``, cached: it changes once a millisecond."""
@@ -1430,19 +1718,30 @@ class MessageStore:
             if not 0 <= msg.queue_id < write_queues:
                 raise OffsetOutOfRangeError(
                     f"queue_id {msg.queue_id} is out of range for topic {msg.topic!r} "
-                    f"with {write_queues} write queues")
+                    f"with {write_queues} write queues"
+                )
             return msg.queue_id
         if msg.sharding_key is not None:
             # SelectMessageQueueByHash: hashCode % n, made non-negative.
-            return abs(java_string_hash(msg.sharding_key) % write_queues
-                       if java_string_hash(msg.sharding_key) >= 0
-                       else -(-java_string_hash(msg.sharding_key) % write_queues))
+            return abs(
+                java_string_hash(msg.sharding_key) % write_queues
+                if java_string_hash(msg.sharding_key) >= 0
+                else -(-java_string_hash(msg.sharding_key) % write_queues)
+            )
         n = self._round_robin.get(msg.topic, -1) + 1
         self._round_robin[msg.topic] = n
         return n % write_queues
 
-    def _prepare(self, msg: Message, now: int, uniq: str, *, sys_flag: int = 0,
-                 prepared_offset: int = 0, check_topic: bool = True) -> PreparedRecord:
+    def _prepare(
+        self,
+        msg: Message,
+        now: int,
+        uniq: str,
+        *,
+        sys_flag: int = 0,
+        prepared_offset: int = 0,
+        check_topic: bool = True,
+    ) -> PreparedRecord:
         topic = msg.topic
         cfg = self._topic_for_put(topic, check_topic=check_topic)
         queue_id = self._select_queue(msg, int(cfg["writeQueueNums"]))
@@ -1458,26 +1757,51 @@ class MessageStore:
             queue_id = level - 1
             delay_ms = self._delay_ms[level - 1]
             self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
-        return self._prepare_raw(topic, queue_id, msg.body, props, now, sys_flag=sys_flag,
-                                 flag=msg.flag, born_timestamp=msg.born_timestamp or now,
-                                 reconsume_times=msg.reconsume_times,
-                                 prepared_offset=prepared_offset, delay_ms=delay_ms)
+        return self._prepare_raw(
+            topic,
+            queue_id,
+            msg.body,
+            props,
+            now,
+            sys_flag=sys_flag,
+            flag=msg.flag,
+            born_timestamp=msg.born_timestamp or now,
+            reconsume_times=msg.reconsume_times,
+            prepared_offset=prepared_offset,
+            delay_ms=delay_ms,
+        )
 
-    def _prepare_raw(self, topic: str, queue_id: int, body: bytes, props: dict[str, str],
-                     now: int, *, sys_flag: int = 0, flag: int = 0, born_timestamp: int = 0,
-                     born_host: HostAddress | None = None, reconsume_times: int = 0,
-                     prepared_offset: int = 0, delay_ms: int = 0) -> PreparedRecord:
+    def _prepare_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        props: dict[str, str],
+        now: int,
+        *,
+        sys_flag: int = 0,
+        flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: HostAddress | None = None,
+        reconsume_times: int = 0,
+        prepared_offset: int = 0,
+        delay_ms: int = 0,
+    ) -> PreparedRecord:
         props_bytes = encode_properties(props)
         if topic == TRANS_HALF_TOPIC:  # name the real topic, and what the half added
-            check_sizes(props.get(PROPERTY_REAL_TOPIC, topic), len(body), len(props_bytes),
-                        self.config.max_message_size, HALF_SIZE_NOTE)
+            check_sizes(
+                props.get(PROPERTY_REAL_TOPIC, topic),
+                len(body),
+                len(props_bytes),
+                self.config.max_message_size,
+                HALF_SIZE_NOTE,
+            )
         else:
             check_sizes(topic, len(body), len(props_bytes), self.config.max_message_size)
         topic_bytes = topic.encode("utf-8")
         v2 = len(topic_bytes) > V1_MAX_TOPIC_LENGTH
-        topic_part = (SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),)))
-        tail = b"".join((body, topic_part, topic_bytes, SHORT.pack(len(props_bytes)),
-                         props_bytes))
+        topic_part = SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))
+        tail = b"".join((body, topic_part, topic_bytes, SHORT.pack(len(props_bytes)), props_bytes))
         born = born_host or self.born_host
         sys_flag &= ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
         if born.is_v6:
@@ -1487,10 +1811,17 @@ class MessageStore:
         tran = transaction_type(sys_flag)
         keys_raw = props.get("KEYS")
         return PreparedRecord(
-            topic=topic, queue_id=queue_id, body_len=len(body), tail=tail,
-            crc=zlib.crc32(body) & 0x7FFFFFFF, flag=flag, sys_flag=sys_flag,
-            born_timestamp=born_timestamp or now, born_host=born,
-            reconsume_times=reconsume_times, prepared_offset=prepared_offset,
+            topic=topic,
+            queue_id=queue_id,
+            body_len=len(body),
+            tail=tail,
+            crc=zlib.crc32(body) & 0x7FFFFFFF,
+            flag=flag,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp or now,
+            born_host=born,
+            reconsume_times=reconsume_times,
+            prepared_offset=prepared_offset,
             magic=MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
             tags_code=tags_code(props.get(PROPERTY_TAGS)),
             uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
@@ -1516,8 +1847,9 @@ class MessageStore:
             state.pending_end = end
 
         try:
-            placed, end = self.commit_log.append(start, prepared, store_ts,
-                                                 self._reserve_queue_offsets, set_pending)
+            placed, end = self.commit_log.append(
+                start, prepared, store_ts, self._reserve_queue_offsets, set_pending
+            )
         except BaseException:
             self._give_back_queue_offsets()
             raise
@@ -1528,12 +1860,22 @@ class MessageStore:
         self._known_commit_pos = end
         return self._record_results(prepared, placed, store_ts)
 
-    def _record_results(self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended],
-                        store_ts: int) -> list[PutResult]:
+    def _record_results(
+        self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended], store_ts: int
+    ) -> list[PutResult]:
         host = self.store_host
         return [
-            PutResult(PutStatus.PUT_OK, r.topic, r.queue_id, a.queue_offset, a.physical_offset,
-                      message_id(host, a.physical_offset), r.uniq_key or "", store_ts, a.size)
+            PutResult(
+                PutStatus.PUT_OK,
+                r.topic,
+                r.queue_id,
+                a.queue_offset,
+                a.physical_offset,
+                message_id(host, a.physical_offset),
+                r.uniq_key or "",
+                store_ts,
+                a.size,
+            )
             for r, a in zip(prepared, placed)
         ]
 
@@ -1548,8 +1890,9 @@ class MessageStore:
                 if isinstance(results, PutResults):
                     results.status = PutStatus.FLUSH_DISK_TIMEOUT
                     return results
-                results = [dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT)
-                           for r in results]
+                results = [
+                    dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results
+                ]
         return results
 
     def _next_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -1598,8 +1941,11 @@ class MessageStore:
             self._guard.require(need, "the new index files of this put")
         cl = self.commit_log.files
         files = cl.files
-        if (not files or start < files[-1].start_offset
-                or end - files[-1].start_offset > files[-1].reserved):
+        if (
+            not files
+            or start < files[-1].start_offset
+            or end - files[-1].start_offset > files[-1].reserved
+        ):
             cl.reserve(start, end)
 
     def _give_back_queue_offsets(self) -> None:
@@ -1618,7 +1964,8 @@ class MessageStore:
         if not 1 <= level <= n:
             raise InvalidMessageError(
                 f"{where}delay_level {level} is not one of the store's delay levels 1..{n} "
-                "(messageDelayLevel)")
+                "(messageDelayLevel)"
+            )
         return level
 
     def _sync_with_writers(self) -> None:
@@ -1633,8 +1980,12 @@ class MessageStore:
         self.index.sync_tail()  # another writer may have started an index file
         if state.pending_end > commit:
             # A writer died mid-append: its bytes past COMMIT_POS were never acknowledged.
-            log.warning("store %s: wiping an unfinished append at CommitLog [%d, %d)",
-                        self.root, commit, state.pending_end)
+            log.warning(
+                "store %s: wiping an unfinished append at CommitLog [%d, %d)",
+                self.root,
+                commit,
+                state.pending_end,
+            )
             self.commit_log.wipe(commit, state.pending_end)
             state.pending_end = commit
         if state.dispatched_pos < commit:
@@ -1650,14 +2001,23 @@ class MessageStore:
         state = self.state
         pos = state.damage_pos
         f = self.commit_log.files.find(pos)
-        report = DamageReport(f.path if f else self.commit_log.directory, pos,
-                              state.damage_resume, state.damage_following)
-        return StoreDamagedError(f"store {self.root}: {report.describe()}", file=report.file,
-                                 offset=pos, resume=report.resume,
-                                 following=report.following)
+        report = DamageReport(
+            f.path if f else self.commit_log.directory,
+            pos,
+            state.damage_resume,
+            state.damage_following,
+        )
+        return StoreDamagedError(
+            f"store {self.root}: {report.describe()}",
+            file=report.file,
+            offset=pos,
+            resume=report.resume,
+            following=report.following,
+        )
 
-    def _dispatch(self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended],
-                  store_ts: int) -> None:
+    def _dispatch(
+        self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended], store_ts: int
+    ) -> None:
         groups: dict[tuple[str, int], tuple[int, list[int], list[int], list[int]]] = {}
         index_topics: list[str] = []
         index_uniq: list[str | None] = []
@@ -1673,7 +2033,8 @@ class MessageStore:
                 g[2].append(a.size)
                 g[3].append(store_ts + r.delay_ms if r.delay_ms else r.tags_code)
             if transaction_type(r.sys_flag) != SysFlag.TRANSACTION_ROLLBACK and (
-                    r.uniq_key or r.keys):
+                r.uniq_key or r.keys
+            ):
                 index_topics.append(r.topic)
                 index_uniq.append(r.uniq_key)
                 index_keys.append(r.keys)
@@ -1682,16 +2043,23 @@ class MessageStore:
             self._cq(*key).put(first, offs, sizes, tags)
             self._mark_dirty(key, first)
         if index_phy:
-            self.index.build_index_batch(index_topics, index_uniq, index_keys, index_phy,
-                                         [store_ts] * len(index_phy))
+            self.index.build_index_batch(
+                index_topics, index_uniq, index_keys, index_phy, [store_ts] * len(index_phy)
+            )
 
     def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
         with self._dirty_guard:
             if key not in self._dirty_queues:
                 self._dirty_queues[key] = first
 
-    def _redispatch(self, start: int, end: int | None, *, index_from: int | None = None,
-                    progress: Callable[[int], None] | None = None) -> tuple[int, str]:
+    def _redispatch(
+        self,
+        start: int,
+        end: int | None,
+        *,
+        index_from: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, str]:
         """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end).
 
         With ``end`` None, goes on until the data ends (recovery) and returns
@@ -1714,45 +2082,68 @@ class MessageStore:
             pass
         return pos, reason
 
-    def _dispatch_check(self, pos: int, check: RecordCheck, *, cq: bool = True,
-                        reindex_from: int | None = None) -> None:
+    def _dispatch_check(
+        self, pos: int, check: RecordCheck, *, cq: bool = True, reindex_from: int | None = None
+    ) -> None:
         tran = transaction_type(check.sys_flag)
         key = (check.topic, check.queue_id)
         if cq and key not in self._queues and not self._may_have_queue(*key):
             # QUEUEID is outside every check (BODYCRC covers the body only): a flipped
             # bit there must not make a queue the topic does not have.
-            log.error("store %s: the record at CommitLog %d names queue %d of %r, which "
-                      "the topic does not have; not dispatched", self.root, pos,
-                      check.queue_id, check.topic)
+            log.error(
+                "store %s: the record at CommitLog %d names queue %d of %r, which "
+                "the topic does not have; not dispatched",
+                self.root,
+                pos,
+                check.queue_id,
+                check.topic,
+            )
             cq = False
         if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
             q = self._cq(*key)
             have = q.max_offset()
             if key in self._gaps:
                 pass  # rebuilt from its first missing entry (_rebuild_queues)
-            elif (check.queue_offset > have and check.topic != TRANS_HALF_TOPIC
-                  and have > 0 and q.entry(have - 1) is not None):
+            elif (
+                check.queue_offset > have
+                and check.topic != TRANS_HALF_TOPIC
+                and have > 0
+                and q.entry(have - 1) is not None
+            ):
                 # Entries missing before this record: a hole (a put refused after it
                 # took its queue offset), or entries lost. Never written at its own
                 # offset: an empty entry would hide it and every later one. (A queue
                 # with no entry yet starts at the record's offset, as RocketMQ's does:
                 # the records before it may have expired.)
-                log.warning("ConsumeQueue %s/%d: entries %d to %d missing before the record "
-                            "at CommitLog %d; rebuilding the queue", check.topic,
-                            check.queue_id, have, check.queue_offset - 1, pos)
+                log.warning(
+                    "ConsumeQueue %s/%d: entries %d to %d missing before the record "
+                    "at CommitLog %d; rebuilding the queue",
+                    check.topic,
+                    check.queue_id,
+                    have,
+                    check.queue_offset - 1,
+                    pos,
+                )
                 self._gaps[key] = have
             elif check.queue_offset >= have:
                 q.put(check.queue_offset, [pos], [check.size], [self._queue_code(check)])
                 self._mark_dirty(key, check.queue_offset)
         if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
             keys = tuple(k for k in (check.keys or "").split(" ") if k)
-            self.index.build_index_batch([check.topic], [check.uniq_key], [keys], [pos],
-                                         [check.store_timestamp], reindex_from=reindex_from)
+            self.index.build_index_batch(
+                [check.topic],
+                [check.uniq_key],
+                [keys],
+                [pos],
+                [check.store_timestamp],
+                reindex_from=reindex_from,
+            )
 
     # -- expiry ----------------------------------------------------------------------
 
-    def delete_expired(self, now_ms: int | None = None, *,
-                       reserved_hours: float | None = None) -> dict[str, int]:
+    def delete_expired(
+        self, now_ms: int | None = None, *, reserved_hours: float | None = None
+    ) -> dict[str, int]:
         """Delete CommitLog segments older than fileReservedTime, and what pointed into them.
 
         As RocketMQ's clean services do: only whole segments from the front, by
@@ -1851,8 +2242,15 @@ class MessageStore:
 
     # -- pull ----------------------------------------------------------------------
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-             expression: str | None = "*", timeout_ms: int = 0) -> PullResult:
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        expression: str | None = "*",
+        timeout_ms: int = 0,
+    ) -> PullResult:
         """Read up to ``max_msgs`` messages of one queue from ``offset``.
 
         ``expression`` filters by tag (``*`` or ``TagA || TagB``). With
@@ -1871,8 +2269,10 @@ class MessageStore:
         stepped = False  # over messages the expression does not match
         while True:
             result = self._pull_once(cq, offset, max_msgs, sub)
-            if timeout_ms <= 0 or result.status not in (PullStatus.NO_NEW_MSG,
-                                                        PullStatus.NO_MATCHED_MSG):
+            if timeout_ms <= 0 or result.status not in (
+                PullStatus.NO_NEW_MSG,
+                PullStatus.NO_MATCHED_MSG,
+            ):
                 return result
             if result.status is PullStatus.NO_MATCHED_MSG:
                 offset, stepped = result.next_offset, True
@@ -1882,8 +2282,9 @@ class MessageStore:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if stepped:  # say how far it got
-                    return PullResult(PullStatus.NO_MATCHED_MSG, [], offset,
-                                      result.min_offset, result.max_offset)
+                    return PullResult(
+                        PullStatus.NO_MATCHED_MSG, [], offset, result.min_offset, result.max_offset
+                    )
                 return result
             self._wait_for_arrival(cq, offset, remaining)
 
@@ -1907,8 +2308,9 @@ class MessageStore:
                 if self._arrivals.wait(min(left, 0.001)):
                     seq = None  # notified: look at the queue again
 
-    def _pull_once(self, cq: ConsumeQueue, offset: int, max_msgs: int,
-                   sub: SubscriptionExpression) -> PullResult:
+    def _pull_once(
+        self, cq: ConsumeQueue, offset: int, max_msgs: int, sub: SubscriptionExpression
+    ) -> PullResult:
         lo = cq.min_offset(self.commit_log.min_offset)
         hi = cq.max_offset()
         if offset == hi:
@@ -1922,13 +2324,20 @@ class MessageStore:
         verify = self.config.check_crc_on_read
         topic, queue_id = cq.topic, cq.queue_id
         n = 0
-        for phy, size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
-                                   entries["tags"].tolist()):
+        for phy, size, code in zip(
+            entries["offset"].tolist(), entries["size"].tolist(), entries["tags"].tolist()
+        ):
             n += 1
             if not sub.matches_code(code):
                 continue
-            msg = read(phy, verify_crc=verify, size=size, topic=topic, queue_id=queue_id,
-                       queue_offset=offset + n - 1)
+            msg = read(
+                phy,
+                verify_crc=verify,
+                size=size,
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=offset + n - 1,
+            )
             if not sub.matches_tags(msg.tags):
                 continue
             messages.append(msg)
@@ -1937,9 +2346,17 @@ class MessageStore:
         status = PullStatus.FOUND if messages else PullStatus.NO_MATCHED_MSG
         return PullResult(status, messages, offset + n, lo, hi)
 
-    def read_batches(self, topic: str, queue_id: int, start: int, end: int | None = None,
-                     expression: str | None = "*", *, broker_name: str | None = None,
-                     check_crc: bool | None = None) -> tuple[list[Any], int]:
+    def read_batches(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        end: int | None = None,
+        expression: str | None = "*",
+        *,
+        broker_name: str | None = None,
+        check_crc: bool | None = None,
+    ) -> tuple[list[Any], int]:
         """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
 
         Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
@@ -1957,7 +2374,8 @@ class MessageStore:
         hi = cq.max_offset()
         if start < lo or start > hi:
             raise OffsetOutOfRangeError(
-                f"offset {start} of {topic}/{queue_id} is outside [{lo}, {hi}]")
+                f"offset {start} of {topic}/{queue_id} is outside [{lo}, {hi}]"
+            )
         stop = hi if end is None else min(end, hi)
         if stop <= start:
             return [], start
@@ -1974,11 +2392,17 @@ class MessageStore:
         broker = broker_name or self.config.broker_name
         batches = []
         for at in range(0, len(entries), ARROW_BLOCK):
-            block = entries[at:at + ARROW_BLOCK]
+            block = entries[at : at + ARROW_BLOCK]
             batches += record_batch.records_to_batches(
-                self.commit_log, topic, broker, block["offset"], block["size"],
-                queue_id=queue_id, queue_offsets=qoffsets[at:at + ARROW_BLOCK],
-                check_crc=check_crc)
+                self.commit_log,
+                topic,
+                broker,
+                block["offset"],
+                block["size"],
+                queue_id=queue_id,
+                queue_offsets=qoffsets[at : at + ARROW_BLOCK],
+                check_crc=check_crc,
+            )
         if not sub.matches_all:
             batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
         return batches, next_offset
@@ -1988,12 +2412,14 @@ class MessageStore:
         self._check_open()
         if not 0 <= commitlog_offset < self.state.commit_pos:
             raise OffsetOutOfRangeError(
-                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})")
+                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})"
+            )
         msg = self._read_live(commitlog_offset)
         if msg is None:
             raise OffsetOutOfRangeError(
                 f"commit log offset {commitlog_offset} was deleted (expired): the CommitLog "
-                f"now starts at {self.commit_log.files.min_offset}")
+                f"now starts at {self.commit_log.files.min_offset}"
+            )
         return msg
 
     def _read_live(self, offset: int) -> MessageExt | None:
@@ -2006,8 +2432,7 @@ class MessageStore:
         files = self.commit_log.files
         if offset >= files.min_offset:
             try:
-                msg = self.commit_log.read_reached(
-                    offset, verify_crc=self.config.check_crc_on_read)
+                msg = self.commit_log.read_reached(offset, verify_crc=self.config.check_crc_on_read)
                 self._check_queue_entry(msg)
                 return msg
             except CorruptRecordError:
@@ -2037,15 +2462,21 @@ class MessageStore:
             key = (msg.topic, msg.queue_id)
             entry = None
             if key in self._queues or os.path.isdir(
-                    os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))):
+                os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))
+            ):
                 entry = self._cq(*key).entry(msg.queue_offset)
                 if entry is not None and entry[:2] == (phy, msg.store_size):
                     return
         raise CorruptRecordError(
             f"record header damaged: its topic, QUEUEID and QUEUEOFFSET name {where}, which "
-            + (f"points at offset {entry[0]} (size {entry[1]})" if entry is not None
-               else "does not exist"),
-            file=self.commit_log.segment(phy).path, offset=phy)
+            + (
+                f"points at offset {entry[0]} (size {entry[1]})"
+                if entry is not None
+                else "does not exist"
+            ),
+            file=self.commit_log.segment(phy).path,
+            offset=phy,
+        )
 
     # -- consumer groups -------------------------------------------------------------
 
@@ -2068,9 +2499,9 @@ class MessageStore:
         for (topic, queue_id), offset in offsets.items():
             if offset < 0:
                 raise OffsetOutOfRangeError(
-                    f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}")
-            _check_queue(infos.get(topic) or infos.setdefault(topic, self.topic(topic)),
-                         queue_id)
+                    f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}"
+                )
+            _check_queue(infos.get(topic) or infos.setdefault(topic, self.topic(topic)), queue_id)
         self.offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -2086,8 +2517,11 @@ class MessageStore:
         (a consumerOffset.json can outlive a topic, as a broker's does).
         """
         self._check_open()
-        topics = [topic] if topic is not None else sorted(
-            {t for t, _q in self.offsets.offsets_of_group(group) if self.has_topic(t)})
+        topics = (
+            [topic]
+            if topic is not None
+            else sorted({t for t, _q in self.offsets.offsets_of_group(group) if self.has_topic(t)})
+        )
         out: dict[tuple[str, int], int] = {}
         for t in topics:
             info = self.topic(t)
@@ -2101,9 +2535,15 @@ class MessageStore:
 
     # -- retry and dead letters --------------------------------------------------------
 
-    def send_back(self, group: str, message: MessageExt, delay_level: int = 0, *,
-                  max_reconsume_times: int | None = None,
-                  properties: Mapping[str, str] | None = None) -> PutResult:
+    def send_back(
+        self,
+        group: str,
+        message: MessageExt,
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> PutResult:
         """Send a message the group failed to consume to %RETRY%group or %DLQ%group.
 
         With ``delay_level`` 0 the retry waits level 3 + reconsumeTimes; once
@@ -2111,36 +2551,50 @@ class MessageStore:
         retryMaxTimes, 16 by default) or ``delay_level`` is negative, it goes to
         the dead-letter topic instead. ``properties`` are added to the message.
         """
-        return self.send_back_batch(group, [message], [delay_level],
-                                    max_reconsume_times=max_reconsume_times,
-                                    properties=[properties or {}])[0]
+        return self.send_back_batch(
+            group,
+            [message],
+            [delay_level],
+            max_reconsume_times=max_reconsume_times,
+            properties=[properties or {}],
+        )[0]
 
-    def send_back_batch(self, group: str, messages: Sequence[MessageExt],
-                        delay_levels: Sequence[int] | None = None, *,
-                        max_reconsume_times: int | None = None,
-                        properties: Sequence[Mapping[str, str]] | None = None
-                        ) -> Sequence[PutResult]:
+    def send_back_batch(
+        self,
+        group: str,
+        messages: Sequence[MessageExt],
+        delay_levels: Sequence[int] | None = None,
+        *,
+        max_reconsume_times: int | None = None,
+        properties: Sequence[Mapping[str, str]] | None = None,
+    ) -> Sequence[PutResult]:
         """send_back for several messages in one append: after a crash, all or none are there."""
         self._check_open()
         validate_group(group)
         self.groups.get_or_create(group)
-        max_times = (self.groups.retry_max_times(group) if max_reconsume_times is None
-                     else check_int("max_reconsume_times", max_reconsume_times,
-                                    INT32_MIN, INT32_MAX))
+        max_times = (
+            self.groups.retry_max_times(group)
+            if max_reconsume_times is None
+            else check_int("max_reconsume_times", max_reconsume_times, INT32_MIN, INT32_MAX)
+        )
         messages = list(messages)
         for i, m in enumerate(messages):
             if not isinstance(m, MessageExt):
-                raise InvalidMessageError(f"message {i}: expected a MessageExt the store "
-                                          f"handed out, got {type(m).__name__}")
+                raise InvalidMessageError(
+                    f"message {i}: expected a MessageExt the store "
+                    f"handed out, got {type(m).__name__}"
+                )
         for name, col in (("delay_levels", delay_levels), ("properties", properties)):
             if col is not None and len(col) != len(messages):
-                raise ConfigError(f"{name} has {len(col)} entries, messages has "
-                                  f"{len(messages)}")
+                raise ConfigError(f"{name} has {len(col)} entries, messages has {len(messages)}")
         # Checked as a Message's are, before anything is written; the delay comes from
         # delay_levels (the store sets DELAY), the rest may replace the message's own.
-        added = [{} if p is None else user_properties(
-            p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
-            for i, p in enumerate(() if properties is None else properties)]
+        added = [
+            {}
+            if p is None
+            else user_properties(p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
+            for i, p in enumerate(() if properties is None else properties)
+        ]
         for i, level in enumerate(() if delay_levels is None else delay_levels):
             # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
             # at the last level as RocketMQ's broker does; a given level must exist
@@ -2178,11 +2632,21 @@ class MessageStore:
             if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
                 props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
             born = _parse_host(message.born_host)
-            recs.append(self._prepare_raw(
-                topic, queue_id, message.body, props, now,
-                sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
-                flag=message.flag, born_timestamp=message.born_timestamp, born_host=born,
-                reconsume_times=message.reconsume_times + 1, delay_ms=delay_ms))
+            recs.append(
+                self._prepare_raw(
+                    topic,
+                    queue_id,
+                    message.body,
+                    props,
+                    now,
+                    sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
+                    flag=message.flag,
+                    born_timestamp=message.born_timestamp,
+                    born_host=born,
+                    reconsume_times=message.reconsume_times + 1,
+                    delay_ms=delay_ms,
+                )
+            )
         if not recs:
             return []
         return self._append(recs, now)
@@ -2199,30 +2663,44 @@ class MessageStore:
 
     # -- transactions ---------------------------------------------------------------
 
-    def prepare(self, message: Message, *, producer_group: str = "rocketspark",
-                properties: dict[str, str] | None = None) -> PutResult:
+    def prepare(
+        self,
+        message: Message,
+        *,
+        producer_group: str = "rocketspark",
+        properties: dict[str, str] | None = None,
+    ) -> PutResult:
         """Store a transactional half message, invisible to consumers until committed.
 
         ``result.queue_offset`` identifies it for :meth:`commit_transaction` /
         :meth:`rollback_transaction`.
         """
-        return self.prepare_batch([message], producer_group=producer_group,
-                                  properties=properties)[0]
+        return self.prepare_batch([message], producer_group=producer_group, properties=properties)[
+            0
+        ]
 
-    def prepare_batch(self, messages: Sequence[Message], *, producer_group: str = "rocketspark",
-                      properties: dict[str, str] | None = None) -> list[PutResult]:
+    def prepare_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        producer_group: str = "rocketspark",
+        properties: dict[str, str] | None = None,
+    ) -> list[PutResult]:
         """Store several half messages under one lock."""
         validate_group(producer_group)
         messages = list(messages)
         for i, m in enumerate(messages):
             if not isinstance(m, Message):
                 raise InvalidMessageError(
-                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}")
-        return self._transactions.prepare(messages, producer_group=producer_group,
-                                          extra_properties=properties)
+                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}"
+                )
+        return self._transactions.prepare(
+            messages, producer_group=producer_group, extra_properties=properties
+        )
 
-    def commit_transaction(self, half: PutResult | int | Iterable[PutResult | int]
-                           ) -> list[PutResult]:
+    def commit_transaction(
+        self, half: PutResult | int | Iterable[PutResult | int]
+    ) -> list[PutResult]:
         """Make half messages visible in their real topics (idempotent)."""
         return self._transactions.end(_half_offsets(half), True)
 
@@ -2235,8 +2713,9 @@ class MessageStore:
         (offset,) = _half_offsets(half)
         return self._transactions.status(offset)
 
-    def open_transactions(self, producer_group: str | None = None, *,
-                          exclude: Iterable[int] | None = None) -> list[MessageExt]:
+    def open_transactions(
+        self, producer_group: str | None = None, *, exclude: Iterable[int] | None = None
+    ) -> list[MessageExt]:
         """Return the half messages still open (of ``producer_group``), oldest first.
 
         Halves at the half-queue offsets in ``exclude`` are left out (unread).
@@ -2244,19 +2723,25 @@ class MessageStore:
         self._check_open()
         ex = None if exclude is None else _half_offsets(exclude)
         return self._transactions.open_halves(
-            producer_group, None if ex is None else np.asarray(ex, dtype=np.int64))
+            producer_group, None if ex is None else np.asarray(ex, dtype=np.int64)
+        )
 
-    def check_transactions(self, callback: Callable[[MessageExt], object], *,
-                           now_ms: int | None = None, timeout_ms: int | None = None
-                           ) -> dict[str, int]:
+    def check_transactions(
+        self,
+        callback: Callable[[MessageExt], object],
+        *,
+        now_ms: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, int]:
         """Resolve half messages open longer than transactionTimeOut through ``callback``."""
         self._check_open()
         return self._transactions.check(callback, now_ms=now_ms, timeout_ms=timeout_ms)
 
     # -- queries ---------------------------------------------------------------------
 
-    def query_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int | None = None,
-                     max_num: int = 64) -> list[MessageExt]:
+    def query_by_key(
+        self, topic: str, key: str, begin_ms: int = 0, end_ms: int | None = None, max_num: int = 64
+    ) -> list[MessageExt]:
         """Return messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, newest first."""
         self._check_open()
         self.topic(topic)
@@ -2284,8 +2769,7 @@ class MessageStore:
 
     # -- recovery --------------------------------------------------------------------
 
-    def _recover(self, truncate_at: int | None = None, *, full: bool = False
-                 ) -> RecoveryReport:
+    def _recover(self, truncate_at: int | None = None, *, full: bool = False) -> RecoveryReport:
         """Bring the store to a consistent state (first opener only, lock held exclusively).
 
         The CommitLog is the truth, whoever wrote it (rocketspark or a RocketMQ
@@ -2338,27 +2822,41 @@ class MessageStore:
             state.initialise()  # a new store, or a broker's: nothing in the file to keep
         if damaged:
             report.state_damaged = damaged
-            log.warning("store %s: %s fails its checks (%s); finding the end of the data "
-                        "from the CommitLog", self.root, state.path,
-                        ", ".join(damaged))
+            log.warning(
+                "store %s: %s fails its checks (%s); finding the end of the data "
+                "from the CommitLog",
+                self.root,
+                state.path,
+                ", ".join(damaged),
+            )
         if trusted:
             commit, pending = state.commit_pos, state.pending_end
             # Processes that may exit without close() (Spark's workers) and left
             # nothing unfinished did not crash; one that had to close() and did not did.
             report.abnormal_exit = abort and (
-                state.holders > 0 or pending != commit or state.dispatched_pos != commit
-                or state.intent()[0] != 0)
+                state.holders > 0
+                or pending != commit
+                or state.dispatched_pos != commit
+                or state.intent()[0] != 0
+            )
             start = min(state.flushed_pos, state.dispatched_pos, commit)
             if start < log_files.min_offset:  # segments expired (a broker deleted them)
                 start = log_files.min_offset
             # (Damage found last time starts where the last valid record ended; a torn
             # record at COMMIT_POS, as a writer killed inside an append leaves it,
             # starts where a verified record ends.)
-            if not (state.damage_following and start == state.damage_pos
-                    ) and not self._is_boundary(start) and not self._ends_a_record(start):
-                log.warning("store %s: position %d of %s is not a record boundary of the "
-                            "CommitLog; scanning from a segment start", self.root, start,
-                            state.path)
+            if (
+                not (state.damage_following and start == state.damage_pos)
+                and not self._is_boundary(start)
+                and not self._ends_a_record(start)
+            ):
+                log.warning(
+                    "store %s: position %d of %s is not a record boundary of the "
+                    "CommitLog; scanning from a segment start",
+                    self.root,
+                    start,
+                    state.path,
+                )
                 trusted = False
                 start = self._safe_scan_start(abort)
         else:
@@ -2382,8 +2880,12 @@ class MessageStore:
         report.scanned_from = start
         # An orderly end: every position equal, no holder died. Nothing past the
         # end was dispatched, no index update was cut short.
-        quick = (trusted and not full and not report.abnormal_exit
-                 and start == commit == pending == state.dispatched_pos)
+        quick = (
+            trusted
+            and not full
+            and not report.abnormal_exit
+            and start == commit == pending == state.dispatched_pos
+        )
         if not quick:
             self.index.repair_tail()  # a writer killed inside an index update
         self._gaps.clear()
@@ -2397,8 +2899,12 @@ class MessageStore:
             quick = quick and end != commit
             after = self.commit_log.next_valid(end)
         seg_start = self._segment_end(start) - self.config.mapped_file_size_commit_log
-        if (after is not None and start != seg_start and not self._is_record(start)
-                and not self._ends_a_record(start)):
+        if (
+            after is not None
+            and start != seg_start
+            and not self._is_record(start)
+            and not self._ends_a_record(start)
+        ):
             # Zeros at a position the state gave could be zeros inside a record:
             # damage is only ever judged by a scan from a known record boundary.
             start = report.scanned_from = max(seg_start, log_files.min_offset)
@@ -2407,46 +2913,65 @@ class MessageStore:
         report.reason = reason
         damage: tuple[int, int, int] | None = None  # (resume, following, end of valid data)
         cut = end
-        if commit < pending and commit <= end <= pending and (
-                self.commit_log.next_valid(pending) is None):
+        if (
+            commit < pending
+            and commit <= end <= pending
+            and (self.commit_log.next_valid(pending) is None)
+        ):
             # A writer was killed inside an append: what it had copied was never
             # acknowledged (COMMIT_POS had not moved). A record verifying past
             # PENDING_END means the state is older than the log (an OS crash lost
             # its page): then this rule does not apply.
             if end > commit or (after is not None and after < pending):
-                log.warning("store %s: discarding an unfinished append at CommitLog "
-                            "[%d, %d)", self.root, commit, pending)
+                log.warning(
+                    "store %s: discarding an unfinished append at CommitLog [%d, %d)",
+                    self.root,
+                    commit,
+                    pending,
+                )
                 report.reason = "unfinished append"
             cut = commit
-            garbage_end = max(pending, self.commit_log.first_nonzero_tail(
-                end, self.config.max_message_size + 65536))
+            garbage_end = max(
+                pending,
+                self.commit_log.first_nonzero_tail(end, self.config.max_message_size + 65536),
+            )
         elif after is None and quick and end == commit:
             garbage_end = end
         elif after is None:
             garbage_end = self.commit_log.first_nonzero_tail(
-                end, self.config.max_message_size + 65536)
+                end, self.config.max_message_size + 65536
+            )
             if trusted:
                 garbage_end = max(garbage_end, min(pending, self._segment_end(end)))
         else:
             resume, following, valid_end = self.commit_log.survey(after)
             damage = (resume, following, valid_end)
         if damage is not None and truncate_at is not None and truncate_at == end:
-            log.warning("store %s: truncating the CommitLog at %d as asked: %d valid "
-                        "record(s) after it are discarded", self.root, end, damage[1])
+            log.warning(
+                "store %s: truncating the CommitLog at %d as asked: %d valid "
+                "record(s) after it are discarded",
+                self.root,
+                end,
+                damage[1],
+            )
             report.truncated_valid_records = damage[1]
             self.commit_log.zero_from(end)
             damage = None
             garbage_end = end
         elif truncate_at is not None:
-            where = (f"the damage is at offset {end}" if damage is not None
-                     else "the store is not damaged")
+            where = (
+                f"the damage is at offset {end}"
+                if damage is not None
+                else "the store is not damaged"
+            )
             raise ConfigError(f"truncate_at {truncate_at}: {where}; nothing was truncated")
         report.commit_end = cut
         if damage is not None:
             resume, following, valid_end = damage
             f = self.commit_log.files.find(end)
-            report.damage = DamageReport(f.path if f else self.commit_log.directory, end,
-                                         resume, following)
+            report.damage = DamageReport(
+                f.path if f else self.commit_log.directory, end, resume, following
+            )
             log.error("store %s: %s", self.root, report.damage.describe())
             state.damage_pos, state.damage_resume = end, resume
             state.damage_following = following
@@ -2486,8 +3011,11 @@ class MessageStore:
         elif self._gaps:
             # A rebuild would drop the entries of records past the damage: queues
             # are repaired once the damage is resolved.
-            log.warning("store %s: ConsumeQueues %s lack entries; rebuilt once the damage "
-                        "is resolved", self.root, sorted(self._gaps))
+            log.warning(
+                "store %s: ConsumeQueues %s lack entries; rebuilt once the damage is resolved",
+                self.root,
+                sorted(self._gaps),
+            )
             self._gaps.clear()
         with open(abort_path, "wb"):
             pass
@@ -2554,15 +3082,19 @@ class MessageStore:
             try:
                 validate_topic(topic, on_disk=True)
             except ConfigError:
-                log.warning("store %s: ignoring ConsumeQueue directory %r (not a topic name)",
-                            self.root, topic)
+                log.warning(
+                    "store %s: ignoring ConsumeQueue directory %r (not a topic name)",
+                    self.root,
+                    topic,
+                )
                 continue
             qids = [int(q) for q in os.listdir(os.path.join(base, topic)) if q.isdigit()]
             if qids:
                 n = max(qids) + 1
                 self.topics.create(topic, n, n, perm=6, order=False, on_disk=True)
-                log.info("store %s: adopted topic %r with %d queue(s) found on disk",
-                         self.root, topic, n)
+                log.info(
+                    "store %s: adopted topic %r with %d queue(s) found on disk", self.root, topic, n
+                )
 
     def _is_empty(self) -> bool:
         return not self.commit_log.files.files
@@ -2571,10 +3103,15 @@ class MessageStore:
         """``start`` (a position of a state file not trusted as a whole) if the CommitLog
         confirms it as a place to scan from: a record starts or ends there."""
         if start < self.commit_log.files.min_offset or not (
-                self._is_record(start) or self._ends_a_record(start)):
+            self._is_record(start) or self._ends_a_record(start)
+        ):
             return None
-        log.info("store %s: scanning from %d, where %s says the data was dispatched",
-                 self.root, start, self.state.path)
+        log.info(
+            "store %s: scanning from %d, where %s says the data was dispatched",
+            self.root,
+            start,
+            self.state.path,
+        )
         return start
 
     def _safe_scan_start(self, abnormal: bool) -> int:
@@ -2627,9 +3164,14 @@ class MessageStore:
                 if hole is None:
                     continue
                 if topic == TRANS_HALF_TOPIC:
-                    log.error("store %s: ConsumeQueue %s/%s has a hole at entry %d; half "
-                              "messages are named by their offsets, so it is left as is",
-                              self.root, topic, qid, hole)
+                    log.error(
+                        "store %s: ConsumeQueue %s/%s has a hole at entry %d; half "
+                        "messages are named by their offsets, so it is left as is",
+                        self.root,
+                        topic,
+                        qid,
+                        hole,
+                    )
                     continue
                 key = (topic, int(qid))
                 self._gaps[key] = min(hole, self._gaps.get(key, hole))
@@ -2673,9 +3215,11 @@ class MessageStore:
             for pos, check in self.commit_log.scan(phy, verify_crc=True):
                 if pos >= upto or check.size <= 0:
                     break
-                if ((check.topic, check.queue_id) != (topic, qid) or check.queue_offset < first
-                        or transaction_type(check.sys_flag) not in (
-                            0, SysFlag.TRANSACTION_COMMIT)):
+                if (
+                    (check.topic, check.queue_id) != (topic, qid)
+                    or check.queue_offset < first
+                    or transaction_type(check.sys_flag) not in (0, SysFlag.TRANSACTION_COMMIT)
+                ):
                     continue
                 if check.queue_offset != n:
                     self.commit_log.set_queue_offset(pos, n)
@@ -2683,8 +3227,15 @@ class MessageStore:
                 n += 1
             self.commit_log.flush(phy, upto)
             self._mark_dirty((topic, qid), first)
-            log.warning("store %s: ConsumeQueue %s/%d rebuilt from the CommitLog from entry "
-                        "%d; it has %d entries", self.root, topic, qid, first, n)
+            log.warning(
+                "store %s: ConsumeQueue %s/%d rebuilt from the CommitLog from entry "
+                "%d; it has %d entries",
+                self.root,
+                topic,
+                qid,
+                first,
+                n,
+            )
             done.append((topic, qid, first, n))
         state.dispatched_pos = dispatched
         return done
@@ -2697,8 +3248,7 @@ class MessageStore:
         if os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
             return True
         cfg = self.topics.get(topic)
-        return cfg is None or queue_id < max(int(cfg["readQueueNums"]),
-                                             int(cfg["writeQueueNums"]))
+        return cfg is None or queue_id < max(int(cfg["readQueueNums"]), int(cfg["writeQueueNums"]))
 
     def _queue_code(self, check: RecordCheck) -> int:
         """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
@@ -2737,10 +3287,12 @@ class DamageReport:
     following: int  # how many valid records follow it
 
     def describe(self) -> str:
-        return (f"the CommitLog is damaged at offset {self.offset} (file {self.file}), and "
-                f"{self.following} valid record(s) follow from offset {self.resume}; writes "
-                f"are refused until `rocketspark store recover --truncate-at {self.offset}` "
-                "discards everything from the damage on (or the bytes are restored)")
+        return (
+            f"the CommitLog is damaged at offset {self.offset} (file {self.file}), and "
+            f"{self.following} valid record(s) follow from offset {self.resume}; writes "
+            f"are refused until `rocketspark store recover --truncate-at {self.offset}` "
+            "discards everything from the damage on (or the bytes are restored)"
+        )
 
 
 @dataclass
@@ -2817,12 +3369,14 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
     bool, a float that would be truncated, a negative number) is refused by name."""
     if isinstance(half, np.ndarray):
         if half.dtype.kind not in "iu":
-            raise ConfigError(f"half message offsets must be integers, got an array of "
-                              f"{half.dtype}")
+            raise ConfigError(
+                f"half message offsets must be integers, got an array of {half.dtype}"
+            )
         half = half.astype(np.int64, copy=False)
         if len(half) and int(half.min()) < 0:  # (a uint64 beyond int64 wraps negative)
             raise OffsetOutOfRangeError(
-                f"no half message at offset {half.min()} of {TRANS_HALF_TOPIC}")
+                f"no half message at offset {half.min()} of {TRANS_HALF_TOPIC}"
+            )
         return half
     if isinstance(half, PutResults):
         if len(half) and half.topics != TRANS_HALF_TOPIC:
@@ -2840,11 +3394,12 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
             out.append(h)
         else:
             if isinstance(h, bool) or not isinstance(h, numbers.Integral):
-                raise ConfigError(f"a half message is named by its PutResult or its queue "
-                                  f"offset (an integer), got {h!r}")
+                raise ConfigError(
+                    f"a half message is named by its PutResult or its queue "
+                    f"offset (an integer), got {h!r}"
+                )
             if not 0 <= h <= INT64_MAX:
-                raise OffsetOutOfRangeError(f"no half message at offset {h} of "
-                                            f"{TRANS_HALF_TOPIC}")
+                raise OffsetOutOfRangeError(f"no half message at offset {h} of {TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out
 
@@ -2903,7 +3458,8 @@ def _check_queue(info: TopicInfo, queue_id: int) -> None:
     if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
         raise OffsetOutOfRangeError(
             f"queue {queue_id} of topic {info.name!r} does not exist "
-            f"(the topic has {info.read_queue_nums} queues)")
+            f"(the topic has {info.read_queue_nums} queues)"
+        )
 
 
 def _utf8(text: str) -> bool:
@@ -2924,15 +3480,17 @@ def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
             raise TypeError
         return dict(props)
     except (TypeError, ValueError):
-        raise InvalidMessageError(f"{where}properties must be a mapping or (name, value) "
-                                  f"pairs, got {props!r}") from None
+        raise InvalidMessageError(
+            f"{where}properties must be a mapping or (name, value) pairs, got {props!r}"
+        ) from None
 
 
 def _bad_property(where: str, name: Any, value: Any) -> None:
     """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
     if not isinstance(name, str) or not isinstance(value, str):
-        raise InvalidMessageError(f"{where}message property {name!r}: names and values must "
-                                  "be strings")
+        raise InvalidMessageError(
+            f"{where}message property {name!r}: names and values must be strings"
+        )
     if not name:
         raise InvalidMessageError(f"{where}message property names must not be empty")
 
@@ -2948,15 +3506,16 @@ def _joined_keys(keys: Any, where: str) -> str:
             # no key is empty or holds a space: one space between keys, no more
             if joined.count(" ") == len(keys) - 1 and "" not in keys:
                 return joined
-    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys,
-                                                                                Iterable):
-        raise InvalidMessageError(f"{where}keys must be a string or a sequence of strings, "
-                                  f"got {keys!r}")
+    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys, Iterable):
+        raise InvalidMessageError(
+            f"{where}keys must be a string or a sequence of strings, got {keys!r}"
+        )
     keys = list(keys)
     for k in keys:
         if not isinstance(k, str) or not k or " " in k:
             raise InvalidMessageError(
-                f"{where}message key {k!r} must be a non-empty string without spaces")
+                f"{where}message key {k!r} must be a non-empty string without spaces"
+            )
     return " ".join(keys)
 
 
@@ -2992,30 +3551,60 @@ def _column_length(name: str, col: Any) -> int:
     if col.__class__ is list:
         return len(col)
     if isinstance(col, (str, bytes, bytearray, Mapping)) or not hasattr(col, "__len__"):
-        raise ConfigError(f"column {name} must be a sequence with one entry per message, "
-                          f"got {type(col).__name__}")
+        raise ConfigError(
+            f"column {name} must be a sequence with one entry per message, got {type(col).__name__}"
+        )
     return len(col)
 
 
 class _Columns:
     """The columns of a columnar put, checked for equal lengths."""
 
-    __slots__ = ("bodies", "topic", "topics", "tags", "keys", "properties", "queue_ids",
-                 "sharding_keys", "extra", "checked")
+    __slots__ = (
+        "bodies",
+        "topic",
+        "topics",
+        "tags",
+        "keys",
+        "properties",
+        "queue_ids",
+        "sharding_keys",
+        "extra",
+        "checked",
+    )
 
-    def __init__(self, bodies: Sequence[Any], topic: str | None, topics: Any, tags: Any,
-                 keys: Any, properties: Any, queue_ids: Any, sharding_keys: Any,
-                 extra: tuple[Any, Any, Any] | None = None):
+    def __init__(
+        self,
+        bodies: Sequence[Any],
+        topic: str | None,
+        topics: Any,
+        tags: Any,
+        keys: Any,
+        properties: Any,
+        queue_ids: Any,
+        sharding_keys: Any,
+        extra: tuple[Any, Any, Any] | None = None,
+    ):
         n = _column_length("bodies", bodies)
-        for name, col in (("topics", topics), ("tags", tags), ("keys", keys),
-                          ("properties", properties), ("queue_ids", queue_ids),
-                          ("sharding_keys", sharding_keys)):
+        for name, col in (
+            ("topics", topics),
+            ("tags", tags),
+            ("keys", keys),
+            ("properties", properties),
+            ("queue_ids", queue_ids),
+            ("sharding_keys", sharding_keys),
+        ):
             if col is not None and _column_length(name, col) != n:
                 raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
         if topic is None and topics is None:
             raise ConfigError("no topic: give topic= (one for all rows) or topics=")
         self.bodies, self.topic, self.topics, self.tags, self.keys = (
-            bodies, topic, topics, tags, keys)
+            bodies,
+            topic,
+            topics,
+            tags,
+            keys,
+        )
         self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
         self.extra = extra
         self.checked = False  # the columns of Messages, whose fields they checked
@@ -3024,12 +3613,22 @@ class _Columns:
     def of_messages(cls, messages: Sequence[Message]) -> _Columns:
         extra = None
         if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
-            extra = ([m.flag for m in messages], [m.reconsume_times for m in messages],
-                     [m.born_timestamp for m in messages])
-        cols = cls([m.body for m in messages], None, [m.topic for m in messages],
-                   [m.tags for m in messages], [m.keys for m in messages],
-                   [m.properties for m in messages], [m.queue_id for m in messages],
-                   [m.sharding_key for m in messages], extra)
+            extra = (
+                [m.flag for m in messages],
+                [m.reconsume_times for m in messages],
+                [m.born_timestamp for m in messages],
+            )
+        cols = cls(
+            [m.body for m in messages],
+            None,
+            [m.topic for m in messages],
+            [m.tags for m in messages],
+            [m.keys for m in messages],
+            [m.properties for m in messages],
+            [m.queue_id for m in messages],
+            [m.sharding_key for m in messages],
+            extra,
+        )
         cols.checked = True
         return cols
 
@@ -3040,13 +3639,27 @@ class _Columns:
             return c if c is not None else [None] * n
 
         out = []
-        for b, t, tg, k, p, q, sk in zip(self.bodies, col(self.topics), col(self.tags),
-                                         col(self.keys), col(self.properties),
-                                         col(self.queue_ids), col(self.sharding_keys)):
+        for b, t, tg, k, p, q, sk in zip(
+            self.bodies,
+            col(self.topics),
+            col(self.tags),
+            col(self.keys),
+            col(self.properties),
+            col(self.queue_ids),
+            col(self.sharding_keys),
+        ):
             # None: not set; any other value is Message's to check (as the row loop does)
-            out.append(Message(t if t is not None else self.topic, b, tags=tg, keys=k,
-                               properties=p if p is not None else {}, queue_id=q,
-                               sharding_key=sk))
+            out.append(
+                Message(
+                    t if t is not None else self.topic,
+                    b,
+                    tags=tg,
+                    keys=k,
+                    properties=p if p is not None else {},
+                    queue_id=q,
+                    sharding_key=sk,
+                )
+            )
         return out
 
 
@@ -3061,8 +3674,7 @@ UNIFORM_MAX_TAGS = 1024  # distinct tags a uniform batch may have (one piece eac
 def _hex4_bytes() -> np.ndarray:
     """_HEX4 as a (65536, 4) uint8 matrix (built on first use)."""
     if not _HEX4_BYTES:
-        _HEX4_BYTES.append(np.frombuffer("".join(_HEX4).encode(), dtype=np.uint8)
-                           .reshape(65536, 4))
+        _HEX4_BYTES.append(np.frombuffer("".join(_HEX4).encode(), dtype=np.uint8).reshape(65536, 4))
     return _HEX4_BYTES[0]
 
 

@@ -430,7 +430,13 @@ class TopicConfigTable(_JsonTable):
         return list(self._current()["topicConfigTable"])
 
     def create(
-        self, topic: str, read_queues: int, write_queues: int, *, perm: int = 6, order: bool = False,
+        self,
+        topic: str,
+        read_queues: int,
+        write_queues: int,
+        *,
+        perm: int = 6,
+        order: bool = False,
         on_disk: bool = False,
     ) -> None:
         """Create the topic, or change its queue counts, permission and order flag.
@@ -704,8 +710,8 @@ class SinkLedgerTable(_JsonTable):
             return -1, None
         pending = entry["pending"]
         return entry["committed"], (
-            None if pending is None
-            else (pending["batch"], [(a, b) for a, b in pending["runs"]]))
+            None if pending is None else (pending["batch"], [(a, b) for a, b in pending["runs"]])
+        )
 
     def query(self, sink_id: str) -> str | None:
         """The id of the streaming query that last committed for ``sink_id`` (None: unknown)."""
@@ -718,14 +724,18 @@ class SinkLedgerTable(_JsonTable):
         pending = None if entry is None else entry["pending"]
         return None if pending is None else pending.get("query")
 
-    def begin(self, sink_id: str, batch_id: int, runs: list[tuple[int, int]],
-              query: str | None = None) -> None:
+    def begin(
+        self, sink_id: str, batch_id: int, runs: list[tuple[int, int]], query: str | None = None
+    ) -> None:
         """Record that ``batch_id`` (of ``query``) is being committed with these half-offset runs."""
 
         def change(data: dict[str, Any]) -> bool:
             entry = data["sinks"].setdefault(sink_id, _new_sink())
-            entry["pending"] = {"batch": int(batch_id), "runs": [[a, b] for a, b in runs],
-                                "query": query}
+            entry["pending"] = {
+                "batch": int(batch_id),
+                "runs": [[a, b] for a, b in runs],
+                "query": query,
+            }
             return True
 
         self._modify(change)

@@ -53,26 +53,28 @@ from rocketspark.store.message_codec import (
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 # Field names as the Spark data source exposes them; every field nullable.
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()),
-    pa.field("brokerName", pa.string()),
-    pa.field("queueId", pa.int32()),
-    pa.field("queueOffset", pa.int64()),
-    pa.field("msgId", pa.string()),
-    pa.field("uniqKey", pa.string()),
-    pa.field("tags", pa.string()),
-    pa.field("keys", pa.list_(pa.string())),
-    pa.field("body", pa.binary()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("bornTimestamp", TIMESTAMP),
-    pa.field("storeTimestamp", TIMESTAMP),
-    pa.field("bornHost", pa.string()),
-    pa.field("storeHost", pa.string()),
-    pa.field("reconsumeTimes", pa.int32()),
-    pa.field("commitLogOffset", pa.int64()),
-    pa.field("flag", pa.int32()),
-    pa.field("sysFlag", pa.int32()),
-])
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("brokerName", pa.string()),
+        pa.field("queueId", pa.int32()),
+        pa.field("queueOffset", pa.int64()),
+        pa.field("msgId", pa.string()),
+        pa.field("uniqKey", pa.string()),
+        pa.field("tags", pa.string()),
+        pa.field("keys", pa.list_(pa.string())),
+        pa.field("body", pa.binary()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("bornTimestamp", TIMESTAMP),
+        pa.field("storeTimestamp", TIMESTAMP),
+        pa.field("bornHost", pa.string()),
+        pa.field("storeHost", pa.string()),
+        pa.field("reconsumeTimes", pa.int32()),
+        pa.field("commitLogOffset", pa.int64()),
+        pa.field("flag", pa.int32()),
+        pa.field("sysFlag", pa.int32()),
+    ]
+)
 
 HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
@@ -81,14 +83,22 @@ _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSE
 
 
 def empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
-                                      schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
+    )
 
 
-def records_to_batches(commit_log: CommitLog, topic: str, broker_name: str,
-                       phy_offsets: np.ndarray, sizes: np.ndarray, *, queue_id: int,
-                       queue_offsets: np.ndarray, check_crc: bool = True
-                       ) -> list[pa.RecordBatch]:
+def records_to_batches(
+    commit_log: CommitLog,
+    topic: str,
+    broker_name: str,
+    phy_offsets: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    queue_id: int,
+    queue_offsets: np.ndarray,
+    check_crc: bool = True,
+) -> list[pa.RecordBatch]:
     """Return the records at ``phy_offsets`` (ascending, all of ``topic``) as batches.
 
     One batch per CommitLog segment touched. ``sizes`` and ``queue_offsets`` are
@@ -109,8 +119,7 @@ def records_to_batches(commit_log: CommitLog, topic: str, broker_name: str,
     reached = _Reached(topic, queue_id, check_crc)
     out = []
     for a, b in zip(bounds, bounds[1:]):
-        out.append(_segment_batch(commit_log, reached, broker_name, phy[a:b], size[a:b],
-                                  qoff[a:b]))
+        out.append(_segment_batch(commit_log, reached, broker_name, phy[a:b], size[a:b], qoff[a:b]))
     return out
 
 
@@ -122,30 +131,43 @@ class _Reached(NamedTuple):
     check_crc: bool
 
 
-def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
-                   phy: np.ndarray, size: np.ndarray, qoff: np.ndarray) -> pa.RecordBatch:
+def _segment_batch(
+    commit_log: CommitLog,
+    reached: _Reached,
+    broker_name: str,
+    phy: np.ndarray,
+    size: np.ndarray,
+    qoff: np.ndarray,
+) -> pa.RecordBatch:
     topic = reached.topic
     f = commit_log.segment(int(phy[0]))
     n = len(phy)
     rel = phy - f.start_offset
     past = np.flatnonzero(rel + size > f.size)
     if len(past) or int(rel[0]) < 0:
-        raise CorruptRecordError("ConsumeQueue entry points past its CommitLog segment",
-                                 file=f.path, offset=int(phy[past[0]] if len(past) else phy[0]))
+        raise CorruptRecordError(
+            "ConsumeQueue entry points past its CommitLog segment",
+            file=f.path,
+            offset=int(phy[past[0]] if len(past) else phy[0]),
+        )
     buf = np.frombuffer(f.mm, dtype=np.uint8)
     try:
         hdr = gather_items(buf, rel, HEADER_DTYPE)  # every header in one gather
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
-        bad = np.flatnonzero(((magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2))
-                             | (total != size) | (hdr["phy"] != phy)
-                             | (hdr["queue_id"] != reached.queue_id)
-                             | (hdr["queue_offset"] != qoff))
+        bad = np.flatnonzero(
+            ((magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2))
+            | (total != size)
+            | (hdr["phy"] != phy)
+            | (hdr["queue_id"] != reached.queue_id)
+            | (hdr["queue_offset"] != qoff)
+        )
         if len(bad):
             i = int(bad[0])
             what = _header_mismatch(hdr[i], int(phy[i]), int(size[i]), reached, int(qoff[i]))
-            raise CorruptRecordError(f"record header damaged: {what}", file=f.path,
-                                     offset=int(phy[i]))
+            raise CorruptRecordError(
+                f"record header damaged: {what}", file=f.path, offset=int(phy[i])
+            )
         sys_flag = hdr["sys_flag"].astype(np.int32)
         if np.any(sys_flag & _SLOW_FLAGS):
             return _read_each(commit_log, reached, broker_name, phy, size, qoff)
@@ -155,13 +177,17 @@ def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
         v2 = magic == MESSAGE_MAGIC_CODE_V2
         topic_field = np.where(v2, 2, 1)
         # Before anything is read past the header: the body ends inside the record.
-        bad = np.flatnonzero((body_len < 0)
-                             | (body_len > total - HEADER_V4.size - topic_field - topic_len - 2))
+        bad = np.flatnonzero(
+            (body_len < 0) | (body_len > total - HEADER_V4.size - topic_field - topic_len - 2)
+        )
         if len(bad):
             i = int(bad[0])
             raise CorruptRecordError(
                 f"record header damaged: BODYLENGTH {int(body_len[i])} overruns TOTALSIZE "
-                f"{int(total[i])}", file=f.path, offset=int(phy[i]))
+                f"{int(total[i])}",
+                file=f.path,
+                offset=int(phy[i]),
+            )
         body_start = rel + HEADER_V4.size
         body_end = body_start + body_len
         plen_at = body_end + topic_field + topic_len
@@ -174,7 +200,9 @@ def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
             raise CorruptRecordError(
                 f"record fields add up to {int(computed[i])} bytes, TOTALSIZE says "
                 f"{int(total[i])} (is every record of this queue of topic {topic!r}?)",
-                file=f.path, offset=int(phy[i]))
+                file=f.path,
+                offset=int(phy[i]),
+            )
         _check_topics(buf, body_end, v2, topic_bytes, f.path, phy)
         segment = pa.py_buffer(f.mm)
         body = _cut(segment, body_start, body_end).cast(pa.binary())
@@ -191,23 +219,53 @@ def _segment_batch(commit_log: CommitLog, reached: _Reached, broker_name: str,
         born = _hosts(hdr["born_ip"], hdr["born_port"])
         store = _hosts(hdr["store_ip"], hdr["store_port"])
         columns = _finish(
-            n, topic, broker_name, hdr["queue_id"].astype(np.int32), qoffsets, msg_id, body,
-            parsed, hdr["born_ts"].astype(np.int64), hdr["store_ts"].astype(np.int64), born,
-            store, hdr["reconsume"].astype(np.int32), phy, hdr["flag"].astype(np.int32),
-            sys_flag)
+            n,
+            topic,
+            broker_name,
+            hdr["queue_id"].astype(np.int32),
+            qoffsets,
+            msg_id,
+            body,
+            parsed,
+            hdr["born_ts"].astype(np.int64),
+            hdr["store_ts"].astype(np.int64),
+            born,
+            store,
+            hdr["reconsume"].astype(np.int32),
+            phy,
+            hdr["flag"].astype(np.int32),
+            sys_flag,
+        )
     finally:
         del buf
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def _read_each(commit_log: CommitLog, reached: _Reached, broker_name: str, phy: np.ndarray,
-               size: np.ndarray, qoff: np.ndarray) -> pa.RecordBatch:
+def _read_each(
+    commit_log: CommitLog,
+    reached: _Reached,
+    broker_name: str,
+    phy: np.ndarray,
+    size: np.ndarray,
+    qoff: np.ndarray,
+) -> pa.RecordBatch:
     """The records as one batch, decoded one by one (the per-record path)."""
     read = commit_log.read_reached
     rows = zip(phy.tolist(), size.tolist(), qoff.tolist(), strict=True)
     return messages_to_batch(
-        [read(p, verify_crc=reached.check_crc, size=s, topic=reached.topic,
-              queue_id=reached.queue_id, queue_offset=q) for p, s, q in rows], broker_name)
+        [
+            read(
+                p,
+                verify_crc=reached.check_crc,
+                size=s,
+                topic=reached.topic,
+                queue_id=reached.queue_id,
+                queue_offset=q,
+            )
+            for p, s, q in rows
+        ],
+        broker_name,
+    )
 
 
 def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff: int) -> str:
@@ -220,14 +278,19 @@ def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff:
     if int(hdr["total"]) != size:
         return f"TOTALSIZE {int(hdr['total'])} is not the ConsumeQueue entry's size {size}"
     if int(hdr["queue_id"]) != reached.queue_id:
-        return (f"QUEUEID {int(hdr['queue_id'])} is not {reached.queue_id}, whose "
-                "ConsumeQueue points at it")
-    return (f"QUEUEOFFSET {int(hdr['queue_offset'])} is not {qoff}, the ConsumeQueue offset "
-            "that points at it")
+        return (
+            f"QUEUEID {int(hdr['queue_id'])} is not {reached.queue_id}, whose "
+            "ConsumeQueue points at it"
+        )
+    return (
+        f"QUEUEOFFSET {int(hdr['queue_offset'])} is not {qoff}, the ConsumeQueue offset "
+        "that points at it"
+    )
 
 
-def _check_topics(buf: np.ndarray, topic_at: np.ndarray, v2: np.ndarray, topic: bytes,
-                  path: str, phy: np.ndarray) -> None:
+def _check_topics(
+    buf: np.ndarray, topic_at: np.ndarray, v2: np.ndarray, topic: bytes, path: str, phy: np.ndarray
+) -> None:
     """Raise CorruptRecordError unless every record's TOPICLENGTH and topic (at
     ``topic_at``: 1 length byte, or 2 with the v2 magic) are ``topic``'s.
 
@@ -249,16 +312,20 @@ def _check_topics(buf: np.ndarray, topic_at: np.ndarray, v2: np.ndarray, topic: 
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         start = int(topic_at[i]) + (2 if v2[i] else 1)
-        length = int.from_bytes(bytes(buf[topic_at[i]:start]), "big")
-        got_topic = bytes(buf[start:start + min(length, len(topic) + 8)])
+        length = int.from_bytes(bytes(buf[topic_at[i] : start]), "big")
+        got_topic = bytes(buf[start : start + min(length, len(topic) + 8)])
         raise CorruptRecordError(
             f"record header damaged: topic {got_topic.decode('utf-8', 'replace')!r} "
             f"(TOPICLENGTH {length}) is not {topic.decode('utf-8')!r}, whose ConsumeQueue "
-            "points at it", file=path, offset=int(phy[i]))
+            "points at it",
+            file=path,
+            offset=int(phy[i]),
+        )
 
 
-def _check_body_crcs(body: pa.Array, body_len: np.ndarray, stored: np.ndarray, path: str,
-                     phy: np.ndarray) -> None:
+def _check_body_crcs(
+    body: pa.Array, body_len: np.ndarray, stored: np.ndarray, path: str, phy: np.ndarray
+) -> None:
     """Raise CorruptRecordError unless each body (a compact binary array, copied out
     of the segment) matches its BODYCRC field ``stored[i]``.
 
@@ -276,8 +343,7 @@ def _check_body_crcs(body: pa.Array, body_len: np.ndarray, stored: np.ndarray, p
         first = int(np.frombuffer(offsets, dtype=np.int32, count=1, offset=body.offset * 4)[0])
         if width <= _BATCH_MAX_WIDTH and _uniform_crcs_match(data, first, n, width, stored):
             return
-        items: Any = np.frombuffer(data, dtype=np.dtype((np.void, width)), count=n,
-                                   offset=first)
+        items: Any = np.frombuffer(data, dtype=np.dtype((np.void, width)), count=n, offset=first)
     else:
         items = body.to_pylist()
     crcs = np.fromiter(map(zlib.crc32, items), dtype=np.int64, count=n) & 0x7FFFFFFF
@@ -310,14 +376,21 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
         return False  # more bodies than the tables fold (read_batches blocks hold 2^16)
     mask, top0 = _top_bit_mask(width)
     words = width // 8
-    rows = np.ndarray(shape=(n, words), dtype="<u8", buffer=data, offset=first,
-                      strides=(width, 8))
-    acc = np.bitwise_xor.reduce(rows & mask[:words * 8].view("<u8"), axis=1) if words else \
-        np.zeros(n, dtype=np.uint64)
+    rows = np.ndarray(shape=(n, words), dtype="<u8", buffer=data, offset=first, strides=(width, 8))
+    acc = (
+        np.bitwise_xor.reduce(rows & mask[: words * 8].view("<u8"), axis=1)
+        if words
+        else np.zeros(n, dtype=np.uint64)
+    )
     if width % 8:
-        tail = np.ndarray(shape=(n, width % 8), dtype=np.uint8, buffer=data,
-                          offset=first + words * 8, strides=(width, 1))
-        acc ^= np.bitwise_xor.reduce(tail & mask[words * 8:], axis=1).astype(np.uint64)
+        tail = np.ndarray(
+            shape=(n, width % 8),
+            dtype=np.uint8,
+            buffer=data,
+            offset=first + words * 8,
+            strides=(width, 1),
+        )
+        acc ^= np.bitwise_xor.reduce(tail & mask[words * 8 :], axis=1).astype(np.uint64)
     for bits in (32, 16, 8, 4, 2, 1):
         acc ^= acc >> np.uint64(bits)
     top = (acc & np.uint64(1)).astype(np.uint32) ^ np.uint32(top0)
@@ -328,14 +401,19 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
         at = 0
         while at < n:  # chunks of 2^k bodies: each folds evenly, level by level
             size = 1 << ((n - at).bit_length() - 1)
-            vals = crcs[at:at + size]
+            vals = crcs[at : at + size]
             for level in range(size.bit_length() - 1):
                 t = tables[level]
                 left = vals[0::2]
-                vals = (t[0][left & 0xFF] ^ t[1][(left >> 8) & 0xFF] ^ t[2][(left >> 16) & 0xFF]
-                        ^ t[3][left >> 24] ^ vals[1::2])
+                vals = (
+                    t[0][left & 0xFF]
+                    ^ t[1][(left >> 8) & 0xFF]
+                    ^ t[2][(left >> 16) & 0xFF]
+                    ^ t[3][left >> 24]
+                    ^ vals[1::2]
+                )
             start = first + at * width
-            if int(vals[0]) != zlib.crc32(view[start:start + size * width]):
+            if int(vals[0]) != zlib.crc32(view[start : start + size * width]):
                 return False
             at += size
     finally:
@@ -376,17 +454,27 @@ def _shift_tables(width: int) -> list[list[np.ndarray]]:
     CRC of a part followed by that many bytes (a linear map, applied byte by byte)."""
     basis = np.array([1 << b for b in range(32)], dtype=np.uint32)
     # shift(c, m) = ~crc32(zeros(m), ~c): zlib runs its register over m zero bytes.
-    cols = np.array([~zlib.crc32(bytes(width), ~int(c) & 0xFFFFFFFF) & 0xFFFFFFFF
-                     for c in basis], dtype=np.uint32)
+    cols = np.array(
+        [~zlib.crc32(bytes(width), ~int(c) & 0xFFFFFFFF) & 0xFFFFFFFF for c in basis],
+        dtype=np.uint32,
+    )
     bits = (np.arange(256)[:, None] >> np.arange(8)) & 1  # (256, 8)
     out = []
     for _ in range(_SHIFT_LEVELS):
-        tables = [np.bitwise_xor.reduce(np.where(bits == 1, cols[8 * p:8 * p + 8], 0), axis=1
-                                        ).astype(np.uint32) for p in range(4)]
+        tables = [
+            np.bitwise_xor.reduce(np.where(bits == 1, cols[8 * p : 8 * p + 8], 0), axis=1).astype(
+                np.uint32
+            )
+            for p in range(4)
+        ]
         out.append(tables)
         # twice the shift: the map applied to its own columns
-        cols = (tables[0][cols & 0xFF] ^ tables[1][(cols >> 8) & 0xFF]
-                ^ tables[2][(cols >> 16) & 0xFF] ^ tables[3][cols >> 24])
+        cols = (
+            tables[0][cols & 0xFF]
+            ^ tables[1][(cols >> 8) & 0xFF]
+            ^ tables[2][(cols >> 16) & 0xFF]
+            ^ tables[3][cols >> 24]
+        )
     return out
 
 
@@ -403,7 +491,8 @@ def _cut(segment: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     offsets[0::2] = starts
     offsets[1::2] = ends
     interleaved = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), 2 * n - 1, [None, pa.py_buffer(offsets), segment])
+        pa.large_binary(), 2 * n - 1, [None, pa.py_buffer(offsets), segment]
+    )
     return interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
 
 
@@ -424,9 +513,10 @@ def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
         uniq, inverse = key[:1], np.zeros(len(key), dtype=np.int64)
     else:
         uniq, inverse = np.unique(key, return_inverse=True)
-    names = [str(HostAddress(int(k >> np.uint64(32)).to_bytes(4, "big"),
-                             int(k & np.uint64(0xFFFFFFFF))))
-             for k in uniq]
+    names = [
+        str(HostAddress(int(k >> np.uint64(32)).to_bytes(4, "big"), int(k & np.uint64(0xFFFFFFFF))))
+        for k in uniq
+    ]
     return pa.array(names, pa.string()).take(pa.array(inverse.astype(np.int32)))
 
 
@@ -454,8 +544,10 @@ def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array,
 def _offsets(props: pa.Array) -> tuple[np.ndarray, pa.Buffer | None]:
     """A large_binary array's n + 1 offsets (a view) and its data buffer."""
     _, off_buf, data_buf = props.buffers()
-    return (np.frombuffer(off_buf, dtype=np.int64, count=len(props) + 1,
-                          offset=props.offset * 8), data_buf)
+    return (
+        np.frombuffer(off_buf, dtype=np.int64, count=len(props) + 1, offset=props.offset * 8),
+        data_buf,
+    )
 
 
 _MAX_LENGTHS = 16  # properties lengths in one block that _parse_grouped takes on
@@ -482,7 +574,7 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     # layouts, like tag "ab" + key "c" and tag "a" + key "bc", go item by item).
     data = np.frombuffer(data_buf, dtype=np.uint8)
     for g, width in enumerate(kinds.tolist()):
-        members = order[bounds[g]:bounds[g + 1]]
+        members = order[bounds[g] : bounds[g + 1]]
         sample = members[np.linspace(0, len(members) - 1, min(8, len(members))).astype(np.int64)]
         rows = data[off[sample][:, None] + np.arange(width)]
         seps = (rows == 1) | (rows == 2)
@@ -522,8 +614,7 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
         return None
     if n > 1 and bool((np.diff(off) != width).any()):
         return None
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=width * n, offset=first
-                         ).reshape(n, width)
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=width * n, offset=first).reshape(n, width)
     row0 = data[0].tobytes()
     if row0[-1] != 2:
         return None
@@ -545,8 +636,7 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     if bool((data[:, cols] != data[0, cols]).any()):
         return None
     # The template's separators are in every row; exactly k of each means no others.
-    if (int(np.count_nonzero(data == 1)) != k * n
-            or int(np.count_nonzero(data == 2)) != k * n):
+    if int(np.count_nonzero(data == 1)) != k * n or int(np.count_nonzero(data == 2)) != k * n:
         return None
     kept = [j for j, x in enumerate(names) if x not in _COLUMN_NAMES]  # the map's items
     if k - len(kept) != len(_COLUMN_NAMES.intersection(names)):
@@ -559,11 +649,14 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
         at = 0
         for j in kept:
             a, b = spans[j]
-            value_bytes[:, at:at + b - a] = data[:, a:b]
+            value_bytes[:, at : at + b - a] = data[:, a:b]
             at += b - a
     nlen = np.array([len(names[j]) for j in kept], dtype=np.int32)
-    item_offsets = (np.arange(0, len(kept) * n + 1, len(kept), dtype=np.int32) if kept
-                    else np.zeros(n + 1, dtype=np.int32))
+    item_offsets = (
+        np.arange(0, len(kept) * n + 1, len(kept), dtype=np.int32)
+        if kept
+        else np.zeros(n + 1, dtype=np.int32)
+    )
     try:
         keys = _fixed_strings(b"".join(names[j] for j in kept) * n, np.tile(nlen, n))
         values = _fixed_strings(value_bytes, np.tile(vlen, n))
@@ -575,8 +668,7 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
                 looked_up.append(pa.nulls(n, pa.string()))
             else:
                 a, b = spans[j]
-                looked_up.append(_fixed_strings(_columns(data, a, b),
-                                                np.full(n, b - a, np.int32)))
+                looked_up.append(_fixed_strings(_columns(data, a, b), np.full(n, b - a, np.int32)))
     except pa.ArrowInvalid as e:
         raise _NotUtf8(str(e)) from None
     prop_map = pa.MapArray.from_arrays(pa.array(item_offsets), keys, values)
@@ -587,8 +679,9 @@ def _columns(rows: np.ndarray, a: int, b: int) -> np.ndarray:
     """Columns [a, b) of a C-contiguous byte matrix, copied compactly (an item of
     b - a raw bytes a row: ~2x faster than copying the 2-D slice)."""
     n, width = rows.shape
-    items = np.ndarray(shape=(n,), dtype=np.dtype((np.void, b - a)), buffer=rows,
-                       offset=a, strides=(width,))
+    items = np.ndarray(
+        shape=(n,), dtype=np.dtype((np.void, b - a)), buffer=rows, offset=a, strides=(width,)
+    )
     return items.copy()
 
 
@@ -597,8 +690,9 @@ def _fixed_strings(data: np.ndarray | bytes, lengths: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     raw = data if isinstance(data, bytes) else np.ascontiguousarray(data)
-    binary = pa.BinaryArray.from_buffers(pa.binary(), len(lengths),
-                                         [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
+    binary = pa.BinaryArray.from_buffers(
+        pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(raw)]
+    )
     return binary.cast(pa.string())
 
 
@@ -612,10 +706,13 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
     """
     n = len(props)
     off, data_buf = _offsets(props)
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else \
-        np.empty(0, dtype=np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8)
+        if data_buf is not None
+        else np.empty(0, dtype=np.uint8)
+    )
     rec_start, rec_end = off[:-1], off[1:]
-    sep2 = np.flatnonzero(data[:rec_end[-1] if n else 0] == 2)
+    sep2 = np.flatnonzero(data[: rec_end[-1] if n else 0] == 2)
     nonempty = rec_end > rec_start
     last_byte = data[np.maximum(rec_end - 1, 0)] if len(data) else np.zeros(n, np.uint8)
     open_rows = np.flatnonzero(nonempty & (last_byte != 2))
@@ -630,7 +727,7 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
         starts[0] = rec_start[rows[0]]
         same = rows[1:] == rows[:-1]
         starts[1:] = np.where(same, ends[:-1] + 1, rec_start[rows[1:]])
-    sep1 = np.flatnonzero(data[:rec_end[-1] if n else 0] == 1)
+    sep1 = np.flatnonzero(data[: rec_end[-1] if n else 0] == 1)
     at = np.searchsorted(sep1, starts)
     found = at < len(sep1)
     mid = np.where(found, sep1[np.minimum(at, max(len(sep1) - 1, 0))] if len(sep1) else 0, 0)
@@ -684,16 +781,27 @@ def _split_keys(keys_raw: pa.Array, n: int) -> pa.Array:
     rows = pc.filter(pc.list_parent_indices(keys), keep).to_numpy()
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pc.filter(flat, keep),
-                                    mask=keys.is_null())
+    return pa.ListArray.from_arrays(pa.array(offsets), pc.filter(flat, keep), mask=keys.is_null())
 
 
-def _finish(n: int, topic: str, broker_name: str, queue_id: np.ndarray,
-            queue_offset: np.ndarray, msg_id: pa.Array, body: pa.Array,
-            parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array],
-            born_ts: np.ndarray, store_ts: np.ndarray, born: pa.Array, store: pa.Array,
-            reconsume: np.ndarray, phy: np.ndarray, flag: np.ndarray,
-            sys_flag: np.ndarray) -> list[pa.Array]:
+def _finish(
+    n: int,
+    topic: str,
+    broker_name: str,
+    queue_id: np.ndarray,
+    queue_offset: np.ndarray,
+    msg_id: pa.Array,
+    body: pa.Array,
+    parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array],
+    born_ts: np.ndarray,
+    store_ts: np.ndarray,
+    born: pa.Array,
+    store: pa.Array,
+    reconsume: np.ndarray,
+    phy: np.ndarray,
+    flag: np.ndarray,
+    sys_flag: np.ndarray,
+) -> list[pa.Array]:
     prop_map, tags, uniq, keys_raw = parsed
     keys = _split_keys(keys_raw, n)
     zeros = pa.array(np.zeros(n, dtype=np.int32))
@@ -731,11 +839,11 @@ def messages_to_batch(messages: Sequence[MessageExt], broker_name: str) -> pa.Re
         "msgId": [m.msg_id for m in messages],
         "uniqKey": [m.uniq_key for m in messages],
         "tags": [m.tags for m in messages],
-        "keys": [m.keys if m.properties.get(PROPERTY_KEYS) is not None else None
-                 for m in messages],
+        "keys": [m.keys if m.properties.get(PROPERTY_KEYS) is not None else None for m in messages],
         "body": [m.body for m in messages],
-        "properties": [[kv for kv in m.properties.items() if kv[0] not in COLUMN_PROPERTIES]
-                       for m in messages],
+        "properties": [
+            [kv for kv in m.properties.items() if kv[0] not in COLUMN_PROPERTIES] for m in messages
+        ],
         "bornTimestamp": [m.born_timestamp * 1000 for m in messages],
         "storeTimestamp": [m.store_timestamp * 1000 for m in messages],
         "bornHost": [m.born_host for m in messages],
@@ -746,7 +854,8 @@ def messages_to_batch(messages: Sequence[MessageExt], broker_name: str) -> pa.Re
         "sysFlag": [m.sys_flag for m in messages],
     }
     return pa.RecordBatch.from_arrays(
-        [pa.array(cols[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+        [pa.array(cols[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
+    )
 
 
 def filter_tags(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.RecordBatch:
@@ -757,5 +866,11 @@ def filter_tags(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.Record
     return batch.filter(pc.fill_null(mask, False))
 
 
-__all__ = ["ARROW_SCHEMA", "COLUMN_PROPERTIES", "records_to_batches", "messages_to_batch",
-           "filter_tags", "V1_MAX_TOPIC_LENGTH"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "COLUMN_PROPERTIES",
+    "records_to_batches",
+    "messages_to_batch",
+    "filter_tags",
+    "V1_MAX_TOPIC_LENGTH",
+]

@@ -43,8 +43,9 @@ class ScheduleService:
     def __init__(self, store: MessageStore):
         self.store = store
 
-    def run(self, now_ms: int | None = None, *, limit_per_level: int = MAX_DELIVER_PER_LEVEL
-            ) -> int:
+    def run(
+        self, now_ms: int | None = None, *, limit_per_level: int = MAX_DELIVER_PER_LEVEL
+    ) -> int:
         """Deliver every message due at ``now_ms`` (the store clock by default); return the count."""
         store = self.store
         now = store.clock() if now_ms is None else now_ms
@@ -105,18 +106,31 @@ class ScheduleService:
         except ValueError:
             queue_id = 0
         if not topic:
-            log.error("scheduled message at offset %d has no REAL_TOPIC; dropped",
-                      msg.commitlog_offset)
+            log.error(
+                "scheduled message at offset %d has no REAL_TOPIC; dropped", msg.commitlog_offset
+            )
             return None
         if not store.has_topic(topic):
-            log.error("scheduled message at offset %d is due for topic %r, which no longer "
-                      "exists; dropped", msg.commitlog_offset, topic)
+            log.error(
+                "scheduled message at offset %d is due for topic %r, which no longer "
+                "exists; dropped",
+                msg.commitlog_offset,
+                topic,
+            )
             return None
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         return store._prepare_raw(
-            topic, queue_id, msg.body, props, now, sys_flag=msg.sys_flag, flag=msg.flag,
-            born_timestamp=msg.born_timestamp, born_host=_host(msg.born_host),
-            reconsume_times=msg.reconsume_times)
+            topic,
+            queue_id,
+            msg.body,
+            props,
+            now,
+            sys_flag=msg.sys_flag,
+            flag=msg.flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=_host(msg.born_host),
+            reconsume_times=msg.reconsume_times,
+        )
 
     def _resolve_intent(self) -> None:
         """Finish the bookkeeping of a step that died between its put and its progress write."""
@@ -132,14 +146,19 @@ class ScheduleService:
                     # The step's put is one append: it landed if the record where it
                     # would start is the delivery of the first message the step kept.
                     first = self._first_kept(level, start, end)
-                    delivered = first is not None and _delivers(store.commit_log.read(pos),
-                                                                first)
+                    delivered = first is not None and _delivers(store.commit_log.read(pos), first)
                 break
         if delivered:
             store.delay_offsets.set(level, end)
-        log.warning("schedule step of level %d [%d, %d) was interrupted; %s", level, start, end,
-                    "it had delivered, progress recorded" if delivered
-                    else "nothing was delivered, it will run again")
+        log.warning(
+            "schedule step of level %d [%d, %d) was interrupted; %s",
+            level,
+            start,
+            end,
+            "it had delivered, progress recorded"
+            if delivered
+            else "nothing was delivered, it will run again",
+        )
         state.clear_intent()
 
     def _first_kept(self, level: int, start: int, end: int) -> MessageExt | None:
@@ -165,10 +184,13 @@ def _delivers(record: MessageExt, scheduled: MessageExt) -> bool:
     More than the UNIQ_KEY, which a producer may set: another writer's record
     right where the step's put would start must not pass for it.
     """
-    return (record.uniq_key is not None and record.uniq_key == scheduled.uniq_key
-            and record.topic == scheduled.properties.get(PROPERTY_REAL_TOPIC)
-            and record.born_timestamp == scheduled.born_timestamp
-            and record.body == scheduled.body)
+    return (
+        record.uniq_key is not None
+        and record.uniq_key == scheduled.uniq_key
+        and record.topic == scheduled.properties.get(PROPERTY_REAL_TOPIC)
+        and record.born_timestamp == scheduled.born_timestamp
+        and record.body == scheduled.body
+    )
 
 
 def _host(text: str):

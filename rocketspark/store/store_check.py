@@ -107,8 +107,10 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
         report.problem(layout.describe_foreign(root))
         return report
     if kind != "store":
-        report.problem(f"{root} is not a store: it is "
-                       f"{'an empty directory' if kind == 'empty' else 'not there'}")
+        report.problem(
+            f"{root} is not a store: it is "
+            f"{'an empty directory' if kind == 'empty' else 'not there'}"
+        )
         return report
     try:
         geometry = layout.read_geometry(root, for_check=True)
@@ -116,16 +118,19 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
         report.problem(f"the store's geometry cannot be read: {exc}")
         return report
     if geometry.sources["max_index_num"].startswith(layout.UNKNOWN_INDEX):
-        report.notes.append("index files checked only for having one size: their "
-                            f"maxHashSlotNum/maxIndexNum are {geometry.sources['max_index_num']}")
+        report.notes.append(
+            "index files checked only for having one size: their "
+            f"maxHashSlotNum/maxIndexNum are {geometry.sources['max_index_num']}"
+        )
     wrong = layout.wrong_size_files(root, geometry)
     for err in wrong:
         report.problem(str(err))
     bad_dirs = {os.path.dirname(err.file or "") for err in wrong}
     cl_dir = os.path.join(path, "commitlog")
     if os.path.abspath(cl_dir) in bad_dirs:
-        report.notes.append("CommitLog and ConsumeQueues not scanned: a CommitLog segment "
-                            "has the wrong size")
+        report.notes.append(
+            "CommitLog and ConsumeQueues not scanned: a CommitLog segment has the wrong size"
+        )
         return report
     seg_size = geometry.values["mapped_file_size_commit_log"]
     cq_size = geometry.values["mapped_file_size_consume_queue"]
@@ -144,8 +149,9 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
         report.segments = len(files.files)
         total = report.segments * seg_size
         bar = progress(total) if progress else None
-        commit_end = _scan_commit_log(files, seg_size, report, expected, bar,
-                                      _unfinished_append(path, files))
+        commit_end = _scan_commit_log(
+            files, seg_size, report, expected, bar, _unfinished_append(path, files)
+        )
         if bar is not None:
             bar.close()
         report.bytes_used = commit_end - files.min_offset
@@ -166,20 +172,29 @@ def _unfinished_append(path: str, files: MappedFileQueue) -> tuple[int, int] | N
             raw = fh.read(STATE_SIZE)
     except FileNotFoundError:
         return None
-    if len(raw) < STATE_SIZE or STATE_HEADER.unpack_from(raw, 0)[:2] != (
-            STATE_MAGIC, STATE_FORMAT_VERSION) or not all(
-            check_ok(raw[off:off + 8]) for off in CHECKED_FIELDS.values()):
+    if (
+        len(raw) < STATE_SIZE
+        or STATE_HEADER.unpack_from(raw, 0)[:2] != (STATE_MAGIC, STATE_FORMAT_VERSION)
+        or not all(check_ok(raw[off : off + 8]) for off in CHECKED_FIELDS.values())
+    ):
         return None
-    commit, pending = (int.from_bytes(raw[off:off + 8], "big") & VALUE_MASK
-                       for off in (COMMIT_POS_OFFSET, PENDING_END_OFFSET))
+    commit, pending = (
+        int.from_bytes(raw[off : off + 8], "big") & VALUE_MASK
+        for off in (COMMIT_POS_OFFSET, PENDING_END_OFFSET)
+    )
     if commit >= pending or find_valid_record(files, pending) is not None:
         return None
     return commit, pending
 
 
-def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
-                     expected: dict[tuple[str, int], int], bar: Any,
-                     unfinished: tuple[int, int] | None = None) -> int:
+def _scan_commit_log(
+    files: MappedFileQueue,
+    seg_size: int,
+    report: CheckReport,
+    expected: dict[tuple[str, int], int],
+    bar: Any,
+    unfinished: tuple[int, int] | None = None,
+) -> int:
     """Verify every record (up to an ``unfinished`` append); return the end of the last
     valid one."""
     pos = files.min_offset
@@ -207,7 +222,8 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
             report.problem(
                 f"unfinished append at CommitLog [{unfinished[0]}, {unfinished[1]}): a "
                 "writer died inside it, before it was acknowledged (opening the store "
-                "discards it)")
+                "discards it)"
+            )
             break
         resume = find_valid_record(files, stop)
         if resume is None:
@@ -216,7 +232,8 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
                 report.problem(
                     f"torn tail at CommitLog offset {stop} (file "
                     f"{os.path.basename(f.path) if f else '?'}): {reason}; no valid record "
-                    "follows (opening the store discards it)")
+                    "follows (opening the store discards it)"
+                )
             break
         damages.append((stop, reason, report.records, resume))
         pos = resume
@@ -227,7 +244,8 @@ def _scan_commit_log(files: MappedFileQueue, seg_size: int, report: CheckReport,
             f"{os.path.basename(f.path) if f else '?'}): {reason}; "
             f"{report.records - before} valid record(s) follow from offset {resume} (the "
             "store opens read-only until `rocketspark store recover --truncate-at "
-            f"{offset}` discards them, or the bytes are restored)")
+            f"{offset}` discards them, or the bytes are restored)"
+        )
     if bar is not None:
         bar.update(end - files.min_offset)
     return end
@@ -241,34 +259,49 @@ def _check_state(path: str, commit_end: int, report: CheckReport) -> None:
     except FileNotFoundError:
         return
     if len(raw) < STATE_SIZE:
-        report.problem(f"{STATE_FILE} is {len(raw)} bytes, expected {STATE_SIZE} (the next "
-                       "open rebuilds it from the CommitLog)")
+        report.problem(
+            f"{STATE_FILE} is {len(raw)} bytes, expected {STATE_SIZE} (the next "
+            "open rebuilds it from the CommitLog)"
+        )
         return
     magic, version, _ = STATE_HEADER.unpack_from(raw, 0)
     if magic != STATE_MAGIC:
-        report.problem(f"{STATE_FILE} has no valid header (the next open rebuilds it from "
-                       "the CommitLog)")
+        report.problem(
+            f"{STATE_FILE} has no valid header (the next open rebuilds it from the CommitLog)"
+        )
         return
     if version != STATE_FORMAT_VERSION:
-        report.notes.append(f"{STATE_FILE} has format {version}; the next open verifies the "
-                            f"CommitLog and rewrites it in format {STATE_FORMAT_VERSION}")
+        report.notes.append(
+            f"{STATE_FILE} has format {version}; the next open verifies the "
+            f"CommitLog and rewrites it in format {STATE_FORMAT_VERSION}"
+        )
         return
-    bad = [name for name, off in CHECKED_FIELDS.items() if not check_ok(raw[off:off + 8])]
+    bad = [name for name, off in CHECKED_FIELDS.items() if not check_ok(raw[off : off + 8])]
     if bad:
-        report.problem(f"{STATE_FILE}: {', '.join(bad)} "
-                       f"{'fails its check' if len(bad) == 1 else 'fail their checks'} (the "
-                       "next open does not trust the file and rebuilds it from the CommitLog)")
+        report.problem(
+            f"{STATE_FILE}: {', '.join(bad)} "
+            f"{'fails its check' if len(bad) == 1 else 'fail their checks'} (the "
+            "next open does not trust the file and rebuilds it from the CommitLog)"
+        )
         return
-    commit = int.from_bytes(raw[COMMIT_POS_OFFSET:COMMIT_POS_OFFSET + 8], "big") & VALUE_MASK
+    commit = int.from_bytes(raw[COMMIT_POS_OFFSET : COMMIT_POS_OFFSET + 8], "big") & VALUE_MASK
     if commit < commit_end:
-        report.notes.append(f"records end at CommitLog offset {commit_end}, past "
-                            f"{STATE_FILE}'s COMMIT_POS {commit} (another program appended "
-                            "them; the next open dispatches them)")
+        report.notes.append(
+            f"records end at CommitLog offset {commit_end}, past "
+            f"{STATE_FILE}'s COMMIT_POS {commit} (another program appended "
+            "them; the next open dispatches them)"
+        )
 
 
-def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
-                  report: CheckReport, expected: dict[tuple[str, int], int], size: int,
-                  bad_dirs: set[str]) -> None:
+def _check_queues(
+    path: str,
+    files: MappedFileQueue | None,
+    commit_end: int,
+    report: CheckReport,
+    expected: dict[tuple[str, int], int],
+    size: int,
+    bad_dirs: set[str],
+) -> None:
     import numpy as np
 
     base = os.path.join(path, "consumequeue")
@@ -294,17 +327,28 @@ def _check_queues(path: str, files: MappedFileQueue | None, commit_end: int,
                     q.close()
                 want = expected.get(key, 0)
                 if want > n:
-                    report.problem(f"ConsumeQueue {topic}/{qid} has {n} entries but the "
-                                   f"CommitLog holds records up to offset {want - 1} "
-                                   "(`rocketspark store recover` rebuilds them)")
+                    report.problem(
+                        f"ConsumeQueue {topic}/{qid} has {n} entries but the "
+                        f"CommitLog holds records up to offset {want - 1} "
+                        "(`rocketspark store recover` rebuilds them)"
+                    )
     for key, want in sorted(expected.items()):
         if key not in seen and want:
-            report.problem(f"ConsumeQueue {key[0]}/{key[1]} is missing; the CommitLog holds "
-                           f"{want} of its records (`rocketspark store recover` rebuilds it)")
+            report.problem(
+                f"ConsumeQueue {key[0]}/{key[1]} is missing; the CommitLog holds "
+                f"{want} of its records (`rocketspark store recover` rebuilds it)"
+            )
 
 
-def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueue | None,
-                 commit_end: int, report: CheckReport, np: Any) -> int:
+def _check_queue(
+    topic: str,
+    qid: int,
+    q: MappedFileQueue,
+    files: MappedFileQueue | None,
+    commit_end: int,
+    report: CheckReport,
+    np: Any,
+) -> int:
     """Check every written entry; return one past the last written one."""
     n = q.min_offset // CQ_STORE_UNIT_SIZE
     hole = None  # the first empty entry, while no written one was seen after it
@@ -316,25 +360,29 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
         per_file = f.size // CQ_STORE_UNIT_SIZE
         count = min(per_file, data_end(f._fd, f.size) // CQ_STORE_UNIT_SIZE)
         entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)
-        for off, size, code in zip(entries["offset"].tolist(), entries["size"].tolist(),
-                                   entries["tags"].tolist()):
+        for off, size, code in zip(
+            entries["offset"].tolist(), entries["size"].tolist(), entries["tags"].tolist()
+        ):
             if size == 0:
                 if hole is None:
                     hole = n
                 n += 1
                 continue
             if hole is not None and not holes_reported:
-                report.problem(f"ConsumeQueue {topic}/{qid}: entry {hole} is empty but entry "
-                               f"{n} after it is written: a hole, which hides every later "
-                               "entry from readers (`rocketspark store recover` rebuilds "
-                               "the queue from the CommitLog)")
+                report.problem(
+                    f"ConsumeQueue {topic}/{qid}: entry {hole} is empty but entry "
+                    f"{n} after it is written: a hole, which hides every later "
+                    "entry from readers (`rocketspark store recover` rebuilds "
+                    "the queue from the CommitLog)"
+                )
                 holes_reported = True
             hole = None
             report.queue_entries += 1
             where = f"ConsumeQueue {topic}/{qid} entry {n}"
             if files is None or off + size > commit_end:
-                report.problem(f"{where} points past the CommitLog end ({off} + {size} > "
-                               f"{commit_end})")
+                report.problem(
+                    f"{where} points past the CommitLog end ({off} + {size} > {commit_end})"
+                )
             else:
                 seg = files.find(off, refresh=False)
                 if seg is None:
@@ -343,14 +391,17 @@ def _check_queue(topic: str, qid: int, q: MappedFileQueue, files: MappedFileQueu
                 else:
                     c = check_record(seg.mm, off - seg.start_offset, off, verify_crc=False)
                     if c.size != size:
-                        report.problem(f"{where}: record at {off} has size {c.size}, entry "
-                                       f"says {size} {c.reason}".rstrip())
+                        report.problem(
+                            f"{where}: record at {off} has size {c.size}, entry "
+                            f"says {size} {c.reason}".rstrip()
+                        )
                     elif (c.topic, c.queue_id, c.queue_offset) != (topic, qid, n):
-                        report.problem(f"{where}: record at {off} belongs to {c.topic}/"
-                                       f"{c.queue_id} offset {c.queue_offset}")
+                        report.problem(
+                            f"{where}: record at {off} belongs to {c.topic}/"
+                            f"{c.queue_id} offset {c.queue_offset}"
+                        )
                     elif topic != SCHEDULE_TOPIC and code != tags_code(c.tags):
-                        report.problem(f"{where}: tags code {code} does not match tags "
-                                       f"{c.tags!r}")
+                        report.problem(f"{where}: tags code {code} does not match tags {c.tags!r}")
             n += 1
             last = n
         del entries

@@ -76,10 +76,14 @@ DAMAGE_POS_OFFSET = HOLDERS_OFFSET + 8
 DAMAGE_RESUME_OFFSET = DAMAGE_POS_OFFSET + 8
 DAMAGE_FOLLOWING_OFFSET = DAMAGE_RESUME_OFFSET + 8
 CHECKED_FIELDS = {
-    "COMMIT_POS": COMMIT_POS_OFFSET, "PENDING_END": PENDING_END_OFFSET,
-    "DISPATCHED_POS": DISPATCHED_POS_OFFSET, "FLUSHED_POS": FLUSHED_POS_OFFSET,
-    "SYNCED_POS": SYNCED_POS_OFFSET, "HOLDERS": HOLDERS_OFFSET,
-    "DAMAGE_POS": DAMAGE_POS_OFFSET, "DAMAGE_RESUME": DAMAGE_RESUME_OFFSET,
+    "COMMIT_POS": COMMIT_POS_OFFSET,
+    "PENDING_END": PENDING_END_OFFSET,
+    "DISPATCHED_POS": DISPATCHED_POS_OFFSET,
+    "FLUSHED_POS": FLUSHED_POS_OFFSET,
+    "SYNCED_POS": SYNCED_POS_OFFSET,
+    "HOLDERS": HOLDERS_OFFSET,
+    "DAMAGE_POS": DAMAGE_POS_OFFSET,
+    "DAMAGE_RESUME": DAMAGE_RESUME_OFFSET,
     "DAMAGE_FOLLOWING": DAMAGE_FOLLOWING_OFFSET,
 }
 VALUE_MASK = (1 << 48) - 1
@@ -89,6 +93,7 @@ _crc32 = zlib.crc32
 def check_ok(word: bytes) -> bool:
     """Does the checked field ``word`` (8 bytes) carry the check of its value?"""
     return (zlib.crc32(word[2:8]) & 0xFFFF) == int.from_bytes(word[:2], "big")
+
 
 OPEN_WAIT_SECONDS = 120.0
 
@@ -131,12 +136,19 @@ class StoreState:
         if not self.valid or self.format_version != STATE_FORMAT_VERSION:
             return list(CHECKED_FIELDS)
         mm = self._mm
-        return [name for name, off in CHECKED_FIELDS.items() if not check_ok(mm[off:off + 8])]
+        return [name for name, off in CHECKED_FIELDS.items() if not check_ok(mm[off : off + 8])]
 
     def legacy_positions(self) -> tuple[int, int, int, int]:
         """COMMIT_POS, PENDING_END, DISPATCHED_POS, FLUSHED_POS of a format-1 file."""
-        return tuple(_I64.unpack_from(self._mm, off)[0] for off in (  # type: ignore[return-value]
-            COMMIT_POS_OFFSET, PENDING_END_OFFSET, DISPATCHED_POS_OFFSET, FLUSHED_POS_OFFSET))
+        return tuple(
+            _I64.unpack_from(self._mm, off)[0]
+            for off in (  # type: ignore[return-value]
+                COMMIT_POS_OFFSET,
+                PENDING_END_OFFSET,
+                DISPATCHED_POS_OFFSET,
+                FLUSHED_POS_OFFSET,
+            )
+        )
 
     def initialise(self) -> None:
         """Stamp the header and zero every field, checks included (first opener only)."""
@@ -160,13 +172,13 @@ class StoreState:
         # One 8-byte slice copy: an aligned store no kill can tear (pack_into writes
         # byte by byte), so a value and its check always land together.
         raw = value.to_bytes(6, "big")
-        self._mm[off:off + 8] = (_crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
+        self._mm[off : off + 8] = (_crc32(raw) & 0xFFFF).to_bytes(2, "big") + raw
 
     def _get_plain(self, off: int) -> int:
         return _I64.unpack_from(self._mm, off)[0]
 
     def _set_plain(self, off: int, value: int) -> None:
-        self._mm[off:off + 8] = _I64.pack(value)
+        self._mm[off : off + 8] = _I64.pack(value)
 
     commit_pos = _checked_field(COMMIT_POS_OFFSET)
     pending_end = _checked_field(PENDING_END_OFFSET)
@@ -278,7 +290,8 @@ class StoreLock:
                     raise StoreLockedError(
                         f"store {self.root} is locked exclusively by another program "
                         f"(a RocketMQ broker, or a rocketspark process recovering it) "
-                        f"for more than {timeout:.0f}s")
+                        f"for more than {timeout:.0f}s"
+                    )
                 time.sleep(0.01)
 
     def replaced(self) -> bool:

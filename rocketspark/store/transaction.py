@@ -102,8 +102,13 @@ class TransactionService:
 
     # -- prepare ---------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[Message], *, producer_group: str,
-                extra_properties: dict[str, str] | None = None) -> list[PutResult]:
+    def prepare(
+        self,
+        messages: Sequence[Message],
+        *,
+        producer_group: str,
+        extra_properties: dict[str, str] | None = None,
+    ) -> list[PutResult]:
         """Store ``messages`` as half messages; they stay invisible until committed."""
         store = self.store
         store._check_open()
@@ -130,9 +135,18 @@ class TransactionService:
             props[PROPERTY_TRANSACTION_PREPARED] = "true"
             props[PROPERTY_REAL_TOPIC] = rec.topic
             props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
-            prepared.append(store._prepare_raw(
-                TRANS_HALF_TOPIC, 0, msg.body, props, now, flag=msg.flag,
-                born_timestamp=msg.born_timestamp or now, reconsume_times=msg.reconsume_times))
+            prepared.append(
+                store._prepare_raw(
+                    TRANS_HALF_TOPIC,
+                    0,
+                    msg.body,
+                    props,
+                    now,
+                    flag=msg.flag,
+                    born_timestamp=msg.born_timestamp or now,
+                    reconsume_times=msg.reconsume_times,
+                )
+            )
         return store._append(prepared, now)
 
     # -- commit / rollback -----------------------------------------------------------------
@@ -146,8 +160,11 @@ class TransactionService:
         """
         store = self.store
         store._check_open()
-        wanted = _sorted_unique(half_offsets if isinstance(half_offsets, np.ndarray) else
-                                np.fromiter((int(o) for o in half_offsets), dtype=np.int64))
+        wanted = _sorted_unique(
+            half_offsets
+            if isinstance(half_offsets, np.ndarray)
+            else np.fromiter((int(o) for o in half_offsets), dtype=np.int64)
+        )
         if not len(wanted):
             return []
         now = store.clock()
@@ -166,15 +183,18 @@ class TransactionService:
                 raise TransactionError(
                     f"half message at offset {off} was already "
                     f"{'committed' if not commit else 'rolled back'}; cannot "
-                    f"{'commit' if commit else 'roll back'} it")
+                    f"{'commit' if commit else 'roll back'} it"
+                )
             todo = wanted[states == OPEN]
             if not len(todo):
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
             entries = _read_entries(half_cq, todo)
             how = RESOLUTION_COMMIT if commit else RESOLUTION_ROLLBACK
-            ops = [self._op_record(todo[i:i + OP_CHUNK], how, now)
-                   for i in range(0, len(todo), OP_CHUNK)]
+            ops = [
+                self._op_record(todo[i : i + OP_CHUNK], how, now)
+                for i in range(0, len(todo), OP_CHUNK)
+            ]
             finals: Sequence[PutResult] = []
             if commit:
                 # Final records and op records go in ONE append: a crash between them
@@ -185,12 +205,15 @@ class TransactionService:
                 if batch is not None:
                     columns, *index_info = batch
                     finals, op_results = store._append_columns_then_locked(
-                        columns, ops, now, *index_info)
+                        columns, ops, now, *index_info
+                    )
                 else:
-                    prepared = [self._final_record(store.commit_log.read(int(phy)), now)
-                                for phy in entries["offset"].tolist()]
+                    prepared = [
+                        self._final_record(store.commit_log.read(int(phy)), now)
+                        for phy in entries["offset"].tolist()
+                    ]
                     results = store._append_locked(prepared + ops, now)
-                    finals, op_results = results[:len(prepared)], results[len(prepared):]
+                    finals, op_results = results[: len(prepared)], results[len(prepared) :]
             else:
                 op_results = store._append_locked(ops, now)
             self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
@@ -233,7 +256,7 @@ class TransactionService:
                 src: Any = f.mm
             else:  # byte_gather's views reach 2 GiB: copy the region out
                 lo = int(rel.min())
-                src = f.mm[lo:int((rel + entries["size"][a:b]).max())]
+                src = f.mm[lo : int((rel + entries["size"][a:b]).max())]
                 rel = rel - lo
             part = _parse_halves(src, rel, k, a, entries["size"][a:b].astype(np.int64))
             if part is None:
@@ -251,8 +274,9 @@ class TransactionService:
         topic_ids: dict[str, int] = {}
         tid_parts = []
         for p in parts:
-            remap = np.asarray([topic_ids.setdefault(t, len(topic_ids))
-                                for t in p["topic_names"]], dtype=np.int64)
+            remap = np.asarray(
+                [topic_ids.setdefault(t, len(topic_ids)) for t in p["topic_names"]], dtype=np.int64
+            )
             tid_parts.append(remap[p["topic"]])
         names = list(topic_ids)
         tid = tid_parts[0] if len(tid_parts) == 1 else np.concatenate(tid_parts)
@@ -260,48 +284,70 @@ class TransactionService:
         hdr = cat["hdr"]
         seg = cat["seg"]
         plen = cat["prefix_len"]
-        rests = (Pieces([i[1] for i in infos], np.zeros(n, dtype=np.int64),
-                        np.asarray([len(i[1]) for i in infos], dtype=np.int64)[tid],
-                        tid if len(infos) > 1 else 0),
-                 Pieces.fixed(plen.astype(">u2"), 2, n),
-                 Pieces(srcs, cat["props_start"], plen, seg if len(srcs) > 1 else 0))
-        bodies = Pieces(srcs, cat["body_start"], hdr["body_len"].astype(np.int64),
-                        seg if len(srcs) > 1 else 0)
-        topics: list[str] | str = names[0] if len(names) == 1 else [names[t] for t in
-                                                                    tid.tolist()]
-        magics = (infos[0][2] if len(infos) == 1 else
-                  np.asarray([i[2] for i in infos], dtype=np.int32)[tid])
+        rests = (
+            Pieces(
+                [i[1] for i in infos],
+                np.zeros(n, dtype=np.int64),
+                np.asarray([len(i[1]) for i in infos], dtype=np.int64)[tid],
+                tid if len(infos) > 1 else 0,
+            ),
+            Pieces.fixed(plen.astype(">u2"), 2, n),
+            Pieces(srcs, cat["props_start"], plen, seg if len(srcs) > 1 else 0),
+        )
+        bodies = Pieces(
+            srcs, cat["body_start"], hdr["body_len"].astype(np.int64), seg if len(srcs) > 1 else 0
+        )
+        topics: list[str] | str = names[0] if len(names) == 1 else [names[t] for t in tid.tolist()]
+        magics = (
+            infos[0][2]
+            if len(infos) == 1
+            else np.asarray([i[2] for i in infos], dtype=np.int32)[tid]
+        )
         batch = ColumnBatch(
-            topics=topics, queue_ids=cat["qid"].astype(np.int32), bodies=bodies, rests=rests,
-            crcs=hdr["crc"].astype(np.int64), magics=magics,
-            tags_codes=entries["tags"].astype(np.int64), born_host=store.born_host,
-            born_ts=hdr["born_ts"].astype(np.int64), flags=hdr["flag"].astype(np.int64),
+            topics=topics,
+            queue_ids=cat["qid"].astype(np.int32),
+            bodies=bodies,
+            rests=rests,
+            crcs=hdr["crc"].astype(np.int64),
+            magics=magics,
+            tags_codes=entries["tags"].astype(np.int64),
+            born_host=store.born_host,
+            born_ts=hdr["born_ts"].astype(np.int64),
+            flags=hdr["flag"].astype(np.int64),
             reconsume=hdr["reconsume"].astype(np.int64),
             sys_flags=(hdr["sys_flag"].astype(np.int64) & ~0xC) | 0x8,  # TRANSACTION_COMMIT
-            prepared=phys, born_ips=hdr["born_ip"].astype(np.int64),
-            born_ports=hdr["born_port"].astype(np.int64))
+            prepared=phys,
+            born_ips=hdr["born_ip"].astype(np.int64),
+            born_ports=hdr["born_port"].astype(np.int64),
+        )
         # UNIQ_KEY hashes (topic#UNIQ_KEY) for the index: hashCode of "topic#" carried on
         # over the 32 ASCII characters of the key, in uint32 (Java's int overflow).
         uniq = cat["uniq"]
         fast = cat["uniq_ok"]
-        topic_hash = np.asarray([java_string_hash(t + "#") & 0xFFFFFFFF for t in names],
-                                dtype=np.uint32)
+        topic_hash = np.asarray(
+            [java_string_hash(t + "#") & 0xFFFFFFFF for t in names], dtype=np.uint32
+        )
         hashes = java_hash_rows(topic_hash[tid], uniq)
         slow = np.flatnonzero(~fast)
         if len(slow):
             hashes[slow] = java_hash_many(
-                [f"{names[int(tid[i])]}#{cat['uniq_text'][int(i)]}" for i in slow]).view(
-                np.uint32)
+                [f"{names[int(tid[i])]}#{cat['uniq_text'][int(i)]}" for i in slow]
+            ).view(np.uint32)
         uniq_given = _UniqAt(uniq, fast, cat["uniq_text"])
         keyed = cat["keyed"]
         key_strings = cat["key_strings"]
         return batch, "", 0, uniq_given, keyed, key_strings, hashes.view(np.int32)
 
-    def _op_record(self, half_offsets: np.ndarray, resolution: str, now: int,
-                   **more: str) -> PreparedRecord:
+    def _op_record(
+        self, half_offsets: np.ndarray, resolution: str, now: int, **more: str
+    ) -> PreparedRecord:
         return self.store._prepare_raw(
-            TRANS_OP_HALF_TOPIC, 0, decimal_list(half_offsets, OFFSET_SEPARATOR.encode()),
-            {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG, PROPERTY_RESOLUTION: resolution, **more}, now)
+            TRANS_OP_HALF_TOPIC,
+            0,
+            decimal_list(half_offsets, OFFSET_SEPARATOR.encode()),
+            {PROPERTY_TAGS: TRANS_OP_REMOVE_TAG, PROPERTY_RESOLUTION: resolution, **more},
+            now,
+        )
 
     def _final_record(self, half: MessageExt, now: int) -> PreparedRecord:
         store = self.store
@@ -312,12 +358,22 @@ class TransactionService:
         props.pop(PROPERTY_FIRST_HALF, None)  # bookkeeping of the half queue only
         if topic is None:
             raise TransactionError(
-                f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC")
+                f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC"
+            )
         sys_flag = (half.sys_flag & ~0xC) | SysFlag.TRANSACTION_COMMIT
         return store._prepare_raw(
-            topic, int(qid), half.body, props, now, sys_flag=sys_flag, flag=half.flag,
-            born_timestamp=half.born_timestamp, reconsume_times=half.reconsume_times,
-            prepared_offset=half.commitlog_offset, born_host=_parse_host(half.born_host))
+            topic,
+            int(qid),
+            half.body,
+            props,
+            now,
+            sys_flag=sys_flag,
+            flag=half.flag,
+            born_timestamp=half.born_timestamp,
+            reconsume_times=half.reconsume_times,
+            prepared_offset=half.commitlog_offset,
+            born_host=_parse_host(half.born_host),
+        )
 
     def _start(self) -> int:
         if self._op_read is None:
@@ -353,8 +409,9 @@ class TransactionService:
                 break
         self._op_spans = [sp for sp in self._op_spans if sp[0] >= op_progress]
         self._resolved.floor = max(self._resolved.floor, progress)
-        store.offsets.commit_many(CHECK_GROUP, {(TRANS_HALF_TOPIC, 0): progress,
-                                                (TRANS_OP_HALF_TOPIC, 0): op_progress})
+        store.offsets.commit_many(
+            CHECK_GROUP, {(TRANS_HALF_TOPIC, 0): progress, (TRANS_OP_HALF_TOPIC, 0): op_progress}
+        )
 
     def _note_ops(self, op_results: Sequence[PutResult], todo: np.ndarray) -> None:
         """Remember ops this process wrote (they are not read back)."""
@@ -385,8 +442,14 @@ class TransactionService:
                 if how == RESOLUTION_PUT_BACK and moved_to.isdigit():
                     self._note_moves(np.sort(done), int(moved_to))
                 else:
-                    self._resolved.set_open(done, RESOLVED if how is None else COMMITTED
-                                            if how == RESOLUTION_COMMIT else ROLLED_BACK)
+                    self._resolved.set_open(
+                        done,
+                        RESOLVED
+                        if how is None
+                        else COMMITTED
+                        if how == RESOLUTION_COMMIT
+                        else ROLLED_BACK,
+                    )
                 if len(done):
                     self._op_spans.append((self._op_read + k, int(done.max())))
             self._op_read += len(entries)
@@ -401,11 +464,16 @@ class TransactionService:
                 state = self._resolved.get(int(self._live(offsets, states)[0]))
             else:
                 state = int(states[0])
-            return {OPEN: "open", COMMITTED: "committed", ROLLED_BACK: "rolled_back",
-                    RESOLVED: "resolved"}[state]
+            return {
+                OPEN: "open",
+                COMMITTED: "committed",
+                ROLLED_BACK: "rolled_back",
+                RESOLVED: "resolved",
+            }[state]
 
-    def open_halves(self, producer_group: str | None = None,
-                    exclude: np.ndarray | None = None) -> list[MessageExt]:
+    def open_halves(
+        self, producer_group: str | None = None, exclude: np.ndarray | None = None
+    ) -> list[MessageExt]:
         """Return the half messages not yet committed or rolled back, oldest first.
 
         With ``producer_group``, only that group's; halves at the offsets in
@@ -438,16 +506,23 @@ class TransactionService:
             if entry is None:
                 break
             half = store.commit_log.read(entry[0])
-            if producer_group is None or half.properties.get(
-                    PROPERTY_PRODUCER_GROUP) == producer_group:
+            if (
+                producer_group is None
+                or half.properties.get(PROPERTY_PRODUCER_GROUP) == producer_group
+            ):
                 out.append(half)
         return out
 
     # -- check -------------------------------------------------------------------------
 
-    def check(self, callback: Callable[[MessageExt], TransactionState | str | bool],
-              *, now_ms: int | None = None, timeout_ms: int | None = None,
-              max_checks: int | None = None) -> dict[str, int]:
+    def check(
+        self,
+        callback: Callable[[MessageExt], TransactionState | str | bool],
+        *,
+        now_ms: int | None = None,
+        timeout_ms: int | None = None,
+        max_checks: int | None = None,
+    ) -> dict[str, int]:
         """Resolve half messages left open longer than ``timeout_ms`` through ``callback``.
 
         ``callback(half_message)`` answers COMMIT / ROLLBACK / UNKNOWN (or True /
@@ -528,11 +603,19 @@ class TransactionService:
         for h in halves:
             props = dict(h.properties)
             props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(
-                int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1)
+                int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1
+            )
             props.setdefault(PROPERTY_FIRST_HALF, str(h.queue_offset))
             prepared[h.queue_offset] = store._prepare_raw(
-                TRANS_HALF_TOPIC, 0, h.body, props, now, flag=h.flag,
-                born_timestamp=h.born_timestamp, reconsume_times=h.reconsume_times)
+                TRANS_HALF_TOPIC,
+                0,
+                h.body,
+                props,
+                now,
+                flag=h.flag,
+                born_timestamp=h.born_timestamp,
+                reconsume_times=h.reconsume_times,
+            )
         with store._write_lock:
             store._sync_with_writers()
             self._read_ops()
@@ -541,8 +624,9 @@ class TransactionService:
             if not len(old):
                 return
             first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
-            op = self._op_record(old, RESOLUTION_PUT_BACK, now,
-                                 **{PROPERTY_MOVED_TO: str(first_new)})
+            op = self._op_record(
+                old, RESOLUTION_PUT_BACK, now, **{PROPERTY_MOVED_TO: str(first_new)}
+            )
             results = store._append_locked([prepared[o] for o in old.tolist()] + [op], now)
             results, op_results = results[:-1], results[-1:]
             assert results[0].queue_offset == first_new, (results[0], first_new)
@@ -612,8 +696,6 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     return TransactionState.UNKNOWN
 
 
-
-
 OPEN, COMMITTED, ROLLED_BACK, RESOLVED, MOVED = 0, 1, 2, 3, 4
 _FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
 _QID_SEP = b"\x02REAL_QID\x01"
@@ -625,8 +707,9 @@ _REGION_GAP = 1 << 20
 _MAX_VIEW = (1 << 31) - 1  # segments up to this size are gathered from in place
 
 
-def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,
-                mask: np.ndarray | None = None) -> np.ndarray:
+def _rows_equal(
+    buf: np.ndarray, at: np.ndarray, template: bytes, mask: np.ndarray | None = None
+) -> np.ndarray:
     """Per row: do the bytes at ``at`` equal ``template`` (where ``mask`` is True)?"""
     width = len(template)
     t = np.frombuffer(template, dtype=np.uint8)
@@ -637,10 +720,10 @@ def _rows_equal(buf: np.ndarray, at: np.ndarray, template: bytes,
     safe = np.where(inside, at, 0)
     win = byte_rows(buf, width)
     for c in range(0, len(at), _ROWS):
-        block = win[safe[c:c + _ROWS]] == t
+        block = win[safe[c : c + _ROWS]] == t
         if mask is not None:
             block |= ~mask
-        out[c:c + _ROWS] = block.all(axis=1)
+        out[c : c + _ROWS] = block.all(axis=1)
     return out & inside
 
 
@@ -651,8 +734,8 @@ def _differs_rows(rows: np.ndarray, other: np.ndarray) -> bool:
     than raw void items of 10-70 bytes, which it takes one by one).
     """
     for c in range(0, len(rows), _ROWS):
-        part = other if len(other) == 1 else other[c:c + _ROWS]
-        if bool((rows[c:c + _ROWS] != part).any()):
+        part = other if len(other) == 1 else other[c : c + _ROWS]
+        if bool((rows[c : c + _ROWS] != part).any()):
             return True
     return False
 
@@ -668,24 +751,25 @@ def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
     if j < 0:
         return None
     u_end = j + 1 + len(_TXN_HEAD) + UNIQ_HEX_LEN
-    uniq = p[j + 1 + len(_TXN_HEAD):u_end]
-    if len(uniq) != UNIQ_HEX_LEN or p[u_end:u_end + 1] != b"\x02" or b"\x02" in uniq:
+    uniq = p[j + 1 + len(_TXN_HEAD) : u_end]
+    if len(uniq) != UNIQ_HEX_LEN or p[u_end : u_end + 1] != b"\x02" or b"\x02" in uniq:
         return None
-    extra = p[u_end + 1:]
+    extra = p[u_end + 1 :]
     k = p.rfind(b"\x02PGROUP\x01", 0, j)
     if k < 0:
         return None
-    group = p[k + 8:j]
-    if b"\x02" in group or p[k - UNIQ_HEX_LEN - len(_UNIQ_HEAD):k] != _UNIQ_HEAD + uniq:
+    group = p[k + 8 : j]
+    if b"\x02" in group or p[k - UNIQ_HEX_LEN - len(_UNIQ_HEAD) : k] != _UNIQ_HEAD + uniq:
         return None
     slot = b"\x00" * UNIQ_HEX_LEN
-    template = b"".join((_UNIQ_HEAD, slot, b"\x02PGROUP\x01", group, b"\x02", _TXN_HEAD, slot,
-                         b"\x02", extra))
+    template = b"".join(
+        (_UNIQ_HEAD, slot, b"\x02PGROUP\x01", group, b"\x02", _TXN_HEAD, slot, b"\x02", extra)
+    )
     first = len(_UNIQ_HEAD)
     second = first + UNIQ_HEX_LEN + 8 + len(group) + 1 + len(_TXN_HEAD)
     mask = np.ones(len(template), dtype=bool)
-    mask[first:first + UNIQ_HEX_LEN] = False
-    mask[second:second + UNIQ_HEX_LEN] = False
+    mask[first : first + UNIQ_HEX_LEN] = False
+    mask[second : second + UNIQ_HEX_LEN] = False
     return template, mask, first, second
 
 
@@ -697,11 +781,12 @@ def _property(p: bytes, name: bytes) -> str | None:
         return None
     at += len(name) + 2
     end = lead.find(b"\x02", at)
-    return lead[at:end if end >= 0 else len(lead)].decode("utf-8")
+    return lead[at : end if end >= 0 else len(lead)].decode("utf-8")
 
 
-def _parse_halves(src: bytes, rel: np.ndarray, seg_no: int, base: int,
-                  sizes: np.ndarray) -> dict[str, Any] | None:
+def _parse_halves(
+    src: bytes, rel: np.ndarray, seg_no: int, base: int, sizes: np.ndarray
+) -> dict[str, Any] | None:
     """Where each half's committed record comes from (None: not our layout).
 
     Halves of a few layouts (a sink's batch) are checked and read layout by
@@ -719,8 +804,9 @@ def _parse_halves(src: bytes, rel: np.ndarray, seg_no: int, base: int,
 _MAX_LAYOUTS = 16  # record sizes in one region the layout parser takes on
 
 
-def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
-                   sizes: np.ndarray) -> dict[str, Any] | None:
+def _parse_layouts(
+    src: bytes, rel: np.ndarray, seg_no: int, base: int, sizes: np.ndarray
+) -> dict[str, Any] | None:
     """:func:`_parse_each`'s result for halves of a few layouts, one per record size; or None.
 
     A sink's halves come from a few prepare calls, each writing one layout:
@@ -745,8 +831,11 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
     if len(kinds) > _MAX_LAYOUTS:
         return None
     hdr = gather_items(buf, rel, HEADER_V4_DTYPE)
-    if (np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31)
-            or np.any(hdr["total"] != sizes)):
+    if (
+        np.any(hdr["magic"] != MESSAGE_MAGIC_CODE)
+        or np.any(hdr["sys_flag"] & 0x31)
+        or np.any(hdr["total"] != sizes)
+    ):
         return None  # the slots are found from each record's end: TOTALSIZE must agree
     body_len = hdr["body_len"].astype(np.int64)
     qid = np.empty(m, dtype=np.int64)
@@ -760,14 +849,14 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
     for g in range(len(kinds)):
         rows = np.flatnonzero(which == g) if len(kinds) > 1 else np.arange(m)
         i0 = int(rows[0])
-        first = _parse_each(src, rel[i0:i0 + 1], seg_no, base + i0)
+        first = _parse_each(src, rel[i0 : i0 + 1], seg_no, base + i0)
         if first is None or not first["uniq_ok"][0]:
             return None
         r0, size = int(rel[i0]), int(kinds[g])
         body_end = HEADER_V4.size + int(body_len[i0])
         lead = int(first["props_start"][0] + first["prefix_len"][0]) - r0
         head_end = int(first["head_end"][0]) - r0
-        learned = _learn_uniq_template(src[int(first["props_start"][0]):r0 + lead])
+        learned = _learn_uniq_template(src[int(first["props_start"][0]) : r0 + lead])
         if learned is None:
             return None
         template, _mask, u_first, u_second = learned
@@ -795,21 +884,21 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
             # Every byte after the body, a block of halves at a time: one pass over
             # them (a gather per byte range was a pass each), into a block that
             # stays in cache (a whole-batch copy costs its page faults).
-            tail = gather_items(buf, at_rows[c:c + _ROWS] + body_end,
-                                np.dtype((np.void, width)))
+            tail = gather_items(buf, at_rows[c : c + _ROWS] + body_end, np.dtype((np.void, width)))
             tail = tail.view(np.uint8).reshape(-1, width)
-            block = tail[:, u1:u1 + UNIQ_HEX_LEN]
-            if _differs_rows(block, tail[:, u2:u2 + UNIQ_HEX_LEN]) or bool(
-                    ((block >= 128) | (block == 2)).any()):
+            block = tail[:, u1 : u1 + UNIQ_HEX_LEN]
+            if _differs_rows(block, tail[:, u2 : u2 + UNIQ_HEX_LEN]) or bool(
+                ((block >= 128) | (block == 2)).any()
+            ):
                 return None
-            qd = tail[:, q1:q1 + digits].astype(np.int64) - 48
+            qd = tail[:, q1 : q1 + digits].astype(np.int64) - 48
             if bool(((qd < 0) | (qd > 9)).any()):
                 return None
-            part = rows[c:c + _ROWS]
+            part = rows[c : c + _ROWS]
             qid[part] = qd @ scale
             uniq[part] = block
             for lo in (u1, u2, q1):  # every byte but the slots: as in the first half
-                tail[:, lo:lo + (digits if lo == q1 else UNIQ_HEX_LEN)] = 0
+                tail[:, lo : lo + (digits if lo == q1 else UNIQ_HEX_LEN)] = 0
             if like is None:
                 like = tail[:1].copy()
             if _differs_rows(tail, like):
@@ -824,12 +913,22 @@ def _parse_layouts(src: bytes, rel: np.ndarray, seg_no: int, base: int,
             keyed[rows] = True
             key_of[g] = first["key_strings"][0]
     hits = np.flatnonzero(keyed)
-    return {"src": src, "hdr": hdr, "seg": np.full(m, seg_no, dtype=np.int64),
-            "body_start": rel + HEADER_V4.size, "props_start": props_start,
-            "prefix_len": prefix_len, "qid": qid, "topic": topic, "topic_names": names,
-            "uniq": uniq, "uniq_ok": np.ones(m, dtype=bool), "uniq_text": {},
-            "keyed": (hits + base).tolist(),
-            "key_strings": [key_of[g] for g in which[hits].tolist()]}
+    return {
+        "src": src,
+        "hdr": hdr,
+        "seg": np.full(m, seg_no, dtype=np.int64),
+        "body_start": rel + HEADER_V4.size,
+        "props_start": props_start,
+        "prefix_len": prefix_len,
+        "qid": qid,
+        "topic": topic,
+        "topic_names": names,
+        "uniq": uniq,
+        "uniq_ok": np.ones(m, dtype=bool),
+        "uniq_text": {},
+        "keyed": (hits + base).tolist(),
+        "key_strings": [key_of[g] for g in which[hits].tolist()],
+    }
 
 
 def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str, Any] | None:
@@ -889,7 +988,7 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
         cut = src.rfind(_FINAL_MARKER, int(props_start[i0]), int(topic_end[i0]))
         if cut < 0:
             return None
-        real = src[cut + len(_FINAL_MARKER):int(topic_end[i0])]
+        real = src[cut + len(_FINAL_MARKER) : int(topic_end[i0])]
         template = _FINAL_MARKER + real
         at = topic_end[todo] - len(template)
         ok = (at >= props_start[todo]) & _rows_equal(buf, at, template)
@@ -914,7 +1013,7 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     while len(todo) and tries < 8:
         tries += 1
         i0 = int(todo[0])
-        learned = _learn_uniq_template(src[int(props_start[i0]):int(lead[i0])])
+        learned = _learn_uniq_template(src[int(props_start[i0]) : int(lead[i0])])
         if learned is None:
             todo = todo[1:]
             continue
@@ -925,8 +1024,9 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
         rows, at = todo[ok], at[ok]
         win = byte_rows(buf, UNIQ_HEX_LEN)
         one = win[at + first]
-        good = (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (
-            one != 2).all(axis=1)
+        good = (
+            (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (one != 2).all(axis=1)
+        )
         uniq[rows[good]] = one[good]
         uniq_ok[rows[good]] = True
         head_end[rows[good]] = at[good]
@@ -939,18 +1039,31 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     keyed: list[int] = []
     key_strings: list[str] = []
     for i in np.flatnonzero((head_end > props_start) | ~uniq_ok).tolist():
-        p = src[int(props_start[i]):int(head_end[i])]
+        p = src[int(props_start[i]) : int(head_end[i])]
         if not uniq_ok[i]:
             uniq_text[base + i] = _property(p, b"UNIQ_KEY") or ""
         keys = _property(p, b"KEYS")
         if keys:
             keyed.append(base + i)
             key_strings.append(keys)
-    return {"src": src, "hdr": hdr, "seg": np.full(m, seg_no, dtype=np.int64),
-            "body_start": body_start, "props_start": props_start, "prefix_len": prefix_len,
-            "qid": qid, "topic": topic, "topic_names": names, "uniq": uniq,
-            "uniq_ok": uniq_ok, "uniq_text": uniq_text, "keyed": keyed,
-            "key_strings": key_strings, "head_end": head_end, "qid_digits": digits}
+    return {
+        "src": src,
+        "hdr": hdr,
+        "seg": np.full(m, seg_no, dtype=np.int64),
+        "body_start": body_start,
+        "props_start": props_start,
+        "prefix_len": prefix_len,
+        "qid": qid,
+        "topic": topic,
+        "topic_names": names,
+        "uniq": uniq,
+        "uniq_ok": uniq_ok,
+        "uniq_text": uniq_text,
+        "keyed": keyed,
+        "key_strings": key_strings,
+        "head_end": head_end,
+        "qid_digits": digits,
+    }
 
 
 class _UniqAt:
@@ -982,7 +1095,7 @@ class _ResolutionTable:
     def _grow(self, upto: int) -> None:
         if upto > len(self._b):
             bigger = np.zeros(max(upto, 2 * len(self._b), 1024), dtype=np.uint8)
-            bigger[:len(self._b)] = self._b
+            bigger[: len(self._b)] = self._b
             self._b = bigger
 
     def get(self, off: int) -> int:
@@ -1019,12 +1132,22 @@ def _op_offsets(body: bytes) -> np.ndarray:
     text = body.strip()
     if not text:
         return np.empty(0, dtype=np.int64)
-    if (text.replace(b",", b"").isdigit() and b",," not in text
-            and text[:1] != b"," and text[-1:] != b","):
+    if (
+        text.replace(b",", b"").isdigit()
+        and b",," not in text
+        and text[:1] != b","
+        and text[-1:] != b","
+    ):
         # digits between single separators: numpy's text parser (~12 ns an offset)
         return np.fromstring(text.decode("ascii"), dtype=np.int64, sep=",")
-    return np.array([int(p) for p in body.decode("ascii", "replace").split(OFFSET_SEPARATOR)
-                     if p.strip().isdigit()], dtype=np.int64)
+    return np.array(
+        [
+            int(p)
+            for p in body.decode("ascii", "replace").split(OFFSET_SEPARATOR)
+            if p.strip().isdigit()
+        ],
+        dtype=np.int64,
+    )
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -1047,10 +1170,10 @@ def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:
         got = cq.read(first, count)
         if len(got) < count:
             raise OffsetOutOfRangeError(
-                f"no half message at offset {first + len(got)} of {TRANS_HALF_TOPIC}")
+                f"no half message at offset {first + len(got)} of {TRANS_HALF_TOPIC}"
+            )
         parts.append(got)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
 
 
 def _parse_host(text: str) -> HostAddress:

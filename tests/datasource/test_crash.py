@@ -19,9 +19,12 @@ PIPELINE = os.path.join(os.path.dirname(__file__), "helpers", "pipeline.py")
 
 
 def _start(store_path: str, chk: str, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, PIPELINE, store_path, chk, mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, PIPELINE, store_path, chk, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _out(store_path: str) -> list[tuple[int, str]]:
@@ -51,8 +54,9 @@ def test_killed_pipeline_restarts_without_loss_or_duplicates(store_path, tmp_pat
             deadline = time.time() + 120
             with MessageStore.open(store_path) as s:
                 while time.time() < deadline and p.poll() is None:
-                    busy = s.open_transactions() or (s.has_topic("out") and any(
-                        s.max_offset("out", q) for q in range(3)))
+                    busy = s.open_transactions() or (
+                        s.has_topic("out") and any(s.max_offset("out", q) for q in range(3))
+                    )
                     if busy:
                         break
                     time.sleep(0.02)

@@ -29,12 +29,23 @@ def _all(store: MessageStore, topic: str) -> list:
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_batch_write_maps_columns_to_messages(spark, store_path, store, guarantee):
     store.create_topic("out", queues=4)
-    rows = [(f"body-{i}", f"t{i % 2}", [f"k{i}", f"x{i}"], {"p": str(i)}, f"cust-{i % 3}")
-            for i in range(30)]
-    df = spark.createDataFrame(rows, "body string, tags string, keys array<string>, "
-                                     "properties map<string,string>, shardingKey string")
-    (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
-     .option("deliveryGuarantee", guarantee).mode("append").save())
+    rows = [
+        (f"body-{i}", f"t{i % 2}", [f"k{i}", f"x{i}"], {"p": str(i)}, f"cust-{i % 3}")
+        for i in range(30)
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "body string, tags string, keys array<string>, "
+        "properties map<string,string>, shardingKey string",
+    )
+    (
+        df.write.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "out")
+        .option("deliveryGuarantee", guarantee)
+        .mode("append")
+        .save()
+    )
     msgs = _all(store, "out")
     assert sorted(m.body.decode() for m in msgs) == sorted(f"body-{i}" for i in range(30))
     by_body = {m.body.decode(): m for m in msgs}
@@ -51,22 +62,26 @@ def test_batch_write_maps_columns_to_messages(spark, store_path, store, guarante
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_rows_read_from_a_sinks_topic_go_back_through_a_sink_as_they_are(
-        spark, store_path, store, guarantee):
+    spark, store_path, store, guarantee
+):
     """Committed copies carry their transaction's PGROUP and __transactionId__ and the
     sink's RS_SINK, which the source's properties column shows: copying such rows on
     with their properties replaces those (they described the earlier write)."""
     store.create_topic("first", queues=2)
     store.create_topic("second", queues=2)
-    df = spark.createDataFrame([(f"b{i}", {"color": "red"}) for i in range(10)],
-                               "body string, properties map<string,string>")
-    df.write.format("rocketmq").option("store", store_path).option("topic", "first") \
-        .mode("append").save()
+    df = spark.createDataFrame(
+        [(f"b{i}", {"color": "red"}) for i in range(10)],
+        "body string, properties map<string,string>",
+    )
+    df.write.format("rocketmq").option("store", store_path).option("topic", "first").mode(
+        "append"
+    ).save()
     read = spark.read.format("rocketmq").option("store", store_path).option("topic", "first")
     rows = read.load().select("body", "properties")
     assert all("RS_SINK" in r.properties and "PGROUP" in r.properties for r in rows.collect())
-    rows.write.format("rocketmq").option("store", store_path).option("topic", "second") \
-        .option("deliveryGuarantee", guarantee).option("sinkId", "copier") \
-        .mode("append").save()
+    rows.write.format("rocketmq").option("store", store_path).option("topic", "second").option(
+        "deliveryGuarantee", guarantee
+    ).option("sinkId", "copier").mode("append").save()
     copies = _all(store, "second")
     assert sorted(m.body for m in copies) == sorted(f"b{i}".encode() for i in range(10))
     for m in copies:
@@ -82,38 +97,69 @@ def test_rows_read_from_a_sinks_topic_go_back_through_a_sink_as_they_are(
 def test_batch_write_routes_by_topic_and_queue_columns(spark, store_path, store):
     store.create_topic("a", queues=2)
     store.create_topic("b", queues=2)
-    df = spark.createDataFrame([("a", 1, b"x"), ("b", 0, b"y"), ("a", 1, b"z")],
-                               "topic string, queueId int, body binary")
+    df = spark.createDataFrame(
+        [("a", 1, b"x"), ("b", 0, b"y"), ("a", 1, b"z")], "topic string, queueId int, body binary"
+    )
     df.write.format("rocketmq").option("store", store_path).mode("append").save()
     assert [m.body for m in store.pull("a", 1, 0).messages] in ([b"x", b"z"], [b"z", b"x"])
     assert [m.body for m in store.pull("b", 0, 0).messages] == [b"y"]
 
 
-@pytest.mark.parametrize("schema, rows, options, message", [
-    ("value string", [("v",)], {"topic": "out"},
-     "does not know the column 'value'"),
-    ("body int", [(1,)], {"topic": "out"}, "column 'body' has type int"),
-    ("bodi string", [("v",)], {"topic": "out"}, "did you mean 'body'?"),
-    ("body string", [("v",)], {}, "no topic to write to"),
-    ("body string", [("v",)], {"topic": "missing"}, "topic 'missing' does not exist"),
-    ("body string, delayLevel int", [("v", 2)], {"topic": "out"},
-     "delayed messages cannot be transactional"),
-    ("body string", [("v",)], {"topic": "out", "deliveryGuarantee": "twice"},
-     "deliveryGuarantee: expected one of exactly_once, at_least_once"),
-    ("body string, properties map<string,string>", [("v", {"TAGS": "t"})], {"topic": "out"},
-     "'TAGS' is set by the sink itself"),
-    ("body string, properties map<string,string>", [("v", {"p": None})],
-     {"topic": "out", "deliveryGuarantee": "at_least_once"}, "property 'p' is null"),
-    ("body string, keys array<string>", [("v", ["x y"])], {"topic": "out"},
-     "key 'x y' is null, empty or holds a space"),
-    ("body string, topic string", [("v", "RMQ_SYS_TRANS_OP_HALF_TOPIC")],
-     {"topic": "out", "deliveryGuarantee": "at_least_once"},
-     "column topic: 'RMQ_SYS_TRANS_OP_HALF_TOPIC' is a RocketMQ system topic"),
-    ("body string", [("v",)], {"topic": "RMQ_SYS_TRANS_HALF_TOPIC"},
-     "option topic: 'RMQ_SYS_TRANS_HALF_TOPIC' is a RocketMQ system topic"),
-])
-def test_bad_input_fails_before_anything_is_written(spark, store_path, store, schema, rows,
-                                                    options, message):
+@pytest.mark.parametrize(
+    "schema, rows, options, message",
+    [
+        ("value string", [("v",)], {"topic": "out"}, "does not know the column 'value'"),
+        ("body int", [(1,)], {"topic": "out"}, "column 'body' has type int"),
+        ("bodi string", [("v",)], {"topic": "out"}, "did you mean 'body'?"),
+        ("body string", [("v",)], {}, "no topic to write to"),
+        ("body string", [("v",)], {"topic": "missing"}, "topic 'missing' does not exist"),
+        (
+            "body string, delayLevel int",
+            [("v", 2)],
+            {"topic": "out"},
+            "delayed messages cannot be transactional",
+        ),
+        (
+            "body string",
+            [("v",)],
+            {"topic": "out", "deliveryGuarantee": "twice"},
+            "deliveryGuarantee: expected one of exactly_once, at_least_once",
+        ),
+        (
+            "body string, properties map<string,string>",
+            [("v", {"TAGS": "t"})],
+            {"topic": "out"},
+            "'TAGS' is set by the sink itself",
+        ),
+        (
+            "body string, properties map<string,string>",
+            [("v", {"p": None})],
+            {"topic": "out", "deliveryGuarantee": "at_least_once"},
+            "property 'p' is null",
+        ),
+        (
+            "body string, keys array<string>",
+            [("v", ["x y"])],
+            {"topic": "out"},
+            "key 'x y' is null, empty or holds a space",
+        ),
+        (
+            "body string, topic string",
+            [("v", "RMQ_SYS_TRANS_OP_HALF_TOPIC")],
+            {"topic": "out", "deliveryGuarantee": "at_least_once"},
+            "column topic: 'RMQ_SYS_TRANS_OP_HALF_TOPIC' is a RocketMQ system topic",
+        ),
+        (
+            "body string",
+            [("v",)],
+            {"topic": "RMQ_SYS_TRANS_HALF_TOPIC"},
+            "option topic: 'RMQ_SYS_TRANS_HALF_TOPIC' is a RocketMQ system topic",
+        ),
+    ],
+)
+def test_bad_input_fails_before_anything_is_written(
+    spark, store_path, store, schema, rows, options, message
+):
     store.create_topic("out", queues=1)
     w = spark.createDataFrame(rows, schema).write.format("rocketmq").option("store", store_path)
     for k, v in options.items():
@@ -127,8 +173,9 @@ def test_a_store_option_naming_no_store_is_an_error_not_a_new_store(spark, tmp_p
     typo = str(tmp_path / "typo")
     df = spark.createDataFrame([("v",)], "body string")
     with pytest.raises(Exception, match=re.escape(f"option store: there is no store at {typo}")):
-        df.write.format("rocketmq").option("store", typo).option("topic", "out") \
-            .mode("append").save()
+        df.write.format("rocketmq").option("store", typo).option("topic", "out").mode(
+            "append"
+        ).save()
     with pytest.raises(Exception, match=re.escape(f"option store: there is no store at {typo}")):
         spark.read.format("rocketmq").option("store", typo).option("topic", "out").load()
     assert not os.path.exists(typo)
@@ -138,26 +185,37 @@ def test_overwrite_is_rejected(spark, store_path, store):
     store.create_topic("out", queues=1)
     df = spark.createDataFrame([("v",)], "body string")
     with pytest.raises(Exception, match="only appends"):
-        df.write.format("rocketmq").option("store", store_path).option("topic", "out") \
-            .mode("overwrite").save()
+        df.write.format("rocketmq").option("store", store_path).option("topic", "out").mode(
+            "overwrite"
+        ).save()
 
 
-def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, store_path, store,
-                                                              tmp_path):
+def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, store_path, store, tmp_path):
     store.create_topic("in", queues=2)
     store.create_topic("out", queues=2)
     store.put_batch([Message("in", f"m{i}".encode()) for i in range(50)])
     chk = str(tmp_path / "chk")
 
     def run():
-        src = (spark.readStream.format("rocketmq").option("store", store_path)
-               .option("topic", "in").option("startingOffsets", "earliest")
-               .option("maxOffsetsPerTrigger", "20").load())
-        out = src.select(F.upper(F.col("body").cast("string")).alias("body"),
-                         F.lit("copied").alias("tags"))
-        q = (out.writeStream.format("rocketmq").option("store", store_path)
-             .option("topic", "out").option("checkpointLocation", chk)
-             .trigger(availableNow=True).start())
+        src = (
+            spark.readStream.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "in")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "20")
+            .load()
+        )
+        out = src.select(
+            F.upper(F.col("body").cast("string")).alias("body"), F.lit("copied").alias("tags")
+        )
+        q = (
+            out.writeStream.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "out")
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(180)
         assert q.exception() is None
 
@@ -173,7 +231,8 @@ def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, store_path,
 
 
 def test_a_new_query_at_a_deleted_checkpoint_location_writes_all_its_batches(
-        spark, store_path, store, tmp_path):
+    spark, store_path, store, tmp_path
+):
     # The sink id comes from the checkpoint location; the ledger keeps the old query's
     # batch ids. The tasks report Spark's query id, so the new query's batches 0, 1..
     # are not taken for replays of the old one's.
@@ -184,12 +243,23 @@ def test_a_new_query_at_a_deleted_checkpoint_location_writes_all_its_batches(
 
     def run(first: int) -> None:
         store.put_batch([Message("in", f"m{i}".encode()) for i in range(first, first + 6)])
-        src = (spark.readStream.format("rocketmq").option("store", store_path)
-               .option("topic", "in").option("startingOffsets", "earliest")
-               .option("maxOffsetsPerTrigger", "2").load())
-        q = (src.select("body").writeStream.format("rocketmq").option("store", store_path)
-             .option("topic", "out").option("checkpointLocation", chk)
-             .trigger(availableNow=True).start())
+        src = (
+            spark.readStream.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "in")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "2")
+            .load()
+        )
+        q = (
+            src.select("body")
+            .writeStream.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "out")
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(180)
         assert q.exception() is None
         ids.append(str(q.id))
@@ -204,8 +274,9 @@ def test_a_new_query_at_a_deleted_checkpoint_location_writes_all_its_batches(
     assert store.open_transactions() == []
 
 
-def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, store_path,
-                                                                         store, tmp_path):
+def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(
+    spark, store_path, store, tmp_path
+):
     # With the checkpoint given only as a session default, the sink cannot tell this
     # query's batches from another's after a restart: it asks for the option.
     store.create_topic("out", queues=1)
@@ -214,9 +285,13 @@ def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, s
     q = None
     try:
         with pytest.raises(Exception, match="needs the option checkpointLocation"):
-            q = (src.select(F.col("value").cast("string").alias("body")).writeStream
-                 .format("rocketmq").option("store", store_path).option("topic", "out")
-                 .start())
+            q = (
+                src.select(F.col("value").cast("string").alias("body"))
+                .writeStream.format("rocketmq")
+                .option("store", store_path)
+                .option("topic", "out")
+                .start()
+            )
             q.awaitTermination(60)
             raise AssertionError(f"query did not fail: {q.exception()}")
     finally:
@@ -231,9 +306,15 @@ def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, stor
     df = spark.createDataFrame([(f"r{i}",) for i in range(10)], "body string")
 
     def write(version: int) -> None:
-        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
-         .option("txnAppId", "my-pipeline").option("txnVersion", str(version))
-         .mode("append").save())
+        (
+            df.write.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "out")
+            .option("txnAppId", "my-pipeline")
+            .option("txnVersion", str(version))
+            .mode("append")
+            .save()
+        )
 
     write(0)
     write(1)
@@ -244,27 +325,53 @@ def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, stor
     # txnAppId is per table), then recognised on a replay too.
     store.create_topic("errors", queues=1)
     for _ in range(2):
-        (df.write.format("rocketmq").option("store", store_path).option("topic", "errors")
-         .option("txnAppId", "my-pipeline").option("txnVersion", "1").mode("append").save())
+        (
+            df.write.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "errors")
+            .option("txnAppId", "my-pipeline")
+            .option("txnVersion", "1")
+            .mode("append")
+            .save()
+        )
     assert store.max_offset("errors", 0) == 10
     assert store.open_transactions() == []
     # (with Delta in the session, Delta's own check of these option names answers first)
-    with pytest.raises(Exception, match="txnAppId and txnVersion go together|Both txnVersion "
-                                        "and txnAppId must be specified"):
-        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
-         .option("txnAppId", "x").mode("append").save())
+    with pytest.raises(
+        Exception,
+        match="txnAppId and txnVersion go together|Both txnVersion and txnAppId must be specified",
+    ):
+        (
+            df.write.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "out")
+            .option("txnAppId", "x")
+            .mode("append")
+            .save()
+        )
 
 
 def test_stream_at_least_once_writes_directly(spark, store_path, store, tmp_path):
     store.create_topic("in", queues=2)
     store.create_topic("out", queues=1)
     store.put_batch([Message("in", f"a{i}".encode(), tags="t") for i in range(40)])
-    src = (spark.readStream.format("rocketmq").option("store", store_path).option("topic", "in")
-           .option("startingOffsets", "earliest").load())
-    q = (src.select("body", "tags").writeStream.format("rocketmq").option("store", store_path)
-         .option("topic", "out").option("deliveryGuarantee", "at_least_once")
-         .option("checkpointLocation", str(tmp_path / "alo-chk"))
-         .trigger(availableNow=True).start())
+    src = (
+        spark.readStream.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "in")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    q = (
+        src.select("body", "tags")
+        .writeStream.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "out")
+        .option("deliveryGuarantee", "at_least_once")
+        .option("checkpointLocation", str(tmp_path / "alo-chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(180)
     assert q.exception() is None
     got = [m for m in _all(store, "out")]
@@ -280,8 +387,14 @@ def test_a_store_deleted_and_created_again_is_written_not_its_old_files(spark, s
     df = spark.range(40, numPartitions=2).select(F.col("id").cast("string").alias("body"))
 
     def write():
-        (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
-         .option("deliveryGuarantee", "at_least_once").mode("append").save())
+        (
+            df.write.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "out")
+            .option("deliveryGuarantee", "at_least_once")
+            .mode("append")
+            .save()
+        )
 
     for _ in range(2):
         with MessageStore.open(store_path) as s:
@@ -306,9 +419,16 @@ def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, sto
     """
     store.create_topic("out", queues=2)
     store.create_topic("warm", queues=1)
-    (spark.range(1).selectExpr("'w' AS body").write.format("rocketmq")
-     .option("store", store_path).option("topic", "warm")
-     .option("deliveryGuarantee", "at_least_once").mode("append").save())
+    (
+        spark.range(1)
+        .selectExpr("'w' AS body")
+        .write.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "warm")
+        .option("deliveryGuarantee", "at_least_once")
+        .mode("append")
+        .save()
+    )
     assert not store.has_topic("RMQ_SYS_TRANS_HALF_TOPIC")
     gate = store.topics.lock_path
     stalled, failed = threading.Event(), threading.Event()
@@ -344,12 +464,16 @@ def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, sto
             raise ValueError("row 0 cannot be written")
         return f"m{i}"
 
-    df = spark.range(0, 26, numPartitions=2).select(
-        F.udf(body, "string")("id").alias("body"))
+    df = spark.range(0, 26, numPartitions=2).select(F.udf(body, "string")("id").alias("body"))
     try:
         with pytest.raises(Exception, match="row 0 cannot be written"):
-            (df.write.format("rocketmq").option("store", store_path).option("topic", "out")
-             .mode("append").save())
+            (
+                df.write.format("rocketmq")
+                .option("store", store_path)
+                .option("topic", "out")
+                .mode("append")
+                .save()
+            )
     finally:
         failed.set()
         holder.join(60)
@@ -357,8 +481,11 @@ def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, sto
     # Wait for the stalled task to stop: its Python worker may outlive the Spark task.
     deadline, last, since = time.monotonic() + 60, -1, time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < 3:
-        halves = store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0) if store.has_topic(
-            "RMQ_SYS_TRANS_HALF_TOPIC") else 0
+        halves = (
+            store.max_offset("RMQ_SYS_TRANS_HALF_TOPIC", 0)
+            if store.has_topic("RMQ_SYS_TRANS_HALF_TOPIC")
+            else 0
+        )
         if halves != last or waiters(gate):
             last, since = halves, time.monotonic()
         time.sleep(0.1)

@@ -34,8 +34,9 @@ from rocketspark.store.transaction import TransactionService
 
 
 def _plan(path: str, sink_id: str = "s1") -> SinkPlan:
-    return SinkPlan(StoreRef.resolve(path, {}), ("body",), "out", True, sink_id,
-                    f"rocketspark-sink-{sink_id}")
+    return SinkPlan(
+        StoreRef.resolve(path, {}), ("body",), "out", True, sink_id, f"rocketspark-sink-{sink_id}"
+    )
 
 
 def _task(plan: SinkPlan, bodies: list[str], query: str | None = None) -> SinkCommit:
@@ -45,8 +46,11 @@ def _task(plan: SinkPlan, bodies: list[str], query: str | None = None) -> SinkCo
 
 def _bodies(path: str) -> list[str]:
     with MessageStore.open(path) as s:
-        return sorted(m.body.decode() for q in range(s.topic("out").read_queue_nums)
-                      for m in s.pull("out", q, 0, 100_000).messages)
+        return sorted(
+            m.body.decode()
+            for q in range(s.topic("out").read_queue_nums)
+            for m in s.pull("out", q, 0, 100_000).messages
+        )
 
 
 def _open_halves(path: str) -> int:
@@ -73,7 +77,8 @@ def out_store(store_path):
 
 def _crash_in_commit(path: str) -> None:
     child = multiprocessing.get_context("spawn").Process(
-        target=_commit_killed_after_ledger_begin, args=(path,))
+        target=_commit_killed_after_ledger_begin, args=(path,)
+    )
     child.start()
     child.join(120)
     assert child.exitcode == -signal.SIGKILL
@@ -145,8 +150,9 @@ def test_a_new_query_at_the_same_sink_id_starts_its_batch_ids_again(out_store):
 def test_a_batch_write_rolls_back_its_failed_task_attempts(out_store):
     plan = _plan(out_store, "batch-job1")
     failed = write_task(plan, iter([pa.record_batch({"body": pa.array(["lost"])})]))
-    good = [write_task(plan, iter([pa.record_batch({"body": pa.array([b])})]))
-            for b in ("r1", "r2")]
+    good = [
+        write_task(plan, iter([pa.record_batch({"body": pa.array([b])})])) for b in ("r1", "r2")
+    ]
     other_job = _plan(out_store, "batch-job2")
     running = write_task(other_job, iter([pa.record_batch({"body": pa.array(["other"])})]))
     RocketMQBatchWriter(plan).commit(good)
@@ -161,8 +167,9 @@ def test_a_batch_write_rolls_back_its_failed_task_attempts(out_store):
 
 
 def test_each_batch_write_plans_a_sink_id_of_its_own(out_store):
-    options = parse_options({"store": out_store, "topic": "out",
-                             "deliveryGuarantee": "exactly_once"}, "write")
+    options = parse_options(
+        {"store": out_store, "topic": "out", "deliveryGuarantee": "exactly_once"}, "write"
+    )
     schema = StructType([StructField("body", BinaryType())])
     ids = {SinkPlan.create(options, schema, streaming=False).sink_id for _ in range(3)}
     assert len(ids) == 3 and all(i.startswith("batch-") for i in ids)
@@ -181,8 +188,10 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
         now = s.clock
         # another producer's half that carries a batch write's RS_SINK (copied along
         # with a message's properties) is not that write's
-        s.prepare(Message("out", b"copied", properties={"RS_SINK": "batch-dead"}),
-                  producer_group="someone")
+        s.prepare(
+            Message("out", b"copied", properties={"RS_SINK": "batch-dead"}),
+            producer_group="someone",
+        )
         s.clock = lambda: now() + 7_200_000  # two hours later
         assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
         assert sorted(h.body for h in s.open_transactions()) == [b"copied", b"s"]
@@ -192,13 +201,13 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
     assert _bodies(out_store) == ["s"]
 
 
-
 def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, monkeypatch):
     from rocketspark.datasource.stores import location_key as _location_key
 
     monkeypatch.chdir(tmp_path)
-    local = {_location_key(w) for w in ("/data/chk", "/data/chk/", "file:///data/chk",
-                                         "file:/data/chk")}
+    local = {
+        _location_key(w) for w in ("/data/chk", "/data/chk/", "file:///data/chk", "file:/data/chk")
+    }
     assert local == {"/data/chk"}
     assert _location_key("chk") == str(tmp_path / "chk")
     # A URI is not a path under the planning process's working directory.
@@ -229,10 +238,10 @@ def test_a_block_with_an_empty_or_null_body_writes_nothing(out_store, exactly_on
 
 
 def _batch_plan(path: str, **options: str) -> SinkPlan:
-    opts = parse_options({"store": path, "topic": "out", "deliveryGuarantee": "exactly_once",
-                          **options}, "write")
-    return SinkPlan.create(opts, StructType([StructField("body", BinaryType())]),
-                           streaming=False)
+    opts = parse_options(
+        {"store": path, "topic": "out", "deliveryGuarantee": "exactly_once", **options}, "write"
+    )
+    return SinkPlan.create(opts, StructType([StructField("body", BinaryType())]), streaming=False)
 
 
 def _batch(*bodies: str) -> pa.RecordBatch:
@@ -288,8 +297,9 @@ def test_the_abort_waits_for_a_chunk_a_task_is_writing(out_store, monkeypatch, t
 
     monkeypatch.setattr(MessageStore, "prepare_columns", slow_prepare)
     results: dict[str, object] = {}
-    task = threading.Thread(target=lambda: results.setdefault(
-        "task", write_task(plan, iter([_batch("x", "y")]))))
+    task = threading.Thread(
+        target=lambda: results.setdefault("task", write_task(plan, iter([_batch("x", "y")])))
+    )
     task.start()
     assert inside.wait(60)
     aborted = threading.Event()
@@ -322,7 +332,8 @@ def _write_then_die(path: str, job: str, sink_id: str) -> None:
 def test_a_task_killed_in_the_middle_of_a_chunk_does_not_hold_up_the_abort(out_store):
     plan = _batch_plan(out_store)
     child = multiprocessing.get_context("spawn").Process(
-        target=_write_then_die, args=(out_store, plan.job, plan.sink_id))
+        target=_write_then_die, args=(out_store, plan.job, plan.sink_id)
+    )
     child.start()
     child.join(120)
     assert child.exitcode == -signal.SIGKILL
@@ -342,8 +353,10 @@ def test_abandoned_jobs_are_ended_before_their_halves_are_rolled_back(out_store)
         assert len(_job_files(out_store)) == 2
         now = s.clock
         s.clock = lambda: now() + 7_200_000
-        os.utime(os.path.join(out_store, "config", "rocketsparkSinkJobs", f"{live.job}.lock"),
-                 (now() / 1000 + 7_200, now() / 1000 + 7_200))  # created "just now"
+        os.utime(
+            os.path.join(out_store, "config", "rocketsparkSinkJobs", f"{live.job}.lock"),
+            (now() / 1000 + 7_200, now() / 1000 + 7_200),
+        )  # created "just now"
         assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
     assert _job_files(out_store) == [f"{live.job}.lock"]
     with pytest.raises(SinkJobEndedError):  # a task of it that was still running
@@ -352,8 +365,9 @@ def test_abandoned_jobs_are_ended_before_their_halves_are_rolled_back(out_store)
     assert _bodies(out_store) == ["live"] and _open_halves(out_store) == 0
 
 
-@settings(max_examples=20, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(chunks=st.lists(st.integers(1, 3), min_size=1, max_size=4), data=st.data())
 def test_no_half_of_an_ended_batch_job_stays_open(tmp_path_factory, chunks, data):
     """Tasks of chunks[i] input batches each; the job ends (commit of the tasks done
@@ -389,7 +403,7 @@ def test_no_half_of_an_ended_batch_job_stays_open(tmp_path_factory, chunks, data
             late_tasks += 1
     if not ended:
         (writer.commit if commit else writer.abort)(list(done))
-    assert late_tasks == sum(1 for t in range(len(chunks)) if sum(chunks[:t + 1]) > end_at)
+    assert late_tasks == sum(1 for t in range(len(chunks)) if sum(chunks[: t + 1]) > end_at)
     assert _bodies(path) == (sorted(expected) if commit else [])
     assert _open_halves(path) == 0
     assert _job_files(path) == []

@@ -22,8 +22,18 @@ pytestmark = pytest.mark.spark
 def _fill(store: MessageStore, topic: str, n: int, queues: int = 2, **kw) -> None:
     if not store.has_topic(topic):
         store.create_topic(topic, queues=queues)
-    store.put_batch([Message(topic, f"{topic}-{i}".encode(), tags="even" if i % 2 == 0 else "odd",
-                             keys=[f"k{i}"], **kw) for i in range(n)])
+    store.put_batch(
+        [
+            Message(
+                topic,
+                f"{topic}-{i}".encode(),
+                tags="even" if i % 2 == 0 else "odd",
+                keys=[f"k{i}"],
+                **kw,
+            )
+            for i in range(n)
+        ]
+    )
 
 
 def _bodies(df) -> list[str]:
@@ -33,8 +43,9 @@ def _bodies(df) -> list[str]:
 def test_batch_read_returns_every_message_with_its_fields(spark, store_path, store):
     _fill(store, "orders", 20, properties={"region": "eu"})
     df = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders").load()
-    got = df.select("topic", "queueId", "queueOffset", F.col("body").cast("string").alias("b"),
-                    "tags", "keys")
+    got = df.select(
+        "topic", "queueId", "queueOffset", F.col("body").cast("string").alias("b"), "tags", "keys"
+    )
     expected = []
     for q in range(2):
         for m in store.pull("orders", q, 0, max_msgs=100).messages:
@@ -44,7 +55,11 @@ def test_batch_read_returns_every_message_with_its_fields(spark, store_path, sto
     row = df.filter("queueId = 0 and queueOffset = 0").collect()[0]
     m = store.pull("orders", 0, 0, 1).messages[0]
     assert (row.msgId, row.uniqKey, row.commitLogOffset, row.storeHost) == (
-        m.msg_id, m.uniq_key, m.commitlog_offset, m.store_host)
+        m.msg_id,
+        m.uniq_key,
+        m.commitlog_offset,
+        m.store_host,
+    )
     assert row.brokerName == store.config.broker_name
     # TAGS, KEYS and UNIQ_KEY are columns, not also properties.
     assert dict(row.properties) == {"region": "eu"} and m.properties["TAGS"] == row.tags
@@ -52,12 +67,17 @@ def test_batch_read_returns_every_message_with_its_fields(spark, store_path, sto
 
 def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_path, store):
     _fill(store, "orders", 40)
+
     def base():  # a DataFrameReader keeps the options set on it: a fresh one each time
         return spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
 
     broker = store.config.broker_name
-    ranged = base().option("startingOffsets", json.dumps({"orders": {broker: {"0": 5, "1": -2}}})) \
-        .option("endingOffsets", json.dumps({"orders": {broker: {"0": 8, "1": -1}}})).load()
+    ranged = (
+        base()
+        .option("startingOffsets", json.dumps({"orders": {broker: {"0": 5, "1": -2}}}))
+        .option("endingOffsets", json.dumps({"orders": {broker: {"0": 8, "1": -1}}}))
+        .load()
+    )
     assert ranged.filter("queueId = 0").count() == 3
     assert ranged.filter("queueId = 1").count() == 20
     assert sorted(r.queueOffset for r in ranged.filter("queueId = 0").collect()) == [5, 6, 7]
@@ -94,91 +114,168 @@ def test_assign_and_per_queue_timestamps_pick_queues_and_starts(spark, store_pat
     per_queue = {"orders": {broker: {"0": 3000, "2": 4500}}}
     # queue 0 from t=3000, queue 2 from t=5000, queue 1 (not in the JSON) from its start
     assert read(topic="orders", startingOffsetsByTimestamp=per_queue) == [
-        "0-2", "0-3", "0-4", "1-0", "1-1", "1-2", "1-3", "1-4", "2-4"]
-    assert read(assign={"orders": [0]}, startingOffsetsByTimestamp={
-        "orders": {broker: {"0": 2000}}}, endingOffsetsByTimestamp={
-        "orders": {broker: {"0": 4000}}}) == ["0-1", "0-2"]
-    assert read(assign={"orders": [1]}, startingTimestamp="2500",
-                endingTimestamp="3500") == ["1-2"]
+        "0-2",
+        "0-3",
+        "0-4",
+        "1-0",
+        "1-1",
+        "1-2",
+        "1-3",
+        "1-4",
+        "2-4",
+    ]
+    assert read(
+        assign={"orders": [0]},
+        startingOffsetsByTimestamp={"orders": {broker: {"0": 2000}}},
+        endingOffsetsByTimestamp={"orders": {broker: {"0": 4000}}},
+    ) == ["0-1", "0-2"]
+    assert read(assign={"orders": [1]}, startingTimestamp="2500", endingTimestamp="3500") == ["1-2"]
     # past every message: the queue's end by default (RocketMQ's searchOffset), or an error
     assert read(assign={"orders": [1]}, startingTimestamp="9000") == []
-    with pytest.raises(Exception, match=re.escape(f"queue orders/{broker}/1 has no message "
-                                                  "stored at or after timestamp 9000")):
-        read(assign={"orders": [1]}, startingTimestamp="9000",
-             startingOffsetsByTimestampStrategy="error")
+    with pytest.raises(
+        Exception,
+        match=re.escape(
+            f"queue orders/{broker}/1 has no message stored at or after timestamp 9000"
+        ),
+    ):
+        read(
+            assign={"orders": [1]},
+            startingTimestamp="9000",
+            startingOffsetsByTimestampStrategy="error",
+        )
     # a stream reads its assigned queues only, from the per-queue timestamps
     got = []
-    q = (spark.readStream.format("rocketmq").option("store", store_path)
-         .option("assign", json.dumps({"orders": [0, 1]}))
-         .option("startingOffsetsByTimestamp", json.dumps({"orders": {broker: {"0": 5000,
-                                                                              "1": 4000}}}))
-         .load().writeStream.foreachBatch(
-             lambda df, _: got.extend(r.body.decode() for r in df.collect()))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rocketmq")
+        .option("store", store_path)
+        .option("assign", json.dumps({"orders": [0, 1]}))
+        .option(
+            "startingOffsetsByTimestamp", json.dumps({"orders": {broker: {"0": 5000, "1": 4000}}})
+        )
+        .load()
+        .writeStream.foreachBatch(lambda df, _: got.extend(r.body.decode() for r in df.collect()))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     assert sorted(got) == ["0-4", "1-3", "1-4"]
 
 
 def test_large_ranges_are_split_into_partitions(spark, store_path, store):
     _fill(store, "orders", 100, queues=1)
-    df = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
-          .option("maxRecordsPerPartition", "30").load())
+    df = (
+        spark.read.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "orders")
+        .option("maxRecordsPerPartition", "30")
+        .load()
+    )
     assert df.rdd.getNumPartitions() == 4
     assert sorted(r.queueOffset for r in df.collect()) == list(range(100))
-    df2 = (spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
-           .option("minPartitions", "5").load())
+    df2 = (
+        spark.read.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "orders")
+        .option("minPartitions", "5")
+        .load()
+    )
     assert df2.rdd.getNumPartitions() == 5 and df2.count() == 100
     # At least minPartitions, even when the ranges do not divide evenly.
     _fill(store, "few", 5, queues=1)
-    df3 = (spark.read.format("rocketmq").option("store", store_path).option("topic", "few")
-           .option("minPartitions", "4").load())
+    df3 = (
+        spark.read.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "few")
+        .option("minPartitions", "4")
+        .load()
+    )
     assert df3.rdd.getNumPartitions() == 4
     assert sorted(r.queueOffset for r in df3.collect()) == list(range(5))
 
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "option topic (or topicPattern, or assign) is required"),
-    ({"topic": "orders", "assign": '{"orders": [0]}'},
-     "options topic and assign exclude each other"),
-    ({"assign": '{"orders": [0, 2]}'},
-     "option assign: topic 'orders' has no queue 2 (it has 2 read queues, 0-1)"),
-    ({"assign": '{"orders": {"broker-zz": [0]}}'},
-     "option assign: broker 'broker-zz' of topic 'orders' is not this store's broker"),
-    ({"assign": '{"nope": [0]}'}, "option assign: topic 'nope' does not exist"),
-    ({"assign": '{"orders": 0}'}, "option assign: topic 'orders' must list queue ids"),
-    ({"assign": '{"orders": [0]}', "startingOffsets": '{"orders": {"broker-a": {"1": 0}}}'},
-     "option startingOffsets: queue orders/broker-a/1 is not one of the subscribed queues"),
-    ({"topic": "orders", "startingTimestamp": "0",
-      "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": 0}}}'},
-     "options startingTimestamp and startingOffsetsByTimestamp exclude each other"),
-    ({"topic": "orders", "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": -5}}}'},
-     "option startingOffsetsByTimestamp: offset -5 of orders/broker-a/0"),
-    ({"topic": "orders", "endingOffsetsByTimestamp": '{"orders": {"broker-a": {"7": 0}}}'},
-     "option endingOffsetsByTimestamp: queue orders/broker-a/7 is not one of the subscribed"),
-    ({"topic": "orders", "subExpression": " || "},
-     "option subExpression: tag expression ' || ' names no tag"),
-    ({"topic": "orders", "startingOffsetsByTimestampStrategy": "first"},
-     "startingOffsetsByTimestampStrategy: expected one of latest, error"),
-    ({"topic": "nope"}, "topic 'nope' does not exist"),
-    ({"topic": "orders", "startingOffsets": "{not json"}, "startingOffsets: expected earliest"),
-    ({"topic": "orders", "maxRecordsPerPartition": "-3"}, "maxRecordsPerPartition: must be a "
-                                                          "positive integer"),
-    ({"topic": "orders", "maxOffsetPerTrigger": "10"}, "did you mean 'maxOffsetsPerTrigger'"),
-    ({"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"0": "x"}}}'},
-     "offset 'x' of orders/broker-a/0"),
-    ({"topic": "orders", "startingOffsets": "group"}, "startingOffsets=group needs the option "
-                                                      "group"),
-    ({"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"9": 0}}}'},
-     "option startingOffsets: queue orders/broker-a/9 is not one of the subscribed queues"),
-    ({"topic": "orders", "endingOffsets": '{"orders": {"broker-zz": {"0": 1}}}'},
-     "option endingOffsets: queue orders/broker-zz/0 is not one of the subscribed queues"),
-    ({"topic": "orders", "endingOffsets": '{"orders": {"broker-a": {"0": 50}}}'},
-     "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's end (1)"),
-    ({"topic": "orders", "endingOffsets": "latest", "endingTimestamp": "1700000000000"},
-     "options endingOffsets and endingTimestamp exclude each other"),
-])
-def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store, options,
-                                                       message):
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "option topic (or topicPattern, or assign) is required"),
+        (
+            {"topic": "orders", "assign": '{"orders": [0]}'},
+            "options topic and assign exclude each other",
+        ),
+        (
+            {"assign": '{"orders": [0, 2]}'},
+            "option assign: topic 'orders' has no queue 2 (it has 2 read queues, 0-1)",
+        ),
+        (
+            {"assign": '{"orders": {"broker-zz": [0]}}'},
+            "option assign: broker 'broker-zz' of topic 'orders' is not this store's broker",
+        ),
+        ({"assign": '{"nope": [0]}'}, "option assign: topic 'nope' does not exist"),
+        ({"assign": '{"orders": 0}'}, "option assign: topic 'orders' must list queue ids"),
+        (
+            {"assign": '{"orders": [0]}', "startingOffsets": '{"orders": {"broker-a": {"1": 0}}}'},
+            "option startingOffsets: queue orders/broker-a/1 is not one of the subscribed queues",
+        ),
+        (
+            {
+                "topic": "orders",
+                "startingTimestamp": "0",
+                "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": 0}}}',
+            },
+            "options startingTimestamp and startingOffsetsByTimestamp exclude each other",
+        ),
+        (
+            {
+                "topic": "orders",
+                "startingOffsetsByTimestamp": '{"orders": {"broker-a": {"0": -5}}}',
+            },
+            "option startingOffsetsByTimestamp: offset -5 of orders/broker-a/0",
+        ),
+        (
+            {"topic": "orders", "endingOffsetsByTimestamp": '{"orders": {"broker-a": {"7": 0}}}'},
+            "option endingOffsetsByTimestamp: queue orders/broker-a/7 is not one of the subscribed",
+        ),
+        (
+            {"topic": "orders", "subExpression": " || "},
+            "option subExpression: tag expression ' || ' names no tag",
+        ),
+        (
+            {"topic": "orders", "startingOffsetsByTimestampStrategy": "first"},
+            "startingOffsetsByTimestampStrategy: expected one of latest, error",
+        ),
+        ({"topic": "nope"}, "topic 'nope' does not exist"),
+        ({"topic": "orders", "startingOffsets": "{not json"}, "startingOffsets: expected earliest"),
+        (
+            {"topic": "orders", "maxRecordsPerPartition": "-3"},
+            "maxRecordsPerPartition: must be a positive integer",
+        ),
+        ({"topic": "orders", "maxOffsetPerTrigger": "10"}, "did you mean 'maxOffsetsPerTrigger'"),
+        (
+            {"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"0": "x"}}}'},
+            "offset 'x' of orders/broker-a/0",
+        ),
+        (
+            {"topic": "orders", "startingOffsets": "group"},
+            "startingOffsets=group needs the option group",
+        ),
+        (
+            {"topic": "orders", "startingOffsets": '{"orders": {"broker-a": {"9": 0}}}'},
+            "option startingOffsets: queue orders/broker-a/9 is not one of the subscribed queues",
+        ),
+        (
+            {"topic": "orders", "endingOffsets": '{"orders": {"broker-zz": {"0": 1}}}'},
+            "option endingOffsets: queue orders/broker-zz/0 is not one of the subscribed queues",
+        ),
+        (
+            {"topic": "orders", "endingOffsets": '{"orders": {"broker-a": {"0": 50}}}'},
+            "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's end (1)",
+        ),
+        (
+            {"topic": "orders", "endingOffsets": "latest", "endingTimestamp": "1700000000000"},
+            "options endingOffsets and endingTimestamp exclude each other",
+        ),
+    ],
+)
+def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store, options, message):
     _fill(store, "orders", 2)
     reader = spark.read.format("rocketmq").option("store", store_path)
     for k, v in options.items():
@@ -190,11 +287,21 @@ def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store,
 def test_bad_stream_options_fail_at_load(spark, store_path, store):
     _fill(store, "orders", 2)
     with pytest.raises(Exception, match="minOffsetsPerTrigger .* is larger"):
-        (spark.readStream.format("rocketmq").option("store", store_path)
-         .option("topic", "orders").option("minOffsetsPerTrigger", "10")
-         .option("maxOffsetsPerTrigger", "5").load())
-    df = (spark.readStream.format("rocketmq").option("store", store_path)
-          .option("topic", "orders").option("endingOffsets", "latest").load())
+        (
+            spark.readStream.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "orders")
+            .option("minOffsetsPerTrigger", "10")
+            .option("maxOffsetsPerTrigger", "5")
+            .load()
+        )
+    df = (
+        spark.readStream.format("rocketmq")
+        .option("store", store_path)
+        .option("topic", "orders")
+        .option("endingOffsets", "latest")
+        .load()
+    )
     q = None
     with pytest.raises(Exception, match="option endingOffsets applies to batch reads only") as e:
         q = df.writeStream.format("noop").start()  # stream-only checks: at start()
@@ -223,21 +330,29 @@ def _run_available_now(df, tmp_path, name: str, batches: list | None = None):
             batches.append((batch_id, len(rows)))
         batch_df.write.mode("append").parquet(out)
 
-    q = (df.writeStream.foreachBatch(record).option("checkpointLocation", chk)
-         .trigger(availableNow=True).start())
+    q = (
+        df.writeStream.foreachBatch(record)
+        .option("checkpointLocation", chk)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(180)
     assert q.exception() is None
     return out, chk
 
 
-def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, store_path, store,
-                                                                     tmp_path):
+def test_stream_available_now_reads_once_and_resumes_from_checkpoint(
+    spark, store_path, store, tmp_path
+):
     _fill(store, "orders", 30)
     df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="etl")
     out, _ = _run_available_now(df, tmp_path, "s")
     _fill(store, "orders", 10)  # 10 more, bodies orders-0..9 again
-    _run_available_now(_stream(spark, store_path, topic="orders", startingOffsets="earliest",
-                               group="etl"), tmp_path, "s")
+    _run_available_now(
+        _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="etl"),
+        tmp_path,
+        "s",
+    )
     rows = spark.read.parquet(out).collect()
     seen = sorted((r.queueId, r.queueOffset) for r in rows)
     assert seen == sorted(set(seen)) and len(seen) == 40  # each message exactly once
@@ -251,13 +366,17 @@ def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, stor
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
-        spark, store_path, store, tmp_path):
+    spark, store_path, store, tmp_path
+):
     store.create_topic("big", queues=2)
-    store.put_batch([Message("big", b"x", queue_id=0) for _ in range(95)]
-                    + [Message("big", b"y", queue_id=1) for _ in range(5)])
+    store.put_batch(
+        [Message("big", b"x", queue_id=0) for _ in range(95)]
+        + [Message("big", b"y", queue_id=1) for _ in range(5)]
+    )
     batches: list = []
-    df = _stream(spark, store_path, topic="big", startingOffsets="earliest",
-                 maxOffsetsPerTrigger=20)
+    df = _stream(
+        spark, store_path, topic="big", startingOffsets="earliest", maxOffsetsPerTrigger=20
+    )
     out, _ = _run_available_now(df, tmp_path, "m", batches)
     sizes = [n for _, n in sorted(batches) if n]
     assert sum(sizes) == 100
@@ -271,16 +390,25 @@ def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
 
 def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, store, tmp_path):
     store.create_topic("trickle", queues=1)
-    df = _stream(spark, store_path, topic="trickle", startingOffsets="earliest",
-                 minOffsetsPerTrigger=50, maxTriggerDelay="1h")
+    df = _stream(
+        spark,
+        store_path,
+        topic="trickle",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger=50,
+        maxTriggerDelay="1h",
+    )
     seen: list = []
 
     def record(batch_df, batch_id):
         seen.append(batch_df.count())
 
-    q = (df.writeStream.foreachBatch(record)
-         .option("checkpointLocation", str(tmp_path / "min-chk"))
-         .trigger(processingTime="200 milliseconds").start())
+    q = (
+        df.writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(tmp_path / "min-chk"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         store.put_batch([Message("trickle", b"a") for _ in range(10)])
         if not ADMISSION_CONTROL:  # Spark 4.0/4.1: no read limits, the 10 come at once
@@ -310,9 +438,12 @@ def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store,
         with lock:
             got.extend((r.topic, r.body.decode()) for r in batch_df.collect())
 
-    q = (df.writeStream.foreachBatch(record)
-         .option("checkpointLocation", str(tmp_path / "pat-chk"))
-         .trigger(processingTime="200 milliseconds").start())
+    q = (
+        df.writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(tmp_path / "pat-chk"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         deadline = time.time() + 60
         while len(got) < 6 and time.time() < deadline:
@@ -324,14 +455,19 @@ def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store,
         time.sleep(1)
     finally:
         q.stop()
-    assert sorted(got) == sorted([("shop-orders", f"shop-orders-{i}") for i in range(6)]
-                                 + [("shop-payments", f"shop-payments-{i}") for i in range(4)])
+    assert sorted(got) == sorted(
+        [("shop-orders", f"shop-orders-{i}") for i in range(6)]
+        + [("shop-payments", f"shop-payments-{i}") for i in range(4)]
+    )
 
 
-@pytest.mark.parametrize("fail_on_data_loss, start", [
-    ("true", {}), ("false", {}), ("true", {"startingTimestamp": "99999999999999"})])
+@pytest.mark.parametrize(
+    "fail_on_data_loss, start",
+    [("true", {}), ("false", {}), ("true", {"startingTimestamp": "99999999999999"})],
+)
 def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
-        spark, store_path, store, tmp_path, fail_on_data_loss, start):
+    spark, store_path, store, tmp_path, fail_on_data_loss, start
+):
     """Spark asks for the initial offset again when a restarted query re-runs a batch 0
     that never committed (its end comes from the offset log). A "latest" worked out
     anew was past that end: the query failed, or with failOnDataLoss=false read the
@@ -344,8 +480,12 @@ def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
     def fail(batch_df, batch_id):
         raise RuntimeError("the sink is down")
 
-    q = df.writeStream.foreachBatch(fail).option("checkpointLocation", chk) \
-        .trigger(availableNow=True).start()
+    q = (
+        df.writeStream.foreachBatch(fail)
+        .option("checkpointLocation", chk)
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(StreamingQueryException, match="the sink is down"):
         q.awaitTermination(120)
     _fill(store, "orders", 10)  # arrives before the restart
@@ -353,16 +493,20 @@ def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
     # (Spark 4.0/4.1 end an AvailableNow run that re-ran an uncommitted batch there,
     # without asking the source for more: the next run reads on)
     for _ in range(1 if ADMISSION_CONTROL else 2):
-        q = df.writeStream.foreachBatch(
-            lambda batch_df, _: got.extend(r.body.decode() for r in batch_df.collect())) \
-            .option("checkpointLocation", chk).trigger(availableNow=True).start()
+        q = (
+            df.writeStream.foreachBatch(
+                lambda batch_df, _: got.extend(r.body.decode() for r in batch_df.collect())
+            )
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(120)
         assert q.exception() is None
     assert sorted(got) == sorted(f"orders-{i}" for i in range(10))  # the new ten only
 
 
-def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_path, store,
-                                                                 tmp_path):
+def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_path, store, tmp_path):
     """As RocketMQ's consumer drops a queue it no longer has, the group's offsets are
     committed for the queues still read: a queue gone made every commit fail."""
     _fill(store, "orders", 40, queues=4)
@@ -378,8 +522,13 @@ def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_pat
 
 def test_a_schema_of_ones_own_is_refused_before_a_task_runs(spark, store_path, store):
     _fill(store, "orders", 2)
-    df = (spark.read.format("rocketmq").schema("topic string, queueOffset long")
-          .option("store", store_path).option("topic", "orders").load())
+    df = (
+        spark.read.format("rocketmq")
+        .schema("topic string, queueOffset long")
+        .option("store", store_path)
+        .option("topic", "orders")
+        .load()
+    )
     with pytest.raises(Exception, match="the rocketmq source has a fixed schema") as e:
         df.collect()
     assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in str(e.value)
@@ -414,11 +563,19 @@ def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tm
         def record(batch_df, batch_id):
             got.extend(r.body.decode() for r in batch_df.select("body").collect())
 
-        df = _stream(spark, path, topic="orders", startingOffsets="earliest",
-                     failOnDataLoss=str(fail).lower())
-        q = (df.writeStream.foreachBatch(record)
-             .option("checkpointLocation", str(tmp_path / chk))
-             .trigger(availableNow=True).start())
+        df = _stream(
+            spark,
+            path,
+            topic="orders",
+            startingOffsets="earliest",
+            failOnDataLoss=str(fail).lower(),
+        )
+        q = (
+            df.writeStream.foreachBatch(record)
+            .option("checkpointLocation", str(tmp_path / chk))
+            .trigger(availableNow=True)
+            .start()
+        )
         try:
             q.awaitTermination(180)
         except StreamingQueryException:
@@ -432,8 +589,12 @@ def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tm
         replaced = store_with(f"new-{fail}", 3, "b")
         got, error = run(replaced, chk, fail)
         if fail:
-            assert error is not None and "queue orders/broker-a/0: the stream is at offset " \
-                "10 but the queue ends at 3" in str(error) and got == []
+            assert (
+                error is not None
+                and "queue orders/broker-a/0: the stream is at offset 10 but the queue ends at 3"
+                in str(error)
+                and got == []
+            )
             continue
         assert error is None and sorted(got) == ["b0", "b1", "b2"]
         with MessageStore.open(replaced) as s:
@@ -444,11 +605,19 @@ def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tm
 
 def test_a_stream_starting_offset_past_the_queue_end_fails_at_start(spark, store_path, store):
     _fill(store, "orders", 4, queues=1)
-    with pytest.raises(Exception, match=re.escape(
+    with pytest.raises(
+        Exception,
+        match=re.escape(
             "option startingOffsets: offset 50 for queue orders/broker-a/0 is past the "
-            "queue's end (4)")):
-        _stream(spark, store_path, topic="orders",
-                startingOffsets=json.dumps({"orders": {"broker-a": {"0": 50}}}))
+            "queue's end (4)"
+        ),
+    ):
+        _stream(
+            spark,
+            store_path,
+            topic="orders",
+            startingOffsets=json.dumps({"orders": {"broker-a": {"0": 50}}}),
+        )
 
 
 def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
@@ -469,15 +638,23 @@ def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
     broker = "broker-a"
 
     def read(fail: bool):
-        r = (spark.read.format("rocketmq").option("store", path).option("topic", "orders")
-             .option("startingOffsets", json.dumps({"orders": {broker: {"0": 3}}}))
-             .option("failOnDataLoss", str(fail).lower()))
+        r = (
+            spark.read.format("rocketmq")
+            .option("store", path)
+            .option("topic", "orders")
+            .option("startingOffsets", json.dumps({"orders": {broker: {"0": 3}}}))
+            .option("failOnDataLoss", str(fail).lower())
+        )
         for k, v in small.items():
             r = r.option(f"rocketmq.{k}", v)
         return r.load()
 
-    with pytest.raises(Exception, match=re.escape(
-            f"queue orders/{broker}/0: offset 3 was requested but the earliest offset is {lo}")):
+    with pytest.raises(
+        Exception,
+        match=re.escape(
+            f"queue orders/{broker}/0: offset 3 was requested but the earliest offset is {lo}"
+        ),
+    ):
         read(True).collect()
     rows = read(False).collect()
     assert sorted(r.queueOffset for r in rows) == list(range(lo, 60))
@@ -490,12 +667,16 @@ def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, store_pat
     _fill(store, "payments", 10)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
-        df = (spark.read.format("rocketmq").option("store", store_path)
-              .option("topic", "orders,payments").load())
-        q = df.filter("topic = 'orders' and queueId = 1 and queueOffset >= 5 "
-                      "and queueOffset < 9")
+        df = (
+            spark.read.format("rocketmq")
+            .option("store", store_path)
+            .option("topic", "orders,payments")
+            .load()
+        )
+        q = df.filter("topic = 'orders' and queueId = 1 and queueOffset >= 5 and queueOffset < 9")
         assert sorted((r.topic, r.queueId, r.queueOffset) for r in q.collect()) == [
-            ("orders", 1, o) for o in range(5, 9)]
+            ("orders", 1, o) for o in range(5, 9)
+        ]
         # pushed down (Spark 4.1+): only the one queue range is planned and read
         assert q.rdd.getNumPartitions() == (1 if FILTER_PUSHDOWN else 4)
         late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
@@ -528,10 +709,17 @@ def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
         with pytest.raises(ConfigError, match=f"options store and {re.escape(key)} both"):
             parse_options({"store": a, key: b, "topic": "t"}, role)
     with pytest.raises(ConfigError, match="given twice"):
-        parse_options({"rocketmq.flushDiskType": "SYNC_FLUSH",
-                       "rocketmq.flushdisktype": "ASYNC_FLUSH", "topic": "t"}, role)
-    assert parse_options({"rocketmq.storePathRootDir": b, "topic": "t"},
-                         role).store_overrides == {"storePathRootDir": b}
+        parse_options(
+            {
+                "rocketmq.flushDiskType": "SYNC_FLUSH",
+                "rocketmq.flushdisktype": "ASYNC_FLUSH",
+                "topic": "t",
+            },
+            role,
+        )
+    assert parse_options({"rocketmq.storePathRootDir": b, "topic": "t"}, role).store_overrides == {
+        "storePathRootDir": b
+    }
     with pytest.raises(ConfigError, match="given twice"):
         StoreRef.resolve(a, {"storePathRootDir": b})
     assert not tmp_path.joinpath("a").exists() and not tmp_path.joinpath("b").exists()
@@ -563,8 +751,11 @@ def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_change
     with MessageStore.open(root) as s:
         s.create_topic("orders", queues=2)
         s.put_batch([Message("orders", b"x") for _ in range(4)])
-    stamps = {os.path.join(d, n): os.stat(os.path.join(d, n)).st_mtime_ns
-              for d, _, names in os.walk(root) for n in names}
+    stamps = {
+        os.path.join(d, n): os.stat(os.path.join(d, n)).st_mtime_ns
+        for d, _, names in os.walk(root)
+        for n in names
+    }
     sizes = {p: os.path.getsize(p) for p in stamps}
     with pytest.raises(ConfigError, match="mappedFileSizeConsumeQueue=12000000"):
         StoreRef.resolve(root, {"mappedFileSizeConsumeQueue": "12000000"}).require().open()
@@ -599,8 +790,9 @@ def test_a_refused_geometry_option_is_named_as_the_option_given(tmp_path):
     root = str(tmp_path / "store")
     with MessageStore.open(root, mappedFileSizeCommitLog=4096) as s:
         s.create_topic("orders", queues=1)
-    opts = parse_options({"store": root, "topic": "orders",
-                          "rocketmq.mappedfilesizecommitlog": "8192"}, "read")
+    opts = parse_options(
+        {"store": root, "topic": "orders", "rocketmq.mappedfilesizecommitlog": "8192"}, "read"
+    )
     with pytest.raises(ConfigError) as info:
         StoreRef.resolve(opts.get("store"), opts.store_overrides).require().open()
     assert "option rocketmq.mappedFileSizeCommitLog" in str(info.value)

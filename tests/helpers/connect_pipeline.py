@@ -30,22 +30,39 @@ def main() -> None:
     spark = SparkSession.builder.remote("local[2]").getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
     df = spark.read.format("rocketmq").option("store", store_dir).option("topic", "orders").load()
-    rows = df.select("queueId", "queueOffset", F.col("body").cast("string").alias("b")) \
-        .orderBy("queueId", "queueOffset").collect()
-    q = (spark.readStream.format("rocketmq").option("store", store_dir)
-         .option("topic", "orders").option("startingOffsets", "earliest").load()
-         .select(F.upper(F.col("body").cast("string")).alias("body"))
-         .writeStream.format("rocketmq").option("store", store_dir).option("topic", "out")
-         .option("checkpointLocation", os.path.join(work, "chk"))
-         .trigger(availableNow=True).start())
+    rows = (
+        df.select("queueId", "queueOffset", F.col("body").cast("string").alias("b"))
+        .orderBy("queueId", "queueOffset")
+        .collect()
+    )
+    q = (
+        spark.readStream.format("rocketmq")
+        .option("store", store_dir)
+        .option("topic", "orders")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.upper(F.col("body").cast("string")).alias("body"))
+        .writeStream.format("rocketmq")
+        .option("store", store_dir)
+        .option("topic", "out")
+        .option("checkpointLocation", os.path.join(work, "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(300)
     error = q.exception()
     spark.stop()
     with MessageStore.open(store_dir) as s:
-        out = sorted(m.body.decode() for qid in (0, 1)
-                     for m in s.pull("out", qid, 0, 100).messages)
-    print(json.dumps({"read": [[r.queueId, r.queueOffset, r.b] for r in rows],
-                      "error": None if error is None else str(error), "out": out}))
+        out = sorted(m.body.decode() for qid in (0, 1) for m in s.pull("out", qid, 0, 100).messages)
+    print(
+        json.dumps(
+            {
+                "read": [[r.queueId, r.queueOffset, r.b] for r in rows],
+                "error": None if error is None else str(error),
+                "out": out,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A RetryPipeline run as its own process, so a test can SIGKILL it.
 
-    python retry_pipeline.py STORE CHECKPOINT   # runs until both bad messages are dead
+python retry_pipeline.py STORE CHECKPOINT   # runs until both bad messages are dead
 """
 
 from __future__ import annotations
@@ -24,15 +24,31 @@ def main() -> None:
     def process(batch_df, batch_id):
         good = batch_df.where(~F.col("body").cast("string").endswith("-bad"))
         # the successful rows' output, idempotent per batch id
-        (good.select("body").write.format("rocketmq").option("store", store)
-         .option("topic", "done").option("txnAppId", "retry-test").option(
-             "txnVersion", str(batch_id))
-         .options(**{f"rocketmq.{k}": v for k, v in FAST.items()}).mode("append").save())
+        (
+            good.select("body")
+            .write.format("rocketmq")
+            .option("store", store)
+            .option("topic", "done")
+            .option("txnAppId", "retry-test")
+            .option("txnVersion", str(batch_id))
+            .options(**{f"rocketmq.{k}": v for k, v in FAST.items()})
+            .mode("append")
+            .save()
+        )
         return batch_df.where(F.col("body").cast("string").endswith("-bad")).select(
-            "commitLogOffset", F.lit("bad input").alias("reason"))
+            "commitLogOffset", F.lit("bad input").alias("reason")
+        )
 
-    pipe = RetryPipeline(spark, topic="in", group="g", process=process, checkpoint=checkpoint,
-                         store=store, store_options=FAST, max_offsets_per_trigger=7)
+    pipe = RetryPipeline(
+        spark,
+        topic="in",
+        group="g",
+        process=process,
+        checkpoint=checkpoint,
+        store=store,
+        store_options=FAST,
+        max_offsets_per_trigger=7,
+    )
     q = pipe.start(processing_time="200 milliseconds")
     print("started", flush=True)
     with MessageStore.open(store, **FAST) as s:

@@ -37,9 +37,14 @@ def columns(draw):
             o = draw(st.integers(0, size))
             ln = draw(st.integers(0, size - o))
             idx.append(b), offs.append(o), lens.append(ln)
-        cols.append(Pieces(bufs, np.asarray(offs, dtype=np.int64),
-                           np.asarray(lens, dtype=np.int64),
-                           np.asarray(idx, dtype=np.int64) if nbuf > 1 else 0))
+        cols.append(
+            Pieces(
+                bufs,
+                np.asarray(offs, dtype=np.int64),
+                np.asarray(lens, dtype=np.int64),
+                np.asarray(idx, dtype=np.int64) if nbuf > 1 else 0,
+            )
+        )
     return cols
 
 
@@ -55,8 +60,9 @@ def test_constructors_and_around_the_inline_size():
     head = Pieces.fixed(bytes(range(6 * 4)), 4, 6)
     sep = Pieces.repeated(b"\x00\x01", 6)
     got = bytes(interleave([head, body, sep]))
-    assert got == b"".join(bytes(range(4 * i, 4 * i + 4)) + items[i] + b"\x00\x01"
-                           for i in range(6))
+    assert got == b"".join(
+        bytes(range(4 * i, 4 * i + 4)) + items[i] + b"\x00\x01" for i in range(6)
+    )
     assert body.take(2, 4).to_list() == items[2:4]
     wide = Pieces.fixed(np.asarray([258, 3], dtype=">u2"), 2, 2)  # offsets are in bytes
     assert wide.to_list() == [b"\x01\x02", b"\x00\x03"]
@@ -78,15 +84,26 @@ def fixed_columns(draw):
             step = w if kind == "consecutive" else draw(st.integers(1, 30))
             end = lead + (n - 1) * step + w
             data = draw(st.binary(min_size=end, max_size=end + 5))
-            cols.append(Pieces([data], lead + np.arange(n, dtype=np.int64) * step,
-                               np.full(n, w, dtype=np.int64)))
+            cols.append(
+                Pieces(
+                    [data],
+                    lead + np.arange(n, dtype=np.int64) * step,
+                    np.full(n, w, dtype=np.int64),
+                )
+            )
             continue
         nbuf = 1 if kind == "scattered" else draw(st.integers(2, 3))
         bufs = [draw(st.binary(min_size=w, max_size=w + 60)) for _ in range(nbuf)]
         idx = [draw(st.integers(0, nbuf - 1)) for _ in range(n)]
         offs = [draw(st.integers(0, len(bufs[b]) - w)) for b in idx]
-        cols.append(Pieces(bufs, np.asarray(offs, dtype=np.int64), np.full(n, w, dtype=np.int64),
-                           np.asarray(idx, dtype=np.int64) if nbuf > 1 else 0))
+        cols.append(
+            Pieces(
+                bufs,
+                np.asarray(offs, dtype=np.int64),
+                np.full(n, w, dtype=np.int64),
+                np.asarray(idx, dtype=np.int64) if nbuf > 1 else 0,
+            )
+        )
     return cols
 
 
@@ -124,19 +141,19 @@ def test_gather_items_is_the_slices_at_the_offsets(data):
         size = int(offsets[-1]) + w + data.draw(st.integers(0, 5))
     else:
         size = data.draw(st.integers(w, 200))
-        offsets = np.asarray(data.draw(st.lists(st.integers(0, size - w), min_size=n,
-                                                max_size=n)), dtype=np.int64)
+        offsets = np.asarray(
+            data.draw(st.lists(st.integers(0, size - w), min_size=n, max_size=n)), dtype=np.int64
+        )
     raw = data.draw(st.binary(min_size=size, max_size=size))
     buf = np.frombuffer(raw, dtype=np.uint8)
     got = gather_items(buf, offsets, np.dtype((np.void, w)))
-    assert [bytes(x) for x in got] == [raw[o:o + w] for o in offsets.tolist()]
+    assert [bytes(x) for x in got] == [raw[o : o + w] for o in offsets.tolist()]
     got[0] = b"\xff" * w  # a copy, not a view of the buffer
     assert buf.tobytes() == raw
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 10**6), max_size=40),
-       st.booleans())
+@given(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 10**6), max_size=40), st.booleans())
 def test_decimal_list_is_the_joined_decimal_text(values, ordered):
     """Any mix of digit counts, sorted (a commit's offsets) or not."""
     if ordered:

@@ -15,8 +15,12 @@ from rocketspark.store import Message, MessageStore, PutStatus, commit_log, tran
 from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
 from rocketspark.store.message_store import PutResults
 
-SMALL = dict(mappedFileSizeCommitLog=8192, mappedFileSizeConsumeQueue=20 * 32,
-             maxHashSlotNum=64, maxIndexNum=512)
+SMALL = dict(
+    mappedFileSizeCommitLog=8192,
+    mappedFileSizeConsumeQueue=20 * 32,
+    maxHashSlotNum=64,
+    maxIndexNum=512,
+)
 
 
 def _files(root: str, sub: str) -> list[bytes]:
@@ -59,17 +63,20 @@ def _messages(rng: random.Random, n: int) -> list[Message]:
     for i in range(n):
         topic = rng.choice(["orders", "payments", "t" * 127])
         kind = rng.randrange(6)
-        out.append(Message(
-            topic, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))),
-            tags=rng.choice([None, "created", "paid", "ünïcode"]),
-            keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b%d" % i)]),
-            properties=rng.choice([{}, {"p": "v"}, {"UNIQ_KEY": "MY-ID-%d" % i, "x": "é"}]),
-            queue_id=rng.randrange(3) if kind == 0 else None,
-            sharding_key=("cust-%d" % rng.randrange(5)) if kind == 1 else None,
-            flag=rng.randrange(3) if kind == 2 else 0,
-            reconsume_times=rng.randrange(3) if kind == 3 else 0,
-            born_timestamp=1_600_000_000_000 + i if kind == 4 else None,
-        ))
+        out.append(
+            Message(
+                topic,
+                bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))),
+                tags=rng.choice([None, "created", "paid", "ünïcode"]),
+                keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b%d" % i)]),
+                properties=rng.choice([{}, {"p": "v"}, {"UNIQ_KEY": "MY-ID-%d" % i, "x": "é"}]),
+                queue_id=rng.randrange(3) if kind == 0 else None,
+                sharding_key=("cust-%d" % rng.randrange(5)) if kind == 1 else None,
+                flag=rng.randrange(3) if kind == 2 else 0,
+                reconsume_times=rng.randrange(3) if kind == 3 else 0,
+                born_timestamp=1_600_000_000_000 + i if kind == 4 else None,
+            )
+        )
     return out
 
 
@@ -130,6 +137,7 @@ def test_put_results_are_lazy_but_complete(tmp_path):
 
 def test_columnar_put_checks_every_size_before_writing(tmp_path):
     from rocketspark.errors import MessageTooLargeError
+
     with MessageStore.open(tmp_path / "s", maxMessageSize=100, **SMALL) as s:
         s.create_topic("orders", queues=1)
         with pytest.raises(MessageTooLargeError, match="maxMessageSize 100"):
@@ -139,8 +147,10 @@ def test_columnar_put_checks_every_size_before_writing(tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(prefix=st.text(min_size=0, max_size=40),
-       counters=st.lists(st.integers(0, 200_000), min_size=1, max_size=20))
+@given(
+    prefix=st.text(min_size=0, max_size=40),
+    counters=st.lists(st.integers(0, 200_000), min_size=1, max_size=20),
+)
 def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
     got = java_hash_hex_suffixed(prefix, np.asarray(counters))
     want = java_hash_many([f"{prefix}{c & 0xFFFF:04X}" for c in counters])
@@ -152,8 +162,10 @@ def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
 def test_scalar_hex_suffixed_hash(prefix, counter):
     from rocketspark.store.index_file import hex_suffixed_hash
     from rocketspark.store.message import java_string_hash
+
     assert hex_suffixed_hash(java_string_hash(prefix), counter) == java_string_hash(
-        f"{prefix}{counter & 0xFFFF:04X}")
+        f"{prefix}{counter & 0xFFFF:04X}"
+    )
 
 
 @pytest.mark.parametrize("mixed", [False, True])
@@ -162,8 +174,10 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
     if mixed:
         msgs = _messages(random.Random(11), 120)
     else:
-        msgs = [Message("orders", b"m%d" % i, tags="t%d" % (i % 3),
-                        keys=["k%d" % i] if i % 2 else ()) for i in range(40)]
+        msgs = [
+            Message("orders", b"m%d" % i, tags="t%d" % (i % 3), keys=["k%d" % i] if i % 2 else ())
+            for i in range(40)
+        ]
     roots = []
     for single in (True, False):
         root = str(tmp_path / ("one" if single else "batch"))
@@ -176,31 +190,69 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
         roots.append(root)
         if single:
             singles = results
-    assert [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id, r.uniq_key,
-             r.store_size) for r in singles] == [
-        (r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.msg_id, r.uniq_key,
-         r.store_size) for r in results]
+    assert [
+        (
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            r.commitlog_offset,
+            r.msg_id,
+            r.uniq_key,
+            r.store_size,
+        )
+        for r in singles
+    ] == [
+        (
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            r.commitlog_offset,
+            r.msg_id,
+            r.uniq_key,
+            r.store_size,
+        )
+        for r in results
+    ]
     _assert_same_stores(*roots)
 
 
-def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_path, clock,
-                                                                            copy_path):
+def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(
+    tmp_path, clock, copy_path
+):
     rng = random.Random(3)
     msgs = _messages(rng, 40)
-    msgs = [Message(m.topic, m.body, tags=m.tags, keys=m.keys, properties=m.properties,
-                    queue_id=m.queue_id, sharding_key=m.sharding_key) for m in msgs]
-    cols = dict(topics=[m.topic for m in msgs], tags=[m.tags for m in msgs],
-                keys=[list(m.keys) or None for m in msgs],
-                properties=[list(m.properties.items()) or None for m in msgs],
-                queue_ids=[m.queue_id for m in msgs], sharding_keys=[m.sharding_key for m in msgs])
+    msgs = [
+        Message(
+            m.topic,
+            m.body,
+            tags=m.tags,
+            keys=m.keys,
+            properties=m.properties,
+            queue_id=m.queue_id,
+            sharding_key=m.sharding_key,
+        )
+        for m in msgs
+    ]
+    cols = dict(
+        topics=[m.topic for m in msgs],
+        tags=[m.tags for m in msgs],
+        keys=[list(m.keys) or None for m in msgs],
+        properties=[list(m.properties.items()) or None for m in msgs],
+        queue_ids=[m.queue_id for m in msgs],
+        sharding_keys=[m.sharding_key for m in msgs],
+    )
     roots = []
     for columnar in (True, False):
         root = str(tmp_path / ("col" if columnar else "msg"))
         with _pinned_store(root, clock, THREE_TOPICS) as s:
             if columnar:
                 rs = s.put_columns([m.body for m in msgs], **cols)
-                hs = s.prepare_columns([m.body for m in msgs], producer_group="pg",
-                                       extra_properties={"RS_SINK": "x"}, **cols)
+                hs = s.prepare_columns(
+                    [m.body for m in msgs],
+                    producer_group="pg",
+                    extra_properties={"RS_SINK": "x"},
+                    **cols,
+                )
             else:  # the per-record paths all the way, commit included
                 s._columnar = False
                 rs = s.put_batch(msgs)
@@ -215,6 +267,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(tmp_
 
 def test_put_columns_rejects_bad_rows_before_writing(tmp_path):
     from rocketspark.errors import ConfigError
+
     with MessageStore.open(tmp_path / "s", **SMALL) as s:
         s.create_topic("orders", queues=1)
         with pytest.raises(ConfigError, match="row 1 of topic 'orders'.*separator"):
@@ -241,23 +294,43 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
             if not columnar:
                 s._columnar = False
             varied = [None, "a", "bb", "é", "created"]
-            for tag, topic, keyed in ((None, "uniform", False), ("created", "uniform", False),
-                                      ("é", "t" * 127, False), (None, "uniform", True),
-                                      ("paid", "t" * 127, True), (varied, "uniform", False),
-                                      (varied, "t" * 127, True)):
+            for tag, topic, keyed in (
+                (None, "uniform", False),
+                ("created", "uniform", False),
+                ("é", "t" * 127, False),
+                (None, "uniform", True),
+                ("paid", "t" * 127, True),
+                (varied, "uniform", False),
+                (varied, "t" * 127, True),
+            ):
                 tags = [tag[i % 5] if isinstance(tag, list) else tag for i in range(150)]
-                msgs = [Message(topic, b"body-%d" % i * (i % 7 + 1), tags=tags[i],
-                                keys=(["k%d" % i, "ü%d" % (i % 5)] if i % 3 else
-                                      "one-%d" % i if i % 2 else ()) if keyed else ())
-                        for i in range(150)]
+                msgs = [
+                    Message(
+                        topic,
+                        b"body-%d" % i * (i % 7 + 1),
+                        tags=tags[i],
+                        keys=(
+                            ["k%d" % i, "ü%d" % (i % 5)] if i % 3 else "one-%d" % i if i % 2 else ()
+                        )
+                        if keyed
+                        else (),
+                    )
+                    for i in range(150)
+                ]
                 rs = s.put_batch(msgs)
                 n_q = s.topic(topic).write_queue_nums
-                assert [r.queue_id for r in rs] == [(rs[0].queue_id + k) % n_q
-                                                    for k in range(150)]  # round robin
+                assert [r.queue_id for r in rs] == [
+                    (rs[0].queue_id + k) % n_q for k in range(150)
+                ]  # round robin
                 if columnar:
-                    hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=tags,
-                                           keys=[list(m.keys) for m in msgs],
-                                           producer_group="pg", extra_properties={"RS": "x"})
+                    hs = s.prepare_columns(
+                        [m.body for m in msgs],
+                        topic=topic,
+                        tags=tags,
+                        keys=[list(m.keys) for m in msgs],
+                        producer_group="pg",
+                        extra_properties={"RS": "x"},
+                    )
                 else:
                     hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS": "x"})
                 s.commit_transaction(hs[:100])
@@ -268,8 +341,13 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
     _assert_same_stores(*roots)
 
 
-_TRICKY = [b"", b"TRAN_MSG\x01true\x02REAL_TOPIC\x01x\x02REAL_QID\x011\x02", b"\x02" * 40,
-           b"UNIQ_KEY\x01" + b"A" * 32, b"KEYS\x01k"]
+_TRICKY = [
+    b"",
+    b"TRAN_MSG\x01true\x02REAL_TOPIC\x01x\x02REAL_QID\x011\x02",
+    b"\x02" * 40,
+    b"UNIQ_KEY\x01" + b"A" * 32,
+    b"KEYS\x01k",
+]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -282,14 +360,26 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
     msgs = []
     for i in range(rng.randrange(60, 160)):
         topic = rng.choice(list(topics))
-        props = rng.choice([{}, {"p": "v" * rng.randrange(0, 5)}, {"UNIQ_KEY": "OWN-%d" % i},
-                            {"UNIQ_KEY": "B" * 32 + str(i % 2)}, {"x": "é", "y": "REAL_QID"}])
-        msgs.append(Message(
-            topic, rng.choice(_TRICKY) + bytes(rng.randrange(256)
-                                               for _ in range(rng.randrange(1, 50))),
-            tags=rng.choice([None, "t%d" % rng.randrange(3), "ünï"]),
-            keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b")]), properties=props,
-            queue_id=rng.randrange(topics[topic]) if rng.random() < 0.3 else None))
+        props = rng.choice(
+            [
+                {},
+                {"p": "v" * rng.randrange(0, 5)},
+                {"UNIQ_KEY": "OWN-%d" % i},
+                {"UNIQ_KEY": "B" * 32 + str(i % 2)},
+                {"x": "é", "y": "REAL_QID"},
+            ]
+        )
+        msgs.append(
+            Message(
+                topic,
+                rng.choice(_TRICKY)
+                + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 50))),
+                tags=rng.choice([None, "t%d" % rng.randrange(3), "ünï"]),
+                keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b")]),
+                properties=props,
+                queue_id=rng.randrange(topics[topic]) if rng.random() < 0.3 else None,
+            )
+        )
     extra = rng.choice([{}, {"RS_SINK": "s-1"}, {"A": "1", "B": "two"}])
     groups = []
     order = list(range(len(msgs)))
@@ -305,11 +395,15 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
         with _pinned_store(root, clock, topics) as s:
             if columnar:  # the columnar prepare, and the sliced commit
                 hs = s.prepare_columns(
-                    [m.body for m in msgs], topics=[m.topic for m in msgs],
-                    tags=[m.tags for m in msgs], keys=[list(m.keys) or None for m in msgs],
+                    [m.body for m in msgs],
+                    topics=[m.topic for m in msgs],
+                    tags=[m.tags for m in msgs],
+                    keys=[list(m.keys) or None for m in msgs],
                     properties=[dict(m.properties) or None for m in msgs],
-                    queue_ids=[m.queue_id for m in msgs], producer_group="pg",
-                    extra_properties=extra)
+                    queue_ids=[m.queue_id for m in msgs],
+                    producer_group="pg",
+                    extra_properties=extra,
+                )
             else:  # the per-record prepare, and the per-record commit
                 s._columnar = False
                 hs = s.prepare_batch(msgs, producer_group="pg", properties=extra)
@@ -322,10 +416,13 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
     _assert_same_stores(*roots)
 
 
-@pytest.mark.parametrize("layout", ["plain", "tagged", "same-keys", "keys-per-row", "12-queues",
-                                    "long-topic", "big-queue-ids"])
+@pytest.mark.parametrize(
+    "layout",
+    ["plain", "tagged", "same-keys", "keys-per-row", "12-queues", "long-topic", "big-queue-ids"],
+)
 def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
-        tmp_path, clock, monkeypatch, layout):
+    tmp_path, clock, monkeypatch, layout
+):
     """A sink's halves: records of a few layouts, one per size (REAL_QID digits), which
     the commit checks and reads layout by layout (transaction._parse_layouts). Same
     bytes as the per-record commit, and that parser is used exactly when every half
@@ -352,21 +449,40 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
             s._ids._prefix = "7F000001" + "0" * 12
             s._ids._counter = 65400  # the UNIQ_KEY counter wraps inside the batch
             s.create_topic(topic, queues=queues)
-            msgs = [Message(topic, b"body-%03d" % i, tags=tags,
-                            keys=keys if keys is not None else ["row-%d" % i] * (i % 2 + 1))
-                    for i in range(n)]
+            msgs = [
+                Message(
+                    topic,
+                    b"body-%03d" % i,
+                    tags=tags,
+                    keys=keys if keys is not None else ["row-%d" % i] * (i % 2 + 1),
+                )
+                for i in range(n)
+            ]
             if columnar:
-                hs = s.prepare_columns([m.body for m in msgs], topic=topic, tags=[tags] * n,
-                                       keys=[list(m.keys) for m in msgs], producer_group="pg",
-                                       extra_properties={"rocketsparkSinkId": "s-1"})
-                hs2 = s.prepare_columns([m.body for m in msgs], topic=topic, producer_group="pg",
-                                        extra_properties={"rocketsparkSinkId": "s-1"})
+                hs = s.prepare_columns(
+                    [m.body for m in msgs],
+                    topic=topic,
+                    tags=[tags] * n,
+                    keys=[list(m.keys) for m in msgs],
+                    producer_group="pg",
+                    extra_properties={"rocketsparkSinkId": "s-1"},
+                )
+                hs2 = s.prepare_columns(
+                    [m.body for m in msgs],
+                    topic=topic,
+                    producer_group="pg",
+                    extra_properties={"rocketsparkSinkId": "s-1"},
+                )
             else:
                 s._columnar = False
-                hs = s.prepare_batch(msgs, producer_group="pg",
-                                     properties={"rocketsparkSinkId": "s-1"})
-                hs2 = s.prepare_batch([Message(topic, m.body) for m in msgs], producer_group="pg",
-                                      properties={"rocketsparkSinkId": "s-1"})
+                hs = s.prepare_batch(
+                    msgs, producer_group="pg", properties={"rocketsparkSinkId": "s-1"}
+                )
+                hs2 = s.prepare_batch(
+                    [Message(topic, m.body) for m in msgs],
+                    producer_group="pg",
+                    properties={"rocketsparkSinkId": "s-1"},
+                )
             s.commit_transaction([*hs[:250], *hs2[:200]])
             s.rollback_transaction([*hs[250:], *hs2[200:]])
         roots.append(root)
@@ -375,7 +491,8 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
     with MessageStore.open(roots[0]) as s:  # and the committed records read back
         got = [m for q in range(queues) for m in s.pull(topic, q, 0, max_msgs=1000).messages]
         assert sorted(m.body for m in got) == sorted(
-            [b"body-%03d" % i for i in range(250)] + [b"body-%03d" % i for i in range(200)])
+            [b"body-%03d" % i for i in range(250)] + [b"body-%03d" % i for i in range(200)]
+        )
         if layout == "same-keys":
             assert len(s.query_by_key(topic, "k2", max_num=1000)) == 250
 
@@ -385,8 +502,12 @@ def test_keys_with_empty_pieces_and_repeated_names_read_back_as_pull_reads_them(
     pairs naming a property twice keep the last value, in Arrow rows as in pull()."""
     with MessageStore.open(str(tmp_path / "s")) as s:
         s.create_topic("t", queues=1)
-        s.put_columns([b"0", b"1", b"2", b"3"], topic="t", keys=["a  b", " c", None, "d "],
-                      properties=[[("color", "red"), ("color", "blue")], None, None, None])
+        s.put_columns(
+            [b"0", b"1", b"2", b"3"],
+            topic="t",
+            keys=["a  b", " c", None, "d "],
+            properties=[[("color", "red"), ("color", "blue")], None, None, None],
+        )
         pulled = s.pull("t", 0, 0).messages
         batches, _ = s.read_batches("t", 0, 0, None)
         rows = pa.Table.from_batches(batches).to_pylist()

@@ -20,9 +20,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def spawn_writer(store_dir, ack_path, tag, count=10**9, batch=1, flush="SYNC"):
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.helpers.writer", str(store_dir), str(ack_path),
-         tag, str(count), str(batch), flush],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "tests.store.helpers.writer",
+            str(store_dir),
+            str(ack_path),
+            tag,
+            str(count),
+            str(batch),
+            flush,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_ready(proc):
@@ -81,8 +93,10 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_message(tmp_path, batch
             before = {q: store.max_offset("crash", q) for q in range(3)}
             r = store.put(Message("crash", f"after-{round_no}".encode(), queue_id=round_no % 3))
             assert r.queue_offset == before[round_no % 3]
-            assert store.pull("crash", r.queue_id, r.queue_offset).messages[0].body == \
-                f"after-{round_no}".encode()
+            assert (
+                store.pull("crash", r.queue_id, r.queue_offset).messages[0].body
+                == f"after-{round_no}".encode()
+            )
             # The index knows the survivors too.
             some = acked(ack_path)[-1:] if acked(ack_path) else []
             for body in some:
@@ -147,7 +161,8 @@ def test_recovery_reindexes_a_message_whose_index_entries_span_two_files(tmp_pat
 
     store_dir = str(tmp_path / "s")
     child = multiprocessing.get_context("spawn").Process(
-        target=_put_then_die_inside_an_append, args=(store_dir,))
+        target=_put_then_die_inside_an_append, args=(store_dir,)
+    )
     child.start()
     child.join(60)
     assert child.exitcode == -signal.SIGKILL
@@ -157,7 +172,8 @@ def test_recovery_reindexes_a_message_whose_index_entries_span_two_files(tmp_pat
         assert [m.body for m in msgs] == [b"m1", b"m2"]
         for m in msgs:
             assert [x.commitlog_offset for x in s.query_by_key("t", m.keys[0])] == [
-                m.commitlog_offset]
+                m.commitlog_offset
+            ]
             assert [x.body for x in s.query_by_key("t", m.uniq_key)] == [m.body]
         assert s.query_by_key("t", "k3") == []
 
@@ -200,13 +216,16 @@ def test_a_writer_killed_inside_an_index_update_leaves_every_key_findable(tmp_pa
             live = stack.enter_context(MessageStore.open(store_dir, **conf))
             live.create_topic("t", queues=1)
         child = multiprocessing.get_context("spawn").Process(
-            target=_put_then_die_before_the_index_publishes, args=(store_dir,))
+            target=_put_then_die_before_the_index_publishes, args=(store_dir,)
+        )
         child.start()
         child.join(60)
         assert child.exitcode == -signal.SIGKILL
-        s = live if peer == "open all along" else stack.enter_context(
-            MessageStore.open(store_dir, **conf))
+        s = (
+            live
+            if peer == "open all along"
+            else stack.enter_context(MessageStore.open(store_dir, **conf))
+        )
         s.put(Message("t", b"third", keys=["other"]))  # writes over the unpublished entry
         assert sorted(m.body for m in s.query_by_key("t", "k")) == [b"first", b"second"]
-        assert [m.body for m in s.pull("t", 0, 0, 10).messages] == [b"first", b"second",
-                                                                     b"third"]
+        assert [m.body for m in s.pull("t", 0, 0, 10).messages] == [b"first", b"second", b"third"]

@@ -35,8 +35,12 @@ from tests.store.helpers.full_disk import TOPIC, bodies_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DISK_SIZE = 12 << 20
-SIZES = dict(mappedFileSizeCommitLog=256 * 1024, mappedFileSizeConsumeQueue=20 * 512,
-             maxHashSlotNum=64, maxIndexNum=512)
+SIZES = dict(
+    mappedFileSizeCommitLog=256 * 1024,
+    mappedFileSizeConsumeQueue=20 * 512,
+    maxHashSlotNum=64,
+    maxIndexNum=512,
+)
 
 
 @pytest.fixture(params=["tmpfs"])
@@ -52,8 +56,9 @@ def small_disk(request, tmp_path):
         image = tmp_path / "ext4.img"
         with open(image, "wb") as f:
             f.truncate(DISK_SIZE + (4 << 20))  # + the journal and metadata
-        made = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
-                              capture_output=True, text=True)
+        made = subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], capture_output=True, text=True
+        )
         if made.returncode:
             pytest.skip(f"cannot make an ext4 file system: {made.stderr.strip()}")
         cmd = ["mount", "-o", "loop", str(image), str(mnt)]
@@ -87,9 +92,13 @@ def fill(mnt, leave: int) -> str:
 
 
 def child(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-m",
-                           "tests.store.helpers.full_disk", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-m", "tests.store.helpers.full_disk", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def lines(path) -> list[str]:
@@ -126,16 +135,21 @@ def assert_nothing_sparse_or_empty(store_dir) -> None:
 # --- end to end: writers fill the disk, a reader reopens it, space is freed --------------
 
 
-@pytest.mark.parametrize("small_disk,flush,ratio,mode", [
-    ("tmpfs", "SYNC", 90, "close"),
-    ("tmpfs", "ASYNC", 90, "kill"),
-    ("tmpfs", "ASYNC", 100, "close"),
-    ("tmpfs", "SYNC", 100, "kill"),
-    ("ext4", "ASYNC", 100, "kill"),
-    ("ext4", "SYNC", 90, "close"),
-], indirect=["small_disk"])
+@pytest.mark.parametrize(
+    "small_disk,flush,ratio,mode",
+    [
+        ("tmpfs", "SYNC", 90, "close"),
+        ("tmpfs", "ASYNC", 90, "kill"),
+        ("tmpfs", "ASYNC", 100, "close"),
+        ("tmpfs", "SYNC", 100, "kill"),
+        ("ext4", "ASYNC", 100, "kill"),
+        ("ext4", "SYNC", 90, "close"),
+    ],
+    indirect=["small_disk"],
+)
 def test_writer_meets_a_full_disk_with_disk_full_error_and_loses_nothing(
-        small_disk, tmp_path, flush, ratio, mode):
+    small_disk, tmp_path, flush, ratio, mode
+):
     store_dir = str(small_disk / "store")
     acks, seen = str(tmp_path / "acks"), str(tmp_path / "seen")
     config = dict(SIZES, flushDiskType=f"{flush}_FLUSH", diskSpaceWarningLevelRatio=ratio)
@@ -185,7 +199,7 @@ def _make_sparse(path: str) -> None:
     try:
         page = 4096
         for at in range(0, len(data), page):
-            chunk = data[at:at + page]
+            chunk = data[at : at + page]
             if chunk.count(0) != len(chunk):
                 os.pwrite(fd, chunk, at)
         os.ftruncate(fd, len(data))
@@ -193,11 +207,19 @@ def _make_sparse(path: str) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("small_disk,ratio,hole_in_data", [
-    ("ext4", 90, True), ("ext4", 100, False), ("tmpfs", 100, True), ("tmpfs", 100, False),
-], indirect=["small_disk"])
-def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path, ratio,
-                                                           hole_in_data):
+@pytest.mark.parametrize(
+    "small_disk,ratio,hole_in_data",
+    [
+        ("ext4", 90, True),
+        ("ext4", 100, False),
+        ("tmpfs", 100, True),
+        ("tmpfs", 100, False),
+    ],
+    indirect=["small_disk"],
+)
+def test_sparse_store_opens_on_a_full_disk_and_serves_reads(
+    small_disk, tmp_path, ratio, hole_in_data
+):
     """A store left sparse (an older version's, a broker's): reads work, writes are refused,
     no SIGBUS, and once space is freed writes resume.
 
@@ -228,22 +250,32 @@ def test_sparse_store_opens_on_a_full_disk_and_serves_reads(small_disk, tmp_path
         # Refused, unless the put fits in blocks the file already has (no holes among
         # the data, the disk guard off): writing there needs no space.
         assert r.stdout.startswith("put: DiskFullError") or (
-            not hole_in_data and ratio == 100 and r.stdout.startswith("put: ok")), r.stdout
+            not hole_in_data and ratio == 100 and r.stdout.startswith("put: ok")
+        ), r.stdout
     after = ["after"] if r.stdout.startswith("put: ok") else []
     if not hole_in_data:  # the check reads no hole either (a child: SIGBUS shows)
         checked = subprocess.run(
-            [sys.executable, "-X", "faulthandler", "-c",
-             "import sys; from rocketspark.store.store_check import "
-             "check_store; r = check_store(sys.argv[1]); print(r.render()); "
-             "sys.exit(0 if r.ok else 1)", store_dir],
-            cwd=ROOT, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-X",
+                "faulthandler",
+                "-c",
+                "import sys; from rocketspark.store.store_check import "
+                "check_store; r = check_store(sys.argv[1]); print(r.render()); "
+                "sys.exit(0 if r.ok else 1)",
+                store_dir,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert checked.returncode == 0, (checked.returncode, checked.stdout, checked.stderr)
 
     os.unlink(filler)
     with MessageStore.open(store_dir, **config) as store:  # reserves the holes now
         store.put(Message(TOPIC, b"new", tags="t"))
-        assert sorted(bodies_of(store)) == sorted([f"old{i}" for i in range(30)] + ["new"]
-                                                  + after)
+        assert sorted(bodies_of(store)) == sorted([f"old{i}" for i in range(30)] + ["new"] + after)
     assert_nothing_sparse_or_empty(store_dir)
     report = check_store(store_dir)
     assert report.ok, report.render()
@@ -266,8 +298,7 @@ def test_creating_mapped_files_on_a_full_disk_leaves_nothing(small_disk):
     index = small_disk / "index"
     index.mkdir()
     with pytest.raises(DiskFullError, match="20240101000000000"):
-        IndexFile.create(str(index / "20240101000000000"), hash_slot_num=50_000,
-                         index_num=50_000)
+        IndexFile.create(str(index / "20240101000000000"), hash_slot_num=50_000, index_num=50_000)
     assert os.listdir(index) == []
 
     fill(small_disk, 0)
@@ -335,9 +366,11 @@ def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
         end = store.state.commit_pos
         usage[0] = 0.91
         store._guard._next_check = 0.0  # as if CHECK_INTERVAL had passed
-        for put in (lambda: store.put(Message(TOPIC, b"b")),
-                    lambda: store.put_batch([Message(TOPIC, b"c")] * 20),
-                    lambda: store.put_batch([Message(TOPIC, b"d", delay_level=1)])):
+        for put in (
+            lambda: store.put(Message(TOPIC, b"b")),
+            lambda: store.put_batch([Message(TOPIC, b"c")] * 20),
+            lambda: store.put_batch([Message(TOPIC, b"d", delay_level=1)]),
+        ):
             with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio=90%"):
                 put()
         assert store.state.commit_pos == store.state.pending_end == end
@@ -349,8 +382,11 @@ def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["0", "101", "-5"])
 def test_disk_ratios_are_percentages(value):
-    for key in ("diskSpaceWarningLevelRatio", "diskSpaceCleanForciblyRatio",
-                "diskMaxUsedSpaceRatio"):
+    for key in (
+        "diskSpaceWarningLevelRatio",
+        "diskSpaceCleanForciblyRatio",
+        "diskMaxUsedSpaceRatio",
+    ):
         with pytest.raises(ConfigError, match=key):
             MessageStoreConfig.load(None, **{key: value})
     assert MessageStoreConfig().disk_space_warning_level_ratio == 90
@@ -383,8 +419,12 @@ def test_write_crossing_a_chunk_on_a_full_disk_is_refused_whole(small_disk, monk
     """The reservation past a chunk fails: DiskFullError, nothing written, offsets kept."""
     monkeypatch.setattr(commit_log, "COMMIT_LOG_CHUNK", 1 << 20)  # the disk is 12 MiB
     store_dir = str(small_disk / "store")
-    config = dict(SIZES, mappedFileSizeCommitLog=4 << 20,
-                  flushDiskType="ASYNC_FLUSH", diskSpaceWarningLevelRatio=100)
+    config = dict(
+        SIZES,
+        mappedFileSizeCommitLog=4 << 20,
+        flushDiskType="ASYNC_FLUSH",
+        diskSpaceWarningLevelRatio=100,
+    )
     with MessageStore.open(store_dir, **config) as store:
         store.create_topic(TOPIC, queues=1)
         first = store.put(Message(TOPIC, b"a", keys=["ka"]))

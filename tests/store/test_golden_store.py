@@ -20,8 +20,12 @@ from rocketspark.store import Message, MessageStore, PullStatus
 from rocketspark.store.store_check import check_store
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "rocketmq-5-store")
-SIZES = dict(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=1280,
-             maxHashSlotNum=64, maxIndexNum=256)
+SIZES = dict(
+    mappedFileSizeCommitLog=4096,
+    mappedFileSizeConsumeQueue=1280,
+    maxHashSlotNum=64,
+    maxIndexNum=256,
+)
 
 with open(os.path.join(DATA, "expected.json"), encoding="utf-8") as _f:
     EXPECTED = json.load(_f)
@@ -74,17 +78,21 @@ def test_every_message_reads_back_through_pull(golden):
 
 def test_every_message_reads_back_through_arrow(golden):
     with MessageStore.open(golden, **SIZES) as store:
-        for (topic, qid) in {(e["topic"], e["queueId"]) for e in EXPECTED["messages"]}:
-            want = sorted((e for e in EXPECTED["messages"]
-                           if (e["topic"], e["queueId"]) == (topic, qid)),
-                          key=lambda e: e["queueOffset"])
+        for topic, qid in {(e["topic"], e["queueId"]) for e in EXPECTED["messages"]}:
+            want = sorted(
+                (e for e in EXPECTED["messages"] if (e["topic"], e["queueId"]) == (topic, qid)),
+                key=lambda e: e["queueOffset"],
+            )
             batches, nxt = store.read_batches(topic, qid, 0, None)
             rows = [r for b in batches for r in b.to_pylist()]
             assert nxt == len(want) == len(rows)
             for r, e in zip(rows, want):
                 assert r["msgId"] == e["msgId"] and r["body"] == base64.b64decode(e["body"])
-                assert dict(r["properties"]) == {k: v for k, v in e["properties"].items()
-                                                 if k not in ("TAGS", "KEYS", "UNIQ_KEY")}
+                assert dict(r["properties"]) == {
+                    k: v
+                    for k, v in e["properties"].items()
+                    if k not in ("TAGS", "KEYS", "UNIQ_KEY")
+                }
                 assert r["tags"] == e["properties"].get("TAGS")
                 assert r["uniqKey"] == e["properties"].get("UNIQ_KEY")
                 assert r["queueOffset"] == e["queueOffset"]
@@ -120,15 +128,26 @@ def test_writing_continues_where_rocketmq_stopped(golden):
 def test_a_brokers_store_opens_with_default_settings_in_its_own_geometry(golden):
     """Nothing says what sizes a broker used: they are read off its files (segment
     spacing, ConsumeQueue file size, index file size) and recorded, not imposed."""
-    sizes = {os.path.join(d, p): os.path.getsize(os.path.join(d, p))
-             for d, _, names in os.walk(golden) for p in names}
+    sizes = {
+        os.path.join(d, p): os.path.getsize(os.path.join(d, p))
+        for d, _, names in os.walk(golden)
+        for p in names
+    }
     with MessageStore.open(golden) as store:
-        assert {k: getattr(store.config, f) for k, f in [
-            ("mappedFileSizeCommitLog", "mapped_file_size_commit_log"),
-            ("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue"),
-            ("maxHashSlotNum", "max_hash_slot_num"), ("maxIndexNum", "max_index_num")]} == SIZES
-        got = [m for e in EXPECTED["messages"][:5]
-               for m in store.pull(e["topic"], e["queueId"], e["queueOffset"], 1).messages]
+        assert {
+            k: getattr(store.config, f)
+            for k, f in [
+                ("mappedFileSizeCommitLog", "mapped_file_size_commit_log"),
+                ("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue"),
+                ("maxHashSlotNum", "max_hash_slot_num"),
+                ("maxIndexNum", "max_index_num"),
+            ]
+        } == SIZES
+        got = [
+            m
+            for e in EXPECTED["messages"][:5]
+            for m in store.pull(e["topic"], e["queueId"], e["queueOffset"], 1).messages
+        ]
         assert [m.msg_id for m in got] == [e["msgId"] for e in EXPECTED["messages"][:5]]
     for path, size in sizes.items():
         assert os.path.getsize(path) == size, path

@@ -424,17 +424,30 @@ def test_java_hash_many_long_and_surrogate_strings():
 
 
 @settings(deadline=None)
-@given(st.lists(st.text(alphabet=st.characters(max_codepoint=127), max_size=6), min_size=1,
-                max_size=20),
-       st.integers(0, 40), st.data())
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=6), min_size=1, max_size=20
+    ),
+    st.integers(0, 40),
+    st.data(),
+)
 def test_java_hash_rows_carries_each_prefix_hash_over_its_row(prefixes, length, data):
-    rows = [data.draw(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
-                              min_size=length, max_size=length)) for _ in prefixes]
+    rows = [
+        data.draw(
+            st.text(
+                alphabet=st.characters(min_codepoint=32, max_codepoint=126),
+                min_size=length,
+                max_size=length,
+            )
+        )
+        for _ in prefixes
+    ]
     seeds = np.asarray([java_string_hash(p) & 0xFFFFFFFF for p in prefixes], dtype=np.uint32)
     chars = np.frombuffer("".join(rows).encode(), dtype=np.uint8).reshape(len(rows), length)
     got = java_hash_rows(seeds, chars)
-    assert got.view(np.int32).tolist() == [java_string_hash(p + r)
-                                           for p, r in zip(prefixes, rows, strict=True)]
+    assert got.view(np.int32).tolist() == [
+        java_string_hash(p + r) for p, r in zip(prefixes, rows, strict=True)
+    ]
 
 
 # --- IndexService ----------------------------------------------------------------------------

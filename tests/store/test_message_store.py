@@ -26,8 +26,12 @@ from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
 from rocketspark.store.message import java_string_hash
 from rocketspark.store.message_codec import BLANK_MAGIC_CODE, decode_record
 
-SMALL = dict(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=20 * 16,
-             maxHashSlotNum=64, maxIndexNum=256)
+SMALL = dict(
+    mappedFileSizeCommitLog=4096,
+    mappedFileSizeConsumeQueue=20 * 16,
+    maxHashSlotNum=64,
+    maxIndexNum=256,
+)
 
 
 @pytest.fixture
@@ -38,8 +42,9 @@ def store(tmp_path):
 
 
 def test_put_returns_placement_and_pull_reads_it_back(store):
-    r = store.put(Message("orders", b"body", tags="created", keys=["o-1"],
-                          properties={"k": "v"}, queue_id=2))
+    r = store.put(
+        Message("orders", b"body", tags="created", keys=["o-1"], properties={"k": "v"}, queue_id=2)
+    )
     assert r.status is PutStatus.PUT_OK
     assert (r.queue_id, r.queue_offset, r.commitlog_offset) == (2, 0, 0)
     assert len(r.msg_id) == 32 and len(r.uniq_key) == 32
@@ -76,8 +81,8 @@ def test_segments_roll_with_blank_filler_and_reads_cross_them(store, tmp_path):
     raw = (tmp_path / "store" / "commitlog" / files[0]).read_bytes()
     last = max((r for r in rs if r.commitlog_offset < 4096), key=lambda r: r.commitlog_offset)
     end = last.commitlog_offset + last.store_size
-    assert int.from_bytes(raw[end + 4:end + 8], "big", signed=True) == BLANK_MAGIC_CODE
-    assert int.from_bytes(raw[end:end + 4], "big") == 4096 - end
+    assert int.from_bytes(raw[end + 4 : end + 8], "big", signed=True) == BLANK_MAGIC_CODE
+    assert int.from_bytes(raw[end : end + 4], "big") == 4096 - end
     got = []
     off = 0
     while True:
@@ -95,8 +100,11 @@ def test_segments_roll_with_blank_filler_and_reads_cross_them(store, tmp_path):
 def test_consume_queue_entry_bytes(store, tmp_path):
     r = store.put(Message("orders", b"abc", tags="TagA", queue_id=1))
     raw = (tmp_path / "store" / "consumequeue" / "orders" / "1" / f"{0:020d}").read_bytes()
-    want = (r.commitlog_offset.to_bytes(8, "big") + r.store_size.to_bytes(4, "big")
-            + (2598919).to_bytes(8, "big", signed=True))
+    want = (
+        r.commitlog_offset.to_bytes(8, "big")
+        + r.store_size.to_bytes(4, "big")
+        + (2598919).to_bytes(8, "big", signed=True)
+    )
     assert raw[:20] == want
     assert raw[20:40] == bytes(20)
 
@@ -210,10 +218,12 @@ def test_a_filtered_long_poll_waits_for_a_message_it_matches(tmp_path):
     root = str(tmp_path / "s")
     with MessageStore.open(root) as s:
         s.create_topic("t", queues=1)
-        writer = ("import sys, time\nfrom rocketspark.store import MessageStore, Message\n"
-                  "with MessageStore.open(sys.argv[1]) as s:\n"
-                  "    time.sleep(0.3); s.put(Message('t', b'b', tags='B'))\n"
-                  "    time.sleep(0.5); s.put(Message('t', b'a', tags='A'))\n")
+        writer = (
+            "import sys, time\nfrom rocketspark.store import MessageStore, Message\n"
+            "with MessageStore.open(sys.argv[1]) as s:\n"
+            "    time.sleep(0.3); s.put(Message('t', b'b', tags='B'))\n"
+            "    time.sleep(0.5); s.put(Message('t', b'a', tags='A'))\n"
+        )
         proc = subprocess.Popen([sys.executable, "-c", writer, root])
         t0 = time.perf_counter()
         res = s.pull("t", 0, 0, expression="A", timeout_ms=10_000)
@@ -229,8 +239,17 @@ def test_a_filtered_long_poll_waits_for_a_message_it_matches(tmp_path):
 
 
 def test_read_batches_matches_pull(store):
-    msgs = [Message("orders", os.urandom(i % 40 + 1), tags=["x", "y"][i % 2], keys=[f"k{i}"],
-                    properties={"n": str(i)}, queue_id=0) for i in range(300)]
+    msgs = [
+        Message(
+            "orders",
+            os.urandom(i % 40 + 1),
+            tags=["x", "y"][i % 2],
+            keys=[f"k{i}"],
+            properties={"n": str(i)},
+            queue_id=0,
+        )
+        for i in range(300)
+    ]
     store.put_batch(msgs)
     batches, nxt = store.read_batches("orders", 0, 10, 250)
     assert nxt == 250
@@ -321,7 +340,7 @@ def test_writers_in_turn_share_index_files_as_they_fill(tmp_path):
         names = sorted(os.listdir(tmp_path / "index"))
         assert len(names) >= 40 * 2 // 5  # a key and a UNIQ_KEY each: 5 entries a file
         for s in (a, b):
-            assert [f.name for f in s.index._files] == names[-len(s.index._files):]
+            assert [f.name for f in s.index._files] == names[-len(s.index._files) :]
             for i in range(40):
                 assert [m.keys for m in s.query_by_key("t", "k%d" % i)] == [["k%d" % i]]
 
@@ -331,8 +350,11 @@ def test_the_async_flush_thread_never_trips_a_put_that_creates_a_segment(tmp_pat
     # the queue's segment list while puts keep creating segments. A refresh that listed
     # the directory just before a new segment used to close or double-map it, and the
     # put raised after its message was stored.
-    conf = {"mappedFileSizeConsumeQueue": str(10 * CQ_STORE_UNIT_SIZE),
-            "flushIntervalCommitLog": "1", "flushDiskType": "ASYNC_FLUSH"}
+    conf = {
+        "mappedFileSizeConsumeQueue": str(10 * CQ_STORE_UNIT_SIZE),
+        "flushIntervalCommitLog": "1",
+        "flushDiskType": "ASYNC_FLUSH",
+    }
     with MessageStore.open(str(tmp_path / "s"), **conf) as s:
         s.create_topic("t", queues=1)
         for i in range(4000):
@@ -350,8 +372,11 @@ def test_a_queue_whose_messages_all_expired_is_empty_not_inverted(tmp_path):
     # into the deleted CommitLog segment: min_offset must be its end (5), not the
     # file's capacity (30), or a reader that is caught up meets a data-loss error.
     path = str(tmp_path / "s")
-    with MessageStore.open(path, mappedFileSizeCommitLog="65536",
-                           mappedFileSizeConsumeQueue=str(30 * CQ_STORE_UNIT_SIZE)) as s:
+    with MessageStore.open(
+        path,
+        mappedFileSizeCommitLog="65536",
+        mappedFileSizeConsumeQueue=str(30 * CQ_STORE_UNIT_SIZE),
+    ) as s:
         s.create_topic("a", queues=1)
         s.create_topic("b", queues=1)
         s.put_batch([Message("a", b"x" * 100) for _ in range(5)])
@@ -404,14 +429,17 @@ def test_properties_that_message_fields_set_are_refused_before_a_write(tmp_path,
         attempts = [
             lambda: s.put(Message("t", b"a", properties=props)),
             lambda: s.put_columns([b"a"] * 100, topic="t", properties=[props] * 100),
-            lambda: s.put_columns([b"a"] * 3, topic="t",
-                                  properties=[None, None, list(props.items())]),
-            lambda: s.prepare_columns([b"a"] * 3, topic="t", producer_group="g",
-                                      properties=[props] * 3),
+            lambda: s.put_columns(
+                [b"a"] * 3, topic="t", properties=[None, None, list(props.items())]
+            ),
+            lambda: s.prepare_columns(
+                [b"a"] * 3, topic="t", producer_group="g", properties=[props] * 3
+            ),
         ]
         attempts += [  # and properties every half of a prepare gets
-            lambda: s.prepare_columns([b"a"] * 3, topic="t", producer_group="g",
-                                      extra_properties={name: "x"}),
+            lambda: s.prepare_columns(
+                [b"a"] * 3, topic="t", producer_group="g", extra_properties={name: "x"}
+            ),
             lambda: s.prepare_batch([Message("t", b"a")], properties={name: "x"}),
         ]
         for attempt in attempts:
@@ -454,7 +482,8 @@ def test_keys_and_ids_pointing_into_deleted_segments_are_skipped(tmp_path, clock
 
 
 def test_a_clean_cut_short_after_the_segments_went_is_finished_by_the_next(
-        tmp_path, clock, monkeypatch):
+    tmp_path, clock, monkeypatch
+):
     """delete_expired died between deleting CommitLog segments and trimming the queues:
     whole ConsumeQueue files point below the CommitLog. The queue's min offset skips
     them, reads work, and the next clean (with no segment to delete) trims them."""
@@ -499,9 +528,11 @@ def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topi
         s.create_topic("t", queues=1)
         s.create_topic("gone", queues=1)
         s.put(Message("t", b"x"))
-        for bad, message in [({("t", 0): -3}, "must be >= 0"),
-                             ({("t", 7): 1}, "queue 7 of topic 't' does not exist"),
-                             ({("t", 0): 1, ("ghost", 0): 5}, "ghost")]:
+        for bad, message in [
+            ({("t", 0): -3}, "must be >= 0"),
+            ({("t", 7): 1}, "queue 7 of topic 't' does not exist"),
+            ({("t", 0): 1, ("ghost", 0): 5}, "ghost"),
+        ]:
             with pytest.raises((OffsetOutOfRangeError, UnknownTopicError), match=message):
                 s.commit_offsets("g", bad)
         assert s.committed_offset("g", "t", 0) is None  # nothing of a refused write
@@ -514,10 +545,18 @@ def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topi
 
 # --- a store's geometry, damage, and what is a store ---------------------------------
 
-GEOMETRY_KEYS = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum",
-                 "maxIndexNum")
-GEOMETRY_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue",
-                   "max_hash_slot_num", "max_index_num")
+GEOMETRY_KEYS = (
+    "mappedFileSizeCommitLog",
+    "mappedFileSizeConsumeQueue",
+    "maxHashSlotNum",
+    "maxIndexNum",
+)
+GEOMETRY_FIELDS = (
+    "mapped_file_size_commit_log",
+    "mapped_file_size_consume_queue",
+    "max_hash_slot_num",
+    "max_index_num",
+)
 
 
 def _file_stamps(root) -> dict[str, tuple[int, int]]:
@@ -533,18 +572,28 @@ def _file_stamps(root) -> dict[str, tuple[int, int]]:
 def _filled_store(root, n: int = 40, **geometry) -> None:
     with MessageStore.open(root, **geometry) as s:
         s.create_topic("orders", queues=2)
-        s.put_batch([Message("orders", b"m%03d" % i + bytes(300), keys=[f"k{i}"])
-                     for i in range(n)])
+        s.put_batch(
+            [Message("orders", b"m%03d" % i + bytes(300), keys=[f"k{i}"]) for i in range(n)]
+        )
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(made=st.tuples(st.sampled_from([4096, 8192]), st.sampled_from([20 * 16, 20 * 40]),
-                      st.sampled_from([64, 32]), st.sampled_from([256, 512])),
-       asking=st.tuples(st.sampled_from([None, 4096, 8192, 12000]),
-                        st.sampled_from([None, 20 * 16, 20 * 40, 12000]),
-                        st.sampled_from([None, 32, 64, 100]),
-                        st.sampled_from([None, 256, 512, 300])))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    made=st.tuples(
+        st.sampled_from([4096, 8192]),
+        st.sampled_from([20 * 16, 20 * 40]),
+        st.sampled_from([64, 32]),
+        st.sampled_from([256, 512]),
+    ),
+    asking=st.tuples(
+        st.sampled_from([None, 4096, 8192, 12000]),
+        st.sampled_from([None, 20 * 16, 20 * 40, 12000]),
+        st.sampled_from([None, 32, 64, 100]),
+        st.sampled_from([None, 256, 512, 300]),
+    ),
+)
 def test_an_open_either_refuses_a_geometry_override_untouched_or_uses_the_stores(made, asking):
     """Whatever a store was made with and whatever an open asks for: an override that
     differs from the store's geometry is refused before any file changes; otherwise
@@ -598,8 +647,7 @@ def test_a_config_built_directly_counts_its_non_default_geometry_as_asked_for(tm
     root = str(tmp_path / "s")
     _filled_store(root, **SMALL)
     with pytest.raises(ConfigError, match="mappedFileSizeCommitLog=8192"):
-        MessageStore(MessageStoreConfig(store_path_root_dir=root,
-                                        mapped_file_size_commit_log=8192))
+        MessageStore(MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=8192))
     with MessageStore(MessageStoreConfig(store_path_root_dir=root)) as s:
         assert s.config.mapped_file_size_commit_log == 4096
 
@@ -618,13 +666,19 @@ def test_a_broker_conf_geometry_is_for_new_stores_only(tmp_path):
         assert s.config.mapped_file_size_commit_log == 65536
 
 
-@pytest.mark.parametrize("where, size", [
-    ("commitlog/00000000000000004096", 600), ("commitlog/00000000000000004096", 0),
-    ("commitlog/00000000000000000000", 600), ("commitlog/00000000000000000000", 0),
-    ("consumequeue/orders/0/00000000000000000000", 100),
-    ("consumequeue/orders/1/00000000000000000320", 0), ("index", 1000)])
-def test_a_short_file_is_damage_reported_by_open_and_check_never_padded(tmp_path, where,
-                                                                         size):
+@pytest.mark.parametrize(
+    "where, size",
+    [
+        ("commitlog/00000000000000004096", 600),
+        ("commitlog/00000000000000004096", 0),
+        ("commitlog/00000000000000000000", 600),
+        ("commitlog/00000000000000000000", 0),
+        ("consumequeue/orders/0/00000000000000000000", 100),
+        ("consumequeue/orders/1/00000000000000000320", 0),
+        ("index", 1000),
+    ],
+)
+def test_a_short_file_is_damage_reported_by_open_and_check_never_padded(tmp_path, where, size):
     from rocketspark.errors import SegmentSizeError
     from rocketspark.store.store_check import check_store
 
@@ -732,8 +786,9 @@ def test_a_store_path_that_cannot_be_a_store_is_a_store_path_error(tmp_path, cas
 
     afile = tmp_path / "a-file"
     afile.write_text("")
-    path = {"file": str(afile), "under a file": str(afile / "s"),
-            "nul": str(tmp_path / "a\x00b")}[case]
+    path = {"file": str(afile), "under a file": str(afile / "s"), "nul": str(tmp_path / "a\x00b")}[
+        case
+    ]
     with pytest.raises(StorePathError) as info:
         MessageStore.open(path)
     assert isinstance(info.value, RocketSparkError) and info.value.path == path
@@ -751,25 +806,36 @@ def test_a_store_this_user_cannot_write_is_a_store_path_error(tmp_path):
         with MessageStore.open(os.path.join(root, "s")) as s:
             s.create_topic("t", queues=1)
         os.chmod(root, 0o755)
-        code = ("import sys\nfrom rocketspark.store import MessageStore\n"
-                "from rocketspark.errors import StorePathError\n"
-                "for p in sys.argv[1:]:\n"
-                "    try:\n        MessageStore.open(p)\n"
-                "    except StorePathError as e:\n        print('refused', p, e)\n")
+        code = (
+            "import sys\nfrom rocketspark.store import MessageStore\n"
+            "from rocketspark.errors import StorePathError\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n        MessageStore.open(p)\n"
+            "    except StorePathError as e:\n        print('refused', p, e)\n"
+        )
         kw: dict = {}
         if os.getuid() == 0:
             kw = dict(user=65534, group=65534)
         else:
             os.chmod(os.path.join(root, "s"), 0o555)
         try:
-            r = subprocess.run([sys.executable, "-c", code, os.path.join(root, "s"),
-                                os.path.join(root, "new")], capture_output=True, text=True,
-                               timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()),
-                               cwd=os.getcwd(), **kw)
+            r = subprocess.run(
+                [sys.executable, "-c", code, os.path.join(root, "s"), os.path.join(root, "new")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=dict(os.environ, PYTHONPATH=os.getcwd()),
+                cwd=os.getcwd(),
+                **kw,
+            )
         except PermissionError:
             pytest.skip("this Python cannot be run as another user")
-        if kw and r.returncode and "Permission denied" in r.stderr and "rocketspark" not in \
-                r.stderr:
+        if (
+            kw
+            and r.returncode
+            and "Permission denied" in r.stderr
+            and "rocketspark" not in r.stderr
+        ):
             pytest.skip("this Python cannot be run as another user")
         lines = r.stdout.splitlines()
         assert len(lines) == 2, r.stdout + r.stderr
@@ -789,8 +855,12 @@ def test_the_store_path_is_given_once(tmp_path):
 
 
 @settings(max_examples=30, deadline=None)
-@given(old=st.integers(1, 6), new=st.integers(1, 6), holding=st.sets(st.integers(0, 5)),
-       force=st.booleans())
+@given(
+    old=st.integers(1, 6),
+    new=st.integers(1, 6),
+    holding=st.sets(st.integers(0, 5)),
+    force=st.booleans(),
+)
 def test_a_topic_shrinks_only_where_the_dropped_queues_hold_nothing(old, new, holding, force):
     from rocketspark.errors import TopicShrinkError
 
@@ -819,11 +889,17 @@ def test_a_first_open_killed_while_recording_the_geometry_leaves_a_store(tmp_pat
     import sys
 
     root = str(tmp_path / "s")
-    code = ("import os, sys, time\nfrom rocketspark.store import MessageStore\n"
-            "def stuck(*a):\n    print('recording', flush=True)\n    time.sleep(120)\n"
-            "os.link = stuck\nMessageStore.open(sys.argv[1])\n")
-    p = subprocess.Popen([sys.executable, "-c", code, root], stdout=subprocess.PIPE,
-                         text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    code = (
+        "import os, sys, time\nfrom rocketspark.store import MessageStore\n"
+        "def stuck(*a):\n    print('recording', flush=True)\n    time.sleep(120)\n"
+        "os.link = stuck\nMessageStore.open(sys.argv[1])\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, root],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+    )
     try:
         assert p.stdout.readline().strip() == "recording"
     finally:
@@ -842,8 +918,10 @@ def test_a_store_name_of_the_wrong_type_makes_no_store(tmp_path):
     from rocketspark.errors import StorePathError
     from rocketspark.store.store_check import check_store
 
-    for name, make in (("commitlog", lambda p: p.write_text("notes")),
-                       ("rocketspark.state", lambda p: p.mkdir())):
+    for name, make in (
+        ("commitlog", lambda p: p.write_text("notes")),
+        ("rocketspark.state", lambda p: p.mkdir()),
+    ):
         app = tmp_path / name
         app.mkdir()
         make(app / name)
@@ -913,8 +991,11 @@ def test_a_first_open_lists_each_queue_directory_once(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", scandir)
     with MessageStore.open(root):
         pass
-    queue_dirs = {p: n for p, n in listed.items() if os.sep + "consumequeue" + os.sep in p
-                  and os.path.basename(p).isdigit()}
+    queue_dirs = {
+        p: n
+        for p, n in listed.items()
+        if os.sep + "consumequeue" + os.sep in p and os.path.basename(p).isdigit()
+    }
     assert len(queue_dirs) == 12 and set(queue_dirs.values()) == {1}, queue_dirs
 
 
@@ -925,8 +1006,13 @@ def test_store_check_checks_a_store_whose_index_dimensions_its_files_do_not_tell
     from rocketspark.store.store_check import check_store
 
     root = str(tmp_path / "s")
-    _filled_store(root, mappedFileSizeCommitLog=65536, mappedFileSizeConsumeQueue=400,
-                  maxHashSlotNum=10, maxIndexNum=30)
+    _filled_store(
+        root,
+        mappedFileSizeCommitLog=65536,
+        mappedFileSizeConsumeQueue=400,
+        maxHashSlotNum=10,
+        maxIndexNum=30,
+    )
     os.unlink(os.path.join(root, "rocketspark.geometry"))
     with pytest.raises(ConfigError, match="maxHashSlotNum and maxIndexNum"):
         MessageStore.open(root)

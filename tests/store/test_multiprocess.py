@@ -23,11 +23,30 @@ def test_concurrent_writers_and_a_tailing_reader(tmp_path):
     writers = 3
     tail_out = tmp_path / "tail"
     tailer = subprocess.Popen(
-        [sys.executable, "-m", "tests.store.helpers.tailer", str(store_dir), str(tail_out),
-         str(per_writer * writers)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "tests.store.helpers.tailer",
+            str(store_dir),
+            str(tail_out),
+            str(per_writer * writers),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     wait_ready(tailer)
-    procs = [spawn_writer(store_dir, tmp_path / f"acks{i}", f"w{i}", count=per_writer,
-                          batch=[1, 5, 50][i], flush="ASYNC") for i in range(writers)]
+    procs = [
+        spawn_writer(
+            store_dir,
+            tmp_path / f"acks{i}",
+            f"w{i}",
+            count=per_writer,
+            batch=[1, 5, 50][i],
+            flush="ASYNC",
+        )
+        for i in range(writers)
+    ]
     for p in procs:
         wait_ready(p)
     for p in procs:

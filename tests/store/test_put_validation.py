@@ -31,41 +31,85 @@ OPTIONS = {"maxMessageSize": MAX_BODY, "mappedFileSizeCommitLog": 1 << 16}
 
 # One fault at a time: (field, bad value) and whether put_columns has that field.
 FAULTS = [
-    ("flag", 1 << 31), ("flag", -(1 << 31) - 1), ("flag", 2**40 + 5), ("flag", "1"),
-    ("born_timestamp", 2**70), ("born_timestamp", 2**63), ("born_timestamp", -1),
-    ("reconsume_times", 1 << 31), ("reconsume_times", -1), ("reconsume_times", 1.0),
-    ("delay_level", 99), ("delay_level", 19), ("delay_level", -1), ("delay_level", True),
-    ("queue_id", 1), ("queue_id", -1), ("queue_id", "0"), ("queue_id", 0.0), ("queue_id", True),
-    ("tags", "t\ud800"), ("tags", "a\x01b"), ("tags", 5),
-    ("keys", ["k\udfff"]), ("keys", ["a b"]), ("keys", ["", "k"]), ("keys", "a\x02"),
-    ("keys", 5), ("keys", [5]),
-    ("properties", {"p\ud800": "v"}), ("properties", {"p": "v\ud800"}),
-    ("properties", {"TAGS": "x"}), ("properties", {"KEYS": "x"}), ("properties", {"": "v"}),
-    ("properties", {"p": 5}), ("properties", {"p": "a\x01"}),
+    ("flag", 1 << 31),
+    ("flag", -(1 << 31) - 1),
+    ("flag", 2**40 + 5),
+    ("flag", "1"),
+    ("born_timestamp", 2**70),
+    ("born_timestamp", 2**63),
+    ("born_timestamp", -1),
+    ("reconsume_times", 1 << 31),
+    ("reconsume_times", -1),
+    ("reconsume_times", 1.0),
+    ("delay_level", 99),
+    ("delay_level", 19),
+    ("delay_level", -1),
+    ("delay_level", True),
+    ("queue_id", 1),
+    ("queue_id", -1),
+    ("queue_id", "0"),
+    ("queue_id", 0.0),
+    ("queue_id", True),
+    ("tags", "t\ud800"),
+    ("tags", "a\x01b"),
+    ("tags", 5),
+    ("keys", ["k\udfff"]),
+    ("keys", ["a b"]),
+    ("keys", ["", "k"]),
+    ("keys", "a\x02"),
+    ("keys", 5),
+    ("keys", [5]),
+    ("properties", {"p\ud800": "v"}),
+    ("properties", {"p": "v\ud800"}),
+    ("properties", {"TAGS": "x"}),
+    ("properties", {"KEYS": "x"}),
+    ("properties", {"": "v"}),
+    ("properties", {"p": 5}),
+    ("properties", {"p": "a\x01"}),
     ("properties", {"p": "v" * 40_000}),
-    ("body", b""), ("body", ""), ("body", "x\ud800"), ("body", None), ("body", 5),
+    ("body", b""),
+    ("body", ""),
+    ("body", "x\ud800"),
+    ("body", None),
+    ("body", 5),
     ("body", b"x" * (MAX_BODY + 1)),
-    ("sharding_key", 5), ("topic", 5),
+    ("sharding_key", 5),
+    ("topic", 5),
 ]
-COLUMN_OF = {"tags": "tags", "keys": "keys", "properties": "properties",
-             "queue_id": "queue_ids", "sharding_key": "sharding_keys", "topic": "topics"}
+COLUMN_OF = {
+    "tags": "tags",
+    "keys": "keys",
+    "properties": "properties",
+    "queue_id": "queue_ids",
+    "sharding_key": "sharding_keys",
+    "topic": "topics",
+}
 
-valid_text = st.text(st.characters(blacklist_characters="\x01\x02 ",
-                                   blacklist_categories=("Cs",)), min_size=1, max_size=6)
-valid_message = st.fixed_dictionaries({
-    "body": st.binary(min_size=1, max_size=40) | valid_text,
-    "tags": st.none() | valid_text,
-    "keys": st.lists(valid_text, max_size=2),
-    "properties": st.dictionaries(valid_text.filter(lambda t: t not in ("TAGS", "KEYS",
-                                                                         "DELAY", "UNIQ_KEY")),
-                                  valid_text, max_size=2),
-})
+valid_text = st.text(
+    st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=6,
+)
+valid_message = st.fixed_dictionaries(
+    {
+        "body": st.binary(min_size=1, max_size=40) | valid_text,
+        "tags": st.none() | valid_text,
+        "keys": st.lists(valid_text, max_size=2),
+        "properties": st.dictionaries(
+            valid_text.filter(lambda t: t not in ("TAGS", "KEYS", "DELAY", "UNIQ_KEY")),
+            valid_text,
+            max_size=2,
+        ),
+    }
+)
 # Fields put_columns does not take: set in some examples only (the others also run it).
-extra_fields = st.just({}) | st.fixed_dictionaries({
-    "flag": st.integers(-(1 << 31), (1 << 31) - 1),
-    "reconsume_times": st.integers(0, (1 << 31) - 1),
-    "born_timestamp": st.none() | st.integers(1, (1 << 63) - 1),
-})
+extra_fields = st.just({}) | st.fixed_dictionaries(
+    {
+        "flag": st.integers(-(1 << 31), (1 << 31) - 1),
+        "reconsume_times": st.integers(0, (1 << 31) - 1),
+        "born_timestamp": st.none() | st.integers(1, (1 << 63) - 1),
+    }
+)
 
 
 def _fields(spec: dict, fault: tuple[str, object] | None) -> dict:
@@ -86,8 +130,12 @@ def _outcome(call) -> type | None:
 def _columns(rows: list[dict]) -> dict | None:
     """put_columns arguments for ``rows``, None when a row uses a field it lacks."""
     for r in rows:
-        if (r.get("flag", 0), r.get("reconsume_times", 0), r.get("born_timestamp"),
-                r.get("delay_level", 0)) != (0, 0, None, 0):
+        if (
+            r.get("flag", 0),
+            r.get("reconsume_times", 0),
+            r.get("born_timestamp"),
+            r.get("delay_level", 0),
+        ) != (0, 0, None, 0):
             return None
     out = {"bodies": [r["body"] for r in rows], "topics": [r["topic"] for r in rows]}
     for field, column in COLUMN_OF.items():
@@ -96,13 +144,20 @@ def _columns(rows: list[dict]) -> dict | None:
     return out
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                 HealthCheck.too_slow])
-@given(spec=valid_message, extra=extra_fields, fault=st.none() | st.sampled_from(FAULTS),
-       where=st.integers(0, 79))
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    spec=valid_message,
+    extra=extra_fields,
+    fault=st.none() | st.sampled_from(FAULTS),
+    where=st.integers(0, 79),
+)
 def test_every_put_path_refuses_the_same_messages_and_leaves_no_hole(
-        tmp_path_factory, spec, extra, fault, where):
+    tmp_path_factory, spec, extra, fault, where
+):
     """For any message (valid, or with one bad field) every path accepts it or every
     path raises the same error; either way the next put gets the next queue offset."""
     root = tmp_path_factory.mktemp("paths")
@@ -126,14 +181,22 @@ def test_every_put_path_refuses_the_same_messages_and_leaves_no_hole(
         run("put", 1, lambda: store.put(Message(**bad)))
         for n in (5, 20):  # the struct path (<= 8 records) and the numpy path
             at = where % n
-            run(f"put_batch{n}", n, lambda n=n, at=at: store.put_batch(
-                [Message(**(bad if i == at else plain)) for i in range(n)]))
+            run(
+                f"put_batch{n}",
+                n,
+                lambda n=n, at=at: store.put_batch(
+                    [Message(**(bad if i == at else plain)) for i in range(n)]
+                ),
+            )
         for n in (5, 80):  # the row loop, and (80 rows) the uniform path when it applies
             at = where % n
             cols = _columns([bad if i == at else plain for i in range(n)])
             if cols is not None:
-                run(f"put_columns{n}", n, lambda cols=cols: store.put_columns(
-                    cols.pop("bodies"), **cols))
+                run(
+                    f"put_columns{n}",
+                    n,
+                    lambda cols=cols: store.put_columns(cols.pop("bodies"), **cols),
+                )
         assert len(set(outcomes.values())) == 1, (fault, outcomes)
         assert (outcomes["put"] is None) == (fault is None), fault
         body = store.pull("t", 0, 0, max_msgs=10_000).messages
@@ -143,12 +206,20 @@ def test_every_put_path_refuses_the_same_messages_and_leaves_no_hole(
         assert len(again.pull("t", 0, 0, max_msgs=10_000).messages) == expected
 
 
-@pytest.mark.parametrize("field, value", [
-    ("flag", 1 << 31), ("flag", 2**40 + 5), ("born_timestamp", 2**70),
-    ("reconsume_times", 1 << 31), ("delay_level", 99)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("flag", 1 << 31),
+        ("flag", 2**40 + 5),
+        ("born_timestamp", 2**70),
+        ("reconsume_times", 1 << 31),
+        ("delay_level", 99),
+    ],
+)
 @pytest.mark.parametrize("how", ["put", "put_batch3", "put_batch20"])
 def test_an_out_of_range_field_is_refused_and_the_next_put_is_seen_everywhere(
-        tmp_path, field, value, how):
+    tmp_path, field, value, how
+):
     """The issue's case: the refused put took queue offset 0, the next got 1 and
     no reader (pull, another process, a reopened store) ever saw it."""
     root = str(tmp_path / "s")
@@ -158,18 +229,28 @@ def test_an_out_of_range_field_is_refused_and_the_next_put_is_seen_everywhere(
             if how == "put":
                 store.put(Message("t", b"bad", **{field: value}))
             else:
-                n = int(how[len("put_batch"):])
-                store.put_batch([Message("t", b"x")] * (n - 1)
-                                + [Message("t", b"bad", **{field: value})])
+                n = int(how[len("put_batch") :])
+                store.put_batch(
+                    [Message("t", b"x")] * (n - 1) + [Message("t", b"bad", **{field: value})]
+                )
         assert store.put(Message("t", b"good")).queue_offset == 0
         assert [m.body for m in store.pull("t", 0, 0).messages] == [b"good"]
         assert not store.has_topic(SCHEDULE_TOPIC) or all(
-            store.max_offset(SCHEDULE_TOPIC, q) == 0 for q in range(18))
+            store.max_offset(SCHEDULE_TOPIC, q) == 0 for q in range(18)
+        )
         other = subprocess.run(
-            [sys.executable, "-c", "import sys\nfrom rocketspark.store import MessageStore\n"
-             "with MessageStore.open(sys.argv[1]) as s:\n"
-             "    print(s.max_offset('t', 0), [m.body for m in s.pull('t', 0, 0).messages])",
-             root], capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-c",
+                "import sys\nfrom rocketspark.store import MessageStore\n"
+                "with MessageStore.open(sys.argv[1]) as s:\n"
+                "    print(s.max_offset('t', 0), [m.body for m in s.pull('t', 0, 0).messages])",
+                root,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert other.stdout.split(None, 1) == ["1", "[b'good']\n"], other.stderr
     with MessageStore.open(root) as again:
         assert [m.body for m in again.pull("t", 0, 0).messages] == [b"good"]
@@ -191,10 +272,19 @@ def _fail_after_reserving(store, monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("how", ["put", "put_batch3", "put_batch20", "put_columns100",
-                                 "put_batch_delayed", "prepare", "prepare_columns100"])
-def test_an_append_failing_after_its_reservation_gives_the_offsets_back(
-        tmp_path, monkeypatch, how):
+@pytest.mark.parametrize(
+    "how",
+    [
+        "put",
+        "put_batch3",
+        "put_batch20",
+        "put_columns100",
+        "put_batch_delayed",
+        "prepare",
+        "prepare_columns100",
+    ],
+)
+def test_an_append_failing_after_its_reservation_gives_the_offsets_back(tmp_path, monkeypatch, how):
     root = str(tmp_path / "s")
     with MessageStore.open(root) as store:
         store.create_topic("t", queues=1)
@@ -204,7 +294,7 @@ def test_an_append_failing_after_its_reservation_gives_the_offsets_back(
             if how == "put":
                 store.put(Message("t", b"lost"))
             elif how.startswith("put_batch") and how[-1].isdigit():
-                store.put_batch([Message("t", b"lost")] * int(how[len("put_batch"):]))
+                store.put_batch([Message("t", b"lost")] * int(how[len("put_batch") :]))
             elif how == "put_columns100":
                 store.put_columns([b"lost"] * 100, topic="t")
             elif how == "put_batch_delayed":
@@ -231,18 +321,22 @@ def test_an_append_failing_after_its_reservation_gives_the_offsets_back(
         assert [m.body for m in again.pull("t", 0, 0).messages] == want
 
 
-@pytest.mark.parametrize("field, value, named", [
-    ("keys", ["k\ud800"], "message property key"),
-    ("tags", "t\udc80", "message property tags"),
-    ("properties", {"p\ud800": "v"}, "message property name"),
-    ("properties", {"p": "v\ud800"}, "message property value"),
-    ("body", "b\ud800", "str body"),
-    ("flag", 1 << 31, "flag"),
-    ("reconsume_times", 1 << 31, "reconsume_times"),
-    ("born_timestamp", 2**70, "born_timestamp"),
-])
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("keys", ["k\ud800"], "message property key"),
+        ("tags", "t\udc80", "message property tags"),
+        ("properties", {"p\ud800": "v"}, "message property name"),
+        ("properties", {"p": "v\ud800"}, "message property value"),
+        ("body", "b\ud800", "str body"),
+        ("flag", 1 << 31, "flag"),
+        ("reconsume_times", 1 << 31, "reconsume_times"),
+        ("born_timestamp", 2**70, "born_timestamp"),
+    ],
+)
 def test_errors_from_outside_the_hierarchy_are_rocketspark_errors_naming_the_field(
-        tmp_path, field, value, named):
+    tmp_path, field, value, named
+):
     with MessageStore.open(tmp_path / "s") as store:
         store.create_topic("t", queues=1)
         with pytest.raises(InvalidMessageError, match=named):
@@ -256,8 +350,9 @@ def test_errors_from_outside_the_hierarchy_are_rocketspark_errors_naming_the_fie
                     bodies[n - 1] = value
                 else:
                     kw[column] = [None] * (n - 1) + [value]
-                with pytest.raises(InvalidMessageError,
-                                   match=rf"row {n - 1} of topic 't': .*{named}"):
+                with pytest.raises(
+                    InvalidMessageError, match=rf"row {n - 1} of topic 't': .*{named}"
+                ):
                     store.put_columns(bodies, topic="t", **kw)
         assert store.max_offset("t", 0) == 0
 
@@ -274,14 +369,15 @@ def test_a_null_topic_without_a_default_is_a_config_error_in_any_row(tmp_path):
 def test_empty_bodies_are_refused_as_rocketmqs_producer_refuses_them(tmp_path):
     with MessageStore.open(tmp_path / "s") as store:
         store.create_topic("t", queues=1)
-        for call in (lambda: store.put(Message("t", b"")),
-                     lambda: store.put_batch([Message("t", b"x"), Message("t", "")]),
-                     lambda: store.put_columns([b"x", b""], topic="t"),
-                     lambda: store.put_columns([b"x"] * 99 + [b""], topic="t"),
-                     lambda: store.put_columns([b"x"] * 99 + [""], topic="t", keys=[["k"]] * 100),
-                     lambda: store.prepare(Message("t", bytearray())),
-                     lambda: store.prepare_columns([b"x"] * 70 + [b""], topic="t",
-                                                   producer_group="pg")):
+        for call in (
+            lambda: store.put(Message("t", b"")),
+            lambda: store.put_batch([Message("t", b"x"), Message("t", "")]),
+            lambda: store.put_columns([b"x", b""], topic="t"),
+            lambda: store.put_columns([b"x"] * 99 + [b""], topic="t"),
+            lambda: store.put_columns([b"x"] * 99 + [""], topic="t", keys=[["k"]] * 100),
+            lambda: store.prepare(Message("t", bytearray())),
+            lambda: store.prepare_columns([b"x"] * 70 + [b""], topic="t", producer_group="pg"),
+        ):
             with pytest.raises(InvalidMessageError, match="body length is zero"):
                 call()
         with pytest.raises(InvalidMessageError, match="body is null"):
@@ -299,10 +395,12 @@ def test_delay_levels_outside_the_configured_ones_are_refused(tmp_path, clock):
             with pytest.raises(InvalidMessageError, match=rf"delay_level {level} .* 1\.\.3"):
                 store.put(Message("t", b"x", delay_level=level))
             with pytest.raises(InvalidMessageError, match="message 1 "):
-                store.put_batch([Message("t", b"x", delay_level=1),
-                                 Message("t", b"x", delay_level=level)])
+                store.put_batch(
+                    [Message("t", b"x", delay_level=1), Message("t", b"x", delay_level=level)]
+                )
         assert not store.has_topic(SCHEDULE_TOPIC) or all(
-            store.max_offset(SCHEDULE_TOPIC, q) == 0 for q in range(3))
+            store.max_offset(SCHEDULE_TOPIC, q) == 0 for q in range(3)
+        )
         r = store.put(Message("t", b"late", delay_level=3))
         assert (r.topic, r.queue_id) == (SCHEDULE_TOPIC, 2)
         store.put(Message("t", b"m"))
@@ -324,8 +422,12 @@ def test_cli_send_refuses_an_unconfigured_delay_level_and_an_empty_body(tmp_path
         s.create_topic("orders", queues=1)
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "rocketspark.cli", "--store", store,
-                               *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "rocketspark.cli", "--store", store, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     r = cli("send", "orders", "b", "--delay-level", "99")
     assert r.returncode != 0 and "delay_level 99" in r.stderr, (r.stdout, r.stderr)
@@ -339,13 +441,17 @@ def test_cli_send_refuses_an_unconfigured_delay_level_and_an_empty_body(tmp_path
 def test_store_limits_keep_their_classes_on_every_path(tmp_path):
     with MessageStore.open(tmp_path / "s", maxMessageSize=100) as store:
         store.create_topic("t", queues=1)
-        for call in (lambda: store.put(Message("t", b"x" * 101)),
-                     lambda: store.put_batch([Message("t", b"x" * 101)] * 20),
-                     lambda: store.put_columns([b"x" * 101] * 70, topic="t")):
+        for call in (
+            lambda: store.put(Message("t", b"x" * 101)),
+            lambda: store.put_batch([Message("t", b"x" * 101)] * 20),
+            lambda: store.put_columns([b"x" * 101] * 70, topic="t"),
+        ):
             with pytest.raises(MessageTooLargeError):
                 call()
-        for call in (lambda: store.put(Message("t", b"x", queue_id=1)),
-                     lambda: store.put_columns([b"x"] * 3, topic="t", queue_ids=[0, 0, 1])):
+        for call in (
+            lambda: store.put(Message("t", b"x", queue_id=1)),
+            lambda: store.put_columns([b"x"] * 3, topic="t", queue_ids=[0, 0, 1]),
+        ):
             with pytest.raises(OffsetOutOfRangeError):
                 call()
         assert store.max_offset("t", 0) == 0

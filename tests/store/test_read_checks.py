@@ -26,8 +26,12 @@ from rocketspark.store import Message, MessageStore, MessageStoreConfig
 from rocketspark.store.message_codec import HEADER_V4
 
 SEGMENT = 4096
-GEOMETRY = {"mappedFileSizeCommitLog": SEGMENT, "mappedFileSizeConsumeQueue": 200,
-            "maxHashSlotNum": 64, "maxIndexNum": 512}
+GEOMETRY = {
+    "mappedFileSizeCommitLog": SEGMENT,
+    "mappedFileSizeConsumeQueue": 200,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 512,
+}
 TOPICS = ("ta", "tb")  # one flipped byte apart: a damaged topic may name the other
 
 
@@ -60,10 +64,22 @@ def written(tmp_path_factory) -> Written:
         for i in range(48):
             body = bytes((i * 7 + j) % 256 for j in range(1 + i * 5 % 61))
             key = f"key{i}"
-            r = store.put(Message(TOPICS[i % 2], body, tags=f"tag{i % 3}", keys=[key],
-                                  properties={"n": str(i)}))
-            records.append(Record(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset,
-                                  r.store_size, len(body), key))
+            r = store.put(
+                Message(
+                    TOPICS[i % 2], body, tags=f"tag{i % 3}", keys=[key], properties={"n": str(i)}
+                )
+            )
+            records.append(
+                Record(
+                    r.topic,
+                    r.queue_id,
+                    r.queue_offset,
+                    r.commitlog_offset,
+                    r.store_size,
+                    len(body),
+                    key,
+                )
+            )
     assert len({r.phy // SEGMENT for r in records}) >= 3
     return Written(root, records)
 
@@ -104,13 +120,17 @@ def _reads(r: Record) -> dict[str, Callable[[MessageStore], Any]]:
     return {
         "pull": lambda s: s.pull(r.topic, r.queue_id, r.queue_offset, max_msgs=1).messages,
         "pull of the queue": lambda s: s.pull(r.topic, r.queue_id, 0, max_msgs=100).messages,
-        "pull by tag": lambda s: s.pull(r.topic, r.queue_id, r.queue_offset, max_msgs=1,
-                                        expression="tag0 || tag1 || tag2").messages,
+        "pull by tag": lambda s: (
+            s.pull(
+                r.topic, r.queue_id, r.queue_offset, max_msgs=1, expression="tag0 || tag1 || tag2"
+            ).messages
+        ),
         "get_message": lambda s: s.get_message(r.phy),
         "query_by_key": lambda s: s.query_by_key(r.topic, r.key),
         "read_batches": lambda s: _rows(s.read_batches(r.topic, r.queue_id, 0)[0]),
-        "read_batches of one": lambda s: _rows(s.read_batches(
-            r.topic, r.queue_id, r.queue_offset, r.queue_offset + 1)[0]),
+        "read_batches of one": lambda s: _rows(
+            s.read_batches(r.topic, r.queue_id, r.queue_offset, r.queue_offset + 1)[0]
+        ),
     }
 
 
@@ -133,8 +153,7 @@ def before(stores, written):
     return _before(stores, written)
 
 
-def _raises_or_same(read: Callable[[], Any], want: Any, r: Record, root: str, name: str
-                    ) -> bool:
+def _raises_or_same(read: Callable[[], Any], want: Any, r: Record, root: str, name: str) -> bool:
     """True when ``read`` raised CorruptRecordError naming ``r``; else it must give ``want``."""
     try:
         got = read()
@@ -146,14 +165,14 @@ def _raises_or_same(read: Callable[[], Any], want: Any, r: Record, root: str, na
     return False
 
 
-_examples = settings(max_examples=60, deadline=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+_examples = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @_examples
 @given(data=st.data())
-def test_a_flipped_body_byte_fails_every_read_unless_checks_are_off(written, stores, before,
-                                                                     data):
+def test_a_flipped_body_byte_fails_every_read_unless_checks_are_off(written, stores, before, data):
     k = data.draw(st.sampled_from([i for i, r in enumerate(written.records) if r.body_len]))
     r = written.records[k]
     j = data.draw(st.integers(0, r.body_len - 1))
@@ -162,34 +181,50 @@ def test_a_flipped_body_byte_fails_every_read_unless_checks_are_off(written, sto
     with _flipped(written.root, r.phy + HEADER_V4.size + j, mask):
         for name, read in _reads(r).items():
             # CRC-32 catches every error in one byte: the checked store always raises.
-            assert _raises_or_same(lambda read=read: read(checked), None, r, written.root,
-                                   name), name
+            assert _raises_or_same(lambda read=read: read(checked), None, r, written.root, name), (
+                name
+            )
             got = read(unchecked)
             assert got == _with_body_flipped(before[(k, name, False)], r, j, mask), name
 
 
 def _with_body_flipped(value: Any, r: Record, j: int, mask: int) -> Any:
     """``value`` (messages or rows) with byte ``j`` of record ``r``'s body XORed."""
+
     def flip(body: bytes) -> bytes:
-        return body[:j] + bytes([body[j] ^ mask]) + body[j + 1:]
+        return body[:j] + bytes([body[j] ^ mask]) + body[j + 1 :]
 
     if isinstance(value, list):
         return [_with_body_flipped(v, r, j, mask) for v in value]
     if isinstance(value, dict):
-        return {**value, "body": flip(value["body"])} if value["commitLogOffset"] == r.phy \
-            else value
-    return dataclasses.replace(value, body=flip(value.body)) if value.commitlog_offset == r.phy \
+        return (
+            {**value, "body": flip(value["body"])} if value["commitLogOffset"] == r.phy else value
+        )
+    return (
+        dataclasses.replace(value, body=flip(value.body))
+        if value.commitlog_offset == r.phy
         else value
+    )
 
 
 def _header_bytes(r: Record) -> list[tuple[str, int]]:
     """(field, offset within the record) of every byte a read checks against what led to
     the record, or that places the fields after it."""
-    fields = [("TOTALSIZE", 0, 4), ("MAGICCODE", 4, 4), ("BODYCRC", 8, 4), ("QUEUEID", 12, 4),
-              ("QUEUEOFFSET", 20, 8), ("PHYSICALOFFSET", 28, 8), ("BODYLENGTH", 84, 4)]
+    fields = [
+        ("TOTALSIZE", 0, 4),
+        ("MAGICCODE", 4, 4),
+        ("BODYCRC", 8, 4),
+        ("QUEUEID", 12, 4),
+        ("QUEUEOFFSET", 20, 8),
+        ("PHYSICALOFFSET", 28, 8),
+        ("BODYLENGTH", 84, 4),
+    ]
     topic_at = HEADER_V4.size + r.body_len
-    fields += [("TOPICLENGTH", topic_at, 1), ("TOPIC", topic_at + 1, len(r.topic)),
-               ("PROPERTIESLENGTH", topic_at + 1 + len(r.topic), 2)]
+    fields += [
+        ("TOPICLENGTH", topic_at, 1),
+        ("TOPIC", topic_at + 1, len(r.topic)),
+        ("PROPERTIESLENGTH", topic_at + 1 + len(r.topic), 2),
+    ]
     return [(name, start + i) for name, start, width in fields for i in range(width)]
 
 
@@ -203,16 +238,34 @@ def test_a_flipped_header_byte_never_passes_for_another_message(written, stores,
     checked, unchecked = stores
     with _flipped(written.root, r.phy + at, mask):
         for name, read in _reads(r).items():
-            _raises_or_same(lambda read=read: read(checked), before[(k, name, True)], r,
-                            written.root, f"{name}, {field}")
+            _raises_or_same(
+                lambda read=read: read(checked),
+                before[(k, name, True)],
+                r,
+                written.root,
+                f"{name}, {field}",
+            )
             if field != "BODYCRC":  # (unchecked, a read gives the damaged field as stored)
-                _raises_or_same(lambda read=read: read(unchecked), before[(k, name, False)],
-                                r, written.root, f"{name} unchecked, {field}")
+                _raises_or_same(
+                    lambda read=read: read(unchecked),
+                    before[(k, name, False)],
+                    r,
+                    written.root,
+                    f"{name} unchecked, {field}",
+                )
 
 
-@pytest.mark.parametrize("field, says", [
-    ("QUEUEID", "QUEUEID"), ("QUEUEOFFSET", "QUEUEOFFSET"), ("PHYSICALOFFSET", "PHYSICALOFFSET"),
-    ("TOPIC", "topic"), ("TOTALSIZE", "TOTALSIZE"), ("BODYCRC", "body CRC mismatch")])
+@pytest.mark.parametrize(
+    "field, says",
+    [
+        ("QUEUEID", "QUEUEID"),
+        ("QUEUEOFFSET", "QUEUEOFFSET"),
+        ("PHYSICALOFFSET", "PHYSICALOFFSET"),
+        ("TOPIC", "topic"),
+        ("TOTALSIZE", "TOTALSIZE"),
+        ("BODYCRC", "body CRC mismatch"),
+    ],
+)
 def test_each_read_names_the_damaged_field(written, stores, field, says):
     r = next(r for r in written.records if r.body_len and r.queue_offset > 0)
     at = dict(_header_bytes(r)[::-1])[field]  # the field's first byte
@@ -222,7 +275,9 @@ def test_each_read_names_the_damaged_field(written, stores, field, says):
             with pytest.raises(CorruptRecordError, match=says) as info:
                 read(checked)
             assert (info.value.file, info.value.offset) == (
-                _segment_path(written.root, r.phy), r.phy), name
+                _segment_path(written.root, r.phy),
+                r.phy,
+            ), name
 
 
 def test_a_damaged_body_crc_field_is_returned_as_stored_when_checks_are_off(written, stores):
@@ -231,8 +286,9 @@ def test_a_damaged_body_crc_field_is_returned_as_stored_when_checks_are_off(writ
     want = unchecked.get_message(r.phy)
     with _flipped(written.root, r.phy + 8 + 3, 0x10):
         got = unchecked.get_message(r.phy)
-        rows = _rows(unchecked.read_batches(r.topic, r.queue_id, r.queue_offset,
-                                            r.queue_offset + 1)[0])
+        rows = _rows(
+            unchecked.read_batches(r.topic, r.queue_id, r.queue_offset, r.queue_offset + 1)[0]
+        )
     assert got == dataclasses.replace(want, body_crc=want.body_crc ^ 0x10)
     assert rows[0]["body"] == want.body
 
@@ -271,8 +327,12 @@ def test_the_source_option_check_crcs_is_parsed_and_suggested():
 
 
 @settings(max_examples=300, deadline=None)
-@given(width=st.integers(1, 40), n=st.integers(1, 70), seed=st.integers(0, 2**32 - 1),
-       damage=st.sampled_from(["none", "body", "crc"]))
+@given(
+    width=st.integers(1, 40),
+    n=st.integers(1, 70),
+    seed=st.integers(0, 2**32 - 1),
+    damage=st.sampled_from(["none", "body", "crc"]),
+)
 def test_the_batched_crc_check_agrees_with_one_crc_a_body(width, n, seed, damage):
     import random
     import zlib
@@ -283,14 +343,15 @@ def test_the_batched_crc_check_agrees_with_one_crc_a_body(width, n, seed, damage
 
     rnd = random.Random(seed)
     raw = bytearray(rnd.randbytes(3 + n * width))  # bodies from offset 3, end to end
-    stored = np.array([zlib.crc32(raw[3 + i * width:3 + (i + 1) * width]) & 0x7FFFFFFF
-                       for i in range(n)], dtype=">i4")
+    stored = np.array(
+        [zlib.crc32(raw[3 + i * width : 3 + (i + 1) * width]) & 0x7FFFFFFF for i in range(n)],
+        dtype=">i4",
+    )
     if damage == "body":
         raw[3 + rnd.randrange(n * width)] ^= rnd.randrange(1, 256)
     elif damage == "crc":
         stored[rnd.randrange(n)] ^= 1 << rnd.randrange(31)
-    assert _uniform_crcs_match(pa.py_buffer(bytes(raw)), 3, n, width, stored) == (
-        damage == "none")
+    assert _uniform_crcs_match(pa.py_buffer(bytes(raw)), 3, n, width, stored) == (damage == "none")
 
 
 @pytest.mark.parametrize("width", [5, 100, 2000])

@@ -69,21 +69,21 @@ def commitlog_records(store: str | os.PathLike[str]) -> tuple[dict[int, tuple], 
                 break
             if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > len(data):
                 return records, base + pos
-            queue, = struct.unpack_from(">i", data, pos + 12)
+            (queue,) = struct.unpack_from(">i", data, pos + 12)
             queue_offset, phy, sys_flag = struct.unpack_from(">qqi", data, pos + 20)
             if phy != base + pos:
                 return records, base + pos
             hosts = (8 if sys_flag & 0x10 == 0 else 20) + (8 if sys_flag & 0x20 == 0 else 20)
             at = pos + 48 + hosts + 8 + 4 + 8  # born time, hosts, store time, reconsume, prepared
-            body_len, = struct.unpack_from(">i", data, at)
+            (body_len,) = struct.unpack_from(">i", data, at)
             at += 4 + body_len
             if magic == MAGIC_V1:
                 topic_len = data[at]
                 at += 1
             else:
-                topic_len, = struct.unpack_from(">H", data, at)
+                (topic_len,) = struct.unpack_from(">H", data, at)
                 at += 2
-            records[phy] = (data[at:at + topic_len].decode(), queue, queue_offset, size)
+            records[phy] = (data[at : at + topic_len].decode(), queue, queue_offset, size)
             pos += size
         end = base + pos
         if pos != len(data):
@@ -113,8 +113,8 @@ def assert_follows(end: int, put) -> None:
     """``put`` lands right after the log's last record at ``end`` (or, when it did not
     fit there, at the next segment's start): no zeros in front of it."""
     assert put.commitlog_offset == end or (
-        put.commitlog_offset % CL_SIZE == 0
-        and put.commitlog_offset - end < put.store_size + 8), (end, put)
+        put.commitlog_offset % CL_SIZE == 0 and put.commitlog_offset - end < put.store_size + 8
+    ), (end, put)
 
 
 def assert_log_is_visible(s: MessageStore, path: str) -> tuple[dict[int, tuple], int]:
@@ -147,8 +147,12 @@ def rocketmq(tmp_path_factory):
 
 
 def _rs_message(i: int) -> Message:
-    return Message("orders", body(f"rs-{i}", 1000 + i * 37 % 6000),
-                   tags=["created", "paid", None][i % 3], keys=[f"rs-{i}", f"cust-{i % 7}"])
+    return Message(
+        "orders",
+        body(f"rs-{i}", 1000 + i * 37 % 6000),
+        tags=["created", "paid", None][i % 3],
+        keys=[f"rs-{i}", f"cust-{i % 7}"],
+    )
 
 
 @pytest.mark.broker
@@ -159,25 +163,36 @@ def test_rocketspark_then_broker_then_rocketspark(rocketmq, tmp_path):
         s.create_topic("orders", queues=4)
         msgs = [_rs_message(i) for i in range(300)]
         results = list(s.put_batch(msgs[:280])) + [s.put(m) for m in msgs[280:]]
-        s.put(Message("orders", b"delayed by rocketspark", tags="later", keys=["rs-delayed"],
-                      delay_level=1))
+        s.put(
+            Message(
+                "orders",
+                b"delayed by rocketspark",
+                tags="later",
+                keys=["rs-delayed"],
+                delay_level=1,
+            )
+        )
         s.commit_offsets("rs-group", {("orders", q): 5 + q for q in range(4)})
-    ours = {(r.queue_id, r.queue_offset): (m, r.commitlog_offset)
-            for m, r in zip(msgs, results, strict=True)}
+    ours = {
+        (r.queue_id, r.queue_offset): (m, r.commitlog_offset)
+        for m, r in zip(msgs, results, strict=True)
+    }
     assert len(os.listdir(os.path.join(path, "commitlog"))) >= 2  # crosses a segment
 
     # 2. the broker serves it: consumer offsets, the IndexFile, every message, the delayed one
-    broker = rocketmq.start_broker(path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE,
-                                   topics=["orders"])
+    broker = rocketmq.start_broker(
+        path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE, topics=["orders"]
+    )
     try:
-        committed = {r["queue"]: r["committed"]
-                     for r in rocketmq.client("committed", "orders", "rs-group")}
+        committed = {
+            r["queue"]: r["committed"] for r in rocketmq.client("committed", "orders", "rs-group")
+        }
         assert committed == {q: 5 + q for q in range(4)}
-        found = {r["key"]: r["phys"] for r in rocketmq.client("query", "orders", "rs-17",
-                                                              "cust-3")}
+        found = {r["key"]: r["phys"] for r in rocketmq.client("query", "orders", "rs-17", "cust-3")}
         assert found == {
             "rs-17": [ours_phy for (m, ours_phy) in ours.values() if "rs-17" in m.keys],
-            "cust-3": sorted(p for (m, p) in ours.values() if "cust-3" in m.keys)}
+            "cust-3": sorted(p for (m, p) in ours.values() if "cust-3" in m.keys),
+        }
         read = consumed(rocketmq.client("consume", "orders", "reader-1", len(ours) + 1))
         delayed = [r for r in read.values() if r["key"] == "rs-delayed"]
         assert [bytes.fromhex(r["body"]) for r in delayed] == [b"delayed by rocketspark"]
@@ -185,7 +200,11 @@ def test_rocketspark_then_broker_then_rocketspark(rocketmq, tmp_path):
         for at, (m, phy) in ours.items():
             r = read[at]
             assert (r["key"], r.get("tags"), bytes.fromhex(r["body"]), r["phy"]) == (
-                " ".join(m.keys), m.tags, m.body, phy), at
+                " ".join(m.keys),
+                m.tags,
+                m.body,
+                phy,
+            ), at
         # 3. the broker appends
         sent = rocketmq.client("send", "orders", 200, "bk", 3000, 4)
     finally:
@@ -199,16 +218,25 @@ def test_rocketspark_then_broker_then_rocketspark(rocketmq, tmp_path):
         got = read_all(s, "orders")
         for at, (m, phy) in ours.items():
             assert (got[at].body, got[at].keys, got[at].tags, got[at].commitlog_offset) == (
-                m.body, list(m.keys), m.tags, phy), at
+                m.body,
+                list(m.keys),
+                m.tags,
+                phy,
+            ), at
         for at, r in theirs.items():
             assert (got[at].body, got[at].keys, got[at].commitlog_offset) == (
-                body(r["key"], 3000), [r["key"]], offset_msg_id_phy(r["offsetMsgId"])), at
+                body(r["key"], 3000),
+                [r["key"]],
+                offset_msg_id_phy(r["offsetMsgId"]),
+            ), at
         assert [m.body for m in got.values() if m.keys == ["rs-delayed"]] == [
-            b"delayed by rocketspark"]
+            b"delayed by rocketspark"
+        ]
         assert len(got) == len(ours) + 1 + len(theirs)
         assert {q: s.committed_offset("rs-group", "orders", q) for q in range(4)} == committed
         assert [m.commitlog_offset for m in s.query_by_key("orders", "bk-17")] == [
-            offset_msg_id_phy(r["offsetMsgId"]) for r in sent if r["key"] == "bk-17"]
+            offset_msg_id_phy(r["offsetMsgId"]) for r in sent if r["key"] == "bk-17"
+        ]
         more = [Message("orders", body(f"rs2-{i}", 2000), keys=[f"rs2-{i}"]) for i in range(50)]
         placed = list(s.put_batch(more))
         assert_follows(end, placed[0])
@@ -228,8 +256,9 @@ def test_rocketspark_then_broker_then_rocketspark(rocketmq, tmp_path):
 def test_broker_killed_then_rocketspark_then_broker(rocketmq, tmp_path):
     path = str(tmp_path / "store")
     size, n = 1500, 8000
-    broker = rocketmq.start_broker(path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE,
-                                   topics=[])
+    broker = rocketmq.start_broker(
+        path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE, topics=[]
+    )
     first = rocketmq.client("send", "crash", 1000, "early", size, 4)
     assert [r.get("status") for r in first] == ["SEND_OK"] * 1000, first[-3:]
     # A broker that has run a while has checkpointed its CommitLog and ConsumeQueue flush
@@ -265,7 +294,10 @@ def test_broker_killed_then_rocketspark_then_broker(rocketmq, tmp_path):
             m = got.get((r["queue"], r["offset"]))
             assert m is not None, f"acknowledged send lost: {r}"
             assert (m.keys, m.body, m.commitlog_offset) == (
-                [r["key"]], body(r["key"], size), offset_msg_id_phy(r["offsetMsgId"])), r
+                [r["key"]],
+                body(r["key"], size),
+                offset_msg_id_phy(r["offsetMsgId"]),
+            ), r
         records, end = assert_log_is_visible(s, path)
         maxes = {q: s.max_offset("crash", q) for q in range(s.topic("crash").read_queue_nums)}
         more = [Message("crash", body(f"rs-{i}", 700), keys=[f"rs-{i}"]) for i in range(40)]
@@ -274,12 +306,14 @@ def test_broker_killed_then_rocketspark_then_broker(rocketmq, tmp_path):
         assert_follows(end, placed[0])
         for q, hi in maxes.items():
             assert sorted(r.queue_offset for r in placed if r.queue_id == q) == list(
-                range(hi, hi + sum(r.queue_id == q for r in placed)))
+                range(hi, hi + sum(r.queue_id == q for r in placed))
+            )
     stored = len(got)
 
     # the broker, restarted on the directory, reads all of it (rocketspark's writes too)
-    broker = rocketmq.start_broker(path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE,
-                                   topics=["crash"])
+    broker = rocketmq.start_broker(
+        path, commitlog_size=CL_SIZE, consumequeue_size=CQ_SIZE, topics=["crash"]
+    )
     try:
         read = consumed(rocketmq.client("consume", "crash", "reader-2", stored + len(more)))
     finally:
@@ -288,11 +322,17 @@ def test_broker_killed_then_rocketspark_then_broker(rocketmq, tmp_path):
     for (q, off), m in got.items():
         r = read[(q, off)]
         assert (r["key"], bytes.fromhex(r["body"]), r["phy"]) == (
-            m.keys[0], m.body, m.commitlog_offset), (q, off)
+            m.keys[0],
+            m.body,
+            m.commitlog_offset,
+        ), (q, off)
     for m, p in zip(more, placed, strict=True):
         r = read[(p.queue_id, p.queue_offset)]
         assert (r["key"], bytes.fromhex(r["body"]), r["phy"]) == (
-            m.keys[0], m.body, p.commitlog_offset)
+            m.keys[0],
+            m.body,
+            p.commitlog_offset,
+        )
     assert len(records) == stored
 
 

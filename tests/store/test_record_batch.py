@@ -21,8 +21,9 @@ from rocketspark.store.record_batch import (
     messages_to_batch,
 )
 
-_token = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "", "é", "x y", "\x01", "\x02",
-                          "v1", "TAG", "TAGSS"])
+_token = st.sampled_from(
+    ["TAGS", "KEYS", "UNIQ_KEY", "a", "", "é", "x y", "\x01", "\x02", "v1", "TAG", "TAGSS"]
+)
 _raw = st.lists(_token, max_size=12).map(lambda parts: "".join(parts).encode("utf-8"))
 
 
@@ -50,17 +51,22 @@ def _map_part(props: dict) -> dict:
 
 # One layout for every row: (name, value length) items; values of those byte lengths,
 # drawn from bytes that include separators and halves of UTF-8 sequences.
-_layout = st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "é"]),
-                             st.integers(0, 5)), min_size=1, max_size=4)
+_layout = st.lists(
+    st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "é"]), st.integers(0, 5)),
+    min_size=1,
+    max_size=4,
+)
 _value_byte = st.sampled_from([ord("a"), ord("Z"), ord(" "), 1, 2, 0xC3, 0xA9])
 
 
 def _layout_row(draw, layout) -> tuple[bytes, bool]:
     """One row of ``layout`` with drawn values; True when no value holds a separator."""
-    values = [bytes(draw(st.lists(_value_byte, min_size=width, max_size=width)))
-              for _, width in layout]
-    row = b"".join(name.encode("utf-8") + b"\x01" + value + b"\x02"
-                   for (name, _), value in zip(layout, values))
+    values = [
+        bytes(draw(st.lists(_value_byte, min_size=width, max_size=width))) for _, width in layout
+    ]
+    row = b"".join(
+        name.encode("utf-8") + b"\x01" + value + b"\x02" for (name, _), value in zip(layout, values)
+    )
     return row, not any(set(v) & {1, 2} for v in values)
 
 
@@ -111,8 +117,10 @@ def test_rows_of_one_layout_parse_like_the_decoder(case):
 @st.composite
 def _few_layout_rows(draw):
     layouts = draw(st.lists(_layout, min_size=2, max_size=4))
-    return [_layout_row(draw, layouts[draw(st.integers(0, len(layouts) - 1))])[0]
-            for _ in range(draw(st.integers(2, 12)))]
+    return [
+        _layout_row(draw, layouts[draw(st.integers(0, len(layouts) - 1))])[0]
+        for _ in range(draw(st.integers(2, 12)))
+    ]
 
 
 @settings(max_examples=300, deadline=None)
@@ -123,23 +131,24 @@ def test_rows_of_a_few_layouts_parse_like_the_decoder(raws):
 
 
 def test_keys_of_a_few_lengths_are_parsed_by_length():
-    raws = [b"TAGS\x01t\x02KEYS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (b"k" * (1 + i * 7 % 6), i)
-            for i in range(300)]
+    raws = [
+        b"TAGS\x01t\x02KEYS\x01%s\x02UNIQ_KEY\x01%032X\x02" % (b"k" * (1 + i * 7 % 6), i)
+        for i in range(300)
+    ]
     arr = pa.array(raws, pa.large_binary())
     assert _parse_uniform(arr) is None
     grouped = _parse_grouped(arr)
     assert grouped is not None and all(a.equals(b) for a, b in zip(grouped, _parse_items(arr)))
     _assert_parsed_like_the_decoder(raws, grouped)
     # One length, two layouts (tag "ab" + key "c", tag "a" + key "bc"): not by template.
-    mixed = [b"TAGS\x01ab\x02KEYS\x01c\x02", b"TAGS\x01a\x02KEYS\x01bc\x02",
-             b"TAGS\x01a\x02"]
+    mixed = [b"TAGS\x01ab\x02KEYS\x01c\x02", b"TAGS\x01a\x02KEYS\x01bc\x02", b"TAGS\x01a\x02"]
     assert _parse_grouped(pa.array(mixed, pa.large_binary())) is None
     _assert_parsed_like_the_decoder(mixed, _parse_properties(pa.array(mixed, pa.large_binary())))
 
 
 def test_a_separator_where_the_first_row_has_none_is_left_to_the_item_parser():
     raws = [b"TAGS\x01ab\x02UNIQ_KEY\x01xyz\x02", b"TAGS\x01a\x02b\x01UNIQ_KEY\x01xyz\x02"]
-    raws[1] = raws[1][:len(raws[0])]  # same length, different layout
+    raws[1] = raws[1][: len(raws[0])]  # same length, different layout
     arr = pa.array(raws, pa.large_binary())
     assert _parse_uniform(arr) is None
     _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
@@ -155,8 +164,18 @@ def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
 
     with tempfile.TemporaryDirectory() as root, MessageStore.open(root) as store:
         store.create_topic("t", queues=1)
-        store.put_batch([Message("t", b"b%03d" % i, tags="tg", keys=[key % i],
-                                 properties={"p": "v%02d" % (i % 100)}) for i in range(500)])
+        store.put_batch(
+            [
+                Message(
+                    "t",
+                    b"b%03d" % i,
+                    tags="tg",
+                    keys=[key % i],
+                    properties={"p": "v%02d" % (i % 100)},
+                )
+                for i in range(500)
+            ]
+        )
         with monkeypatch.context() as m:
             m.setattr(record_batch, "_parse_items", no_items)
             batches, _ = store.read_batches("t", 0, 0, None)
@@ -167,32 +186,49 @@ def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
         assert got.column("properties").to_pylist()[7] == [("p", "v07")]
 
 
-_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02 ",
-                                       blacklist_categories=("Cs",)), min_size=1, max_size=8)
+_text = st.text(
+    alphabet=st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=8,
+)
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.none() | _text,
-                          st.lists(_text, max_size=3),
-                          st.dictionaries(_text.filter(lambda t: t not in ("TAGS", "KEYS",
-                                                                           "DELAY")),
-                                          st.text(alphabet=st.characters(
-                                              blacklist_characters="\x01\x02",
-                                              blacklist_categories=("Cs",)), max_size=6),
-                                          max_size=3)),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=1, max_size=40),
+            st.none() | _text,
+            st.lists(_text, max_size=3),
+            st.dictionaries(
+                _text.filter(lambda t: t not in ("TAGS", "KEYS", "DELAY")),
+                st.text(
+                    alphabet=st.characters(
+                        blacklist_characters="\x01\x02", blacklist_categories=("Cs",)
+                    ),
+                    max_size=6,
+                ),
+                max_size=3,
+            ),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_read_batches_equals_pull(tmp_path_factory, specs):
     root = tmp_path_factory.mktemp("rb")
     with MessageStore.open(root, mappedFileSizeCommitLog=4096) as store:
         store.create_topic("t", queues=1)
-        store.put_batch([Message("t", b, tags=tg, keys=ks, properties=pr)
-                         for b, tg, ks, pr in specs])
+        store.put_batch(
+            [Message("t", b, tags=tg, keys=ks, properties=pr) for b, tg, ks, pr in specs]
+        )
         batches, nxt = store.read_batches("t", 0, 0, None)
         assert nxt == len(specs)
         got = pa.Table.from_batches(batches).to_pylist()
         pulled = store.pull("t", 0, 0, max_msgs=len(specs)).messages
-        want = pa.Table.from_batches([messages_to_batch(pulled, store.config.broker_name)]
-                                     ).to_pylist()
+        want = pa.Table.from_batches(
+            [messages_to_batch(pulled, store.config.broker_name)]
+        ).to_pylist()
         for g, w in zip(got, want, strict=True):
             g["properties"] = dict(g["properties"])
             w["properties"] = dict(w["properties"])

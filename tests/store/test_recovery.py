@@ -33,16 +33,16 @@ from tests.store.helpers.writer import SMALL
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEG = SMALL["mappedFileSizeCommitLog"]
 HOST = HostAddress.parse("10.0.0.9", 10911)
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def _build(root, n=60, queues=2):
     """A store of ``n`` messages over ``queues`` queues, closed cleanly; their results."""
     with MessageStore.open(root, **SMALL) as s:
         s.create_topic("t", queues=queues)
-        return list(s.put_batch([Message("t", b"m%03d" % i, keys=[f"k{i}"])
-                                 for i in range(n)]))
+        return list(s.put_batch([Message("t", b"m%03d" % i, keys=[f"k{i}"]) for i in range(n)]))
 
 
 def _bodies(s, topic="t"):
@@ -111,10 +111,15 @@ def _crash(root):
 
 
 @SETTINGS
-@given(field=st.sampled_from([16, 24, 32, 40, 56]), pick=st.integers(0, 63),
-       lower=st.booleans(), crashed=st.booleans())
-def test_one_flipped_bit_in_the_state_file_loses_nothing(tmp_path_factory, field, pick,
-                                                         lower, crashed):
+@given(
+    field=st.sampled_from([16, 24, 32, 40, 56]),
+    pick=st.integers(0, 63),
+    lower=st.booleans(),
+    crashed=st.booleans(),
+)
+def test_one_flipped_bit_in_the_state_file_loses_nothing(
+    tmp_path_factory, field, pick, lower, crashed
+):
     """COMMIT_POS, PENDING_END, DISPATCHED_POS, FLUSHED_POS or SYNCED_POS with any bit
     flipped (``lower``: one of the position's set bits, which moves it back, often to
     mid-record): every acknowledged message is still there, the next put follows."""
@@ -139,8 +144,7 @@ def test_one_flipped_bit_in_the_state_file_loses_nothing(tmp_path_factory, field
 
 @SETTINGS
 @given(data=st.data(), crashed=st.booleans())
-def test_positions_the_state_claims_never_cut_a_verified_record(tmp_path_factory, data,
-                                                                crashed):
+def test_positions_the_state_claims_never_cut_a_verified_record(tmp_path_factory, data, crashed):
     """Whatever positions a (well-formed) state file claims, mid-record included,
     no record that verifies is cut and none is hidden from its queue."""
     root = str(tmp_path_factory.mktemp("s") / "s")
@@ -206,16 +210,24 @@ def test_a_damaged_field_leaves_the_intact_flushed_pos_a_hint(tmp_path, field):
 def _foreign(root, pos, topic, queue_id, queue_offset, body, ts=1_700_000_000_000):
     """Append a broker's record at CommitLog ``pos``; return where it ends."""
     props = encode_properties({"UNIQ_KEY": f"FOREIGN{queue_offset:08d}", "KEYS": f"f{body}"})
-    raw = encode_record(topic=topic, queue_id=queue_id, body=body.encode(), properties=props,
-                        queue_offset=queue_offset, physical_offset=pos, born_timestamp=ts,
-                        born_host=HOST, store_timestamp=ts, store_host=HOST)
+    raw = encode_record(
+        topic=topic,
+        queue_id=queue_id,
+        body=body.encode(),
+        properties=props,
+        queue_offset=queue_offset,
+        physical_offset=pos,
+        born_timestamp=ts,
+        born_host=HOST,
+        store_timestamp=ts,
+        store_host=HOST,
+    )
     seg = pos - pos % SEG
     _patch(_segment(root, seg), pos - seg, raw)
     return pos + len(raw)
 
 
-def test_records_a_broker_appended_after_a_clean_close_are_dispatched_not_overwritten(
-        tmp_path):
+def test_records_a_broker_appended_after_a_clean_close_are_dispatched_not_overwritten(tmp_path):
     """rocketspark writes, a broker appends (killed before it built its ConsumeQueue),
     rocketspark opens again: the broker's records are read, the next put goes after."""
     root = str(tmp_path / "s")
@@ -224,8 +236,9 @@ def test_records_a_broker_appended_after_a_clean_close_are_dispatched_not_overwr
     for i in range(8):
         pos = _foreign(root, pos, "t", i % 2, 10 + i // 2, f"broker{i}")
     with MessageStore.open(root, **SMALL) as s:
-        assert _bodies(s) == sorted([b"m%03d" % i for i in range(20)]
-                                    + [b"broker%d" % i for i in range(8)])
+        assert _bodies(s) == sorted(
+            [b"m%03d" % i for i in range(20)] + [b"broker%d" % i for i in range(8)]
+        )
         r = s.put(Message("t", b"after", queue_id=0))
         assert (r.commitlog_offset, r.queue_offset) == (pos, 14)
         assert [m.body for m in s.query_by_key("t", "fbroker3")] == [b"broker3"]
@@ -252,8 +265,9 @@ def test_a_broker_killed_with_a_preallocated_empty_segment_loses_nothing(tmp_pat
     cp.flush()
     cp.close()
     with MessageStore.open(root, **SMALL) as s:
-        assert _bodies(s) == sorted([b"m%03d" % i for i in range(20)]
-                                    + [b"late%d" % i for i in range(5)])
+        assert _bodies(s) == sorted(
+            [b"m%03d" % i for i in range(20)] + [b"late%d" % i for i in range(5)]
+        )
         r = s.put(Message("t", b"after", queue_id=0))
         assert (r.commitlog_offset, r.queue_offset) == (pos, 15)
 
@@ -265,8 +279,9 @@ def test_a_broker_killed_with_a_preallocated_empty_segment_loses_nothing(tmp_pat
 @given(victim=st.integers(5, 50), byte=st.integers(0, 200), crashed=st.booleans())
 @example(victim=5, byte=93, crashed=False)  # the topic's byte: verifies, names another topic
 @example(victim=5, byte=13, crashed=False)  # QUEUEID: verifies, names a queue t lacks
-def test_damage_followed_by_valid_records_is_reported_never_cut(tmp_path_factory, victim,
-                                                                byte, crashed):
+def test_damage_followed_by_valid_records_is_reported_never_cut(
+    tmp_path_factory, victim, byte, crashed
+):
     """Any byte of a record in the middle flipped, the state lost (scan from the
     start): recovery cuts nothing; when the record no longer verifies, reads still
     work and writes are refused naming the file, the offset and how many valid
@@ -301,8 +316,10 @@ def test_damage_followed_by_valid_records_is_reported_never_cut(tmp_path_factory
         assert str(at) in text and os.path.basename(seg) in text
         assert f"{60 - victim - 1} valid record(s)" in text
     report = check_store(root)
-    assert any(f"damaged at offset {at}" in p and f"{60 - victim - 1} valid record(s)" in p
-               for p in report.problems)
+    assert any(
+        f"damaged at offset {at}" in p and f"{60 - victim - 1} valid record(s)" in p
+        for p in report.problems
+    )
 
 
 def test_writes_are_refused_in_every_process_until_an_explicit_truncate(tmp_path):
@@ -316,10 +333,19 @@ def test_writes_are_refused_in_every_process_until_an_explicit_truncate(tmp_path
 
     with MessageStore.open(root, **SMALL) as s:
         code = subprocess.run(
-            [sys.executable, "-c", "import sys; from rocketspark.store import Message, "
-             "MessageStore; s = MessageStore.open(sys.argv[1], mappedFileSizeCommitLog=65536,"
-             " mappedFileSizeConsumeQueue=10240, maxHashSlotNum=512, maxIndexNum=4096); "
-             "s.put(Message('t', b'x'))", root], cwd=ROOT, capture_output=True, timeout=120)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from rocketspark.store import Message, "
+                "MessageStore; s = MessageStore.open(sys.argv[1], mappedFileSizeCommitLog=65536,"
+                " mappedFileSizeConsumeQueue=10240, maxHashSlotNum=512, maxIndexNum=4096); "
+                "s.put(Message('t', b'x'))",
+                root,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+        )
         assert code.returncode != 0 and b"StoreDamagedError" in code.stderr
         assert s.recovery_report.damage.following == 29
     with MessageStore.open(root, **SMALL) as s:  # still damaged: found again
@@ -330,10 +356,10 @@ def test_writes_are_refused_in_every_process_until_an_explicit_truncate(tmp_path
     conf = str(tmp_path / "broker.conf")
     with open(conf, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in SMALL.items()))
-    assert main(["--config", conf, "store", "recover", root, "--truncate-at", str(at + 1)],
-                out) == 2
-    assert main(["--config", conf, "store", "recover", root, "--truncate-at", str(at)],
-                out) == 0
+    assert (
+        main(["--config", conf, "store", "recover", root, "--truncate-at", str(at + 1)], out) == 2
+    )
+    assert main(["--config", conf, "store", "recover", root, "--truncate-at", str(at)], out) == 0
     assert "discarded 29 valid record(s)" in out.getvalue()
     with MessageStore.open(root, **SMALL) as s:
         assert s.recovery_report.damage is None
@@ -367,8 +393,7 @@ def test_zeros_in_the_middle_followed_by_records_are_damage(tmp_path):
     os.unlink(os.path.join(root, "rocketspark.state"))
     with MessageStore.open(root, **SMALL) as s:
         dmg = s.recovery_report.damage
-        assert (dmg.offset, dmg.resume, dmg.following) == (
-            at, results[22].commitlog_offset, 38)
+        assert (dmg.offset, dmg.resume, dmg.following) == (at, results[22].commitlog_offset, 38)
 
 
 # -- ConsumeQueue holes ---------------------------------------------------------------------
@@ -459,8 +484,11 @@ def test_a_rebuild_killed_half_way_is_finished_by_the_next_open(tmp_path, kill_a
         s.create_topic("t", queues=1)
         _put_after_a_refused_put(s, 3, 6, holes=2)
     _as_format_1(root)  # the older rocketspark that made the hole closed cleanly
-    proc = subprocess.run([sys.executable, "-c", _KILLED_REBUILD, root, str(kill_after)],
-                          cwd=ROOT, capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_REBUILD, root, str(kill_after)],
+        cwd=ROOT,
+        capture_output=True,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     with MessageStore.open(root, **SMALL) as s:
         assert s.max_offset("t", 0) == 9
@@ -514,13 +542,15 @@ def test_a_worker_ending_without_close_is_not_a_crash_but_a_direct_user_is(tmp_p
     with MessageStore.open(root, **SMALL) as s:
         s.create_topic("t", queues=1)
     live = MessageStore.open(root, **SMALL)  # another process keeps it open meanwhile
-    child = subprocess.run([sys.executable, "-c", _CHILD, root, how], cwd=ROOT,
-                           capture_output=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, root, how], cwd=ROOT, capture_output=True, timeout=120
+    )
     assert child.returncode == 0, child.stderr.decode()
     live.close()
     assert not os.path.exists(os.path.join(root, "abort"))
-    child = subprocess.run([sys.executable, "-c", _CHILD, root, how], cwd=ROOT,
-                           capture_output=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, root, how], cwd=ROOT, capture_output=True, timeout=120
+    )
     assert child.returncode == 0, child.stderr.decode()
     assert os.path.exists(os.path.join(root, "abort"))  # a broker still sees a crash
     with MessageStore.open(root, **SMALL) as s:
@@ -536,18 +566,21 @@ def test_a_sigkilled_worker_inside_an_append_is_still_a_crash(tmp_path):
     with MessageStore.open(root, **SMALL) as s:
         s.create_topic("t", queues=1)
         s.put(Message("t", b"kept"))
-    script = ("import os, signal, sys\n"
-              "from rocketspark.store import Message, MessageStore, commit_log\n"
-              "s = MessageStore.open(sys.argv[1], exit_without_close=True,"
-              " mappedFileSizeCommitLog='65536', mappedFileSizeConsumeQueue='10240',"
-              " maxHashSlotNum='512', maxIndexNum='4096')\n"
-              "w = commit_log.CommitLog._write\n"
-              "def die(self, writes):\n"
-              "    w(self, writes); os.kill(os.getpid(), signal.SIGKILL)\n"
-              "commit_log.CommitLog._write = die\n"
-              "s.put_batch([Message('t', b'lost%d' % i) for i in range(3)])\n")
-    child = subprocess.run([sys.executable, "-c", script, root], cwd=ROOT,
-                           capture_output=True, timeout=120)
+    script = (
+        "import os, signal, sys\n"
+        "from rocketspark.store import Message, MessageStore, commit_log\n"
+        "s = MessageStore.open(sys.argv[1], exit_without_close=True,"
+        " mappedFileSizeCommitLog='65536', mappedFileSizeConsumeQueue='10240',"
+        " maxHashSlotNum='512', maxIndexNum='4096')\n"
+        "w = commit_log.CommitLog._write\n"
+        "def die(self, writes):\n"
+        "    w(self, writes); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "commit_log.CommitLog._write = die\n"
+        "s.put_batch([Message('t', b'lost%d' % i) for i in range(3)])\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, root], cwd=ROOT, capture_output=True, timeout=120
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
     with MessageStore.open(root, **SMALL) as s:
         rep = s.recovery_report
@@ -578,8 +611,12 @@ def test_a_torn_record_at_commit_pos_keeps_the_state_trusted(tmp_path, caplog):
     results = _build(root, n=300, queues=1)
     end = results[-1].commitlog_offset + results[-1].store_size
     assert end % SEG, "the append must start inside a segment"
-    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER_HEADERS, root], cwd=ROOT,
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_HEADERS, root],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     with MessageStore.open(root, **SMALL) as s:
         rep = s.recovery_report
@@ -610,8 +647,9 @@ def test_store_check_after_a_writer_killed_mid_copy_reports_no_damage(tmp_path):
     """Valid records inside an unfinished append are the open's to discard, not damage."""
     root = str(tmp_path / "s")
     _build(root, n=60, queues=2)
-    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_COPY, root], cwd=ROOT,
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_COPY, root], cwd=ROOT, capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     problems = check_store(root).problems
     assert len(problems) == 1 and problems[0].startswith("unfinished append"), problems
@@ -675,8 +713,7 @@ def test_a_v1_state_is_a_hint_not_damage(tmp_path_factory, data):
     results = _build(root)
     ends = [r.commitlog_offset + r.store_size for r in results]
     end = ends[-1]
-    claim = data.draw(st.one_of(st.just(end), st.sampled_from(ends),
-                                st.integers(0, end + 5000)))
+    claim = data.draw(st.one_of(st.just(end), st.sampled_from(ends), st.integers(0, end + 5000)))
     _as_format_1(root, claim)
     with MessageStore.open(root, **SMALL) as s:
         rep = s.recovery_report
@@ -708,8 +745,7 @@ def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
 
 
 @pytest.mark.parametrize("reopen", [False, True])
-def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_end(tmp_path,
-                                                                                 reopen):
+def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_end(tmp_path, reopen):
     """A put reserves room (ConsumeQueue files included) before it writes; refused or
     killed after that, it leaves empty files past the queue's last entry. The queue
     still ends after its last entry: the next put follows it, with no hole."""
@@ -733,5 +769,11 @@ def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_en
             assert s.put(Message("t", b"next", queue_id=0)).queue_offset == 5
     with MessageStore.open(root, **SMALL) as s:
         assert [m.body for m in s.pull("t", 0, 0, 10).messages] == [
-            b"m0", b"m1", b"m2", b"m3", b"m4", b"next"]
+            b"m0",
+            b"m1",
+            b"m2",
+            b"m3",
+            b"m4",
+            b"next",
+        ]
     assert check_store(root).ok

@@ -55,10 +55,18 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
     with MessageStore.open(path, mappedFileSizeCommitLog=64 * 1024) as s:
         s.create_topic("orders", queues=3)
         s.create_topic("payments", queues=1)
-        s.put_batch([Message("orders", ("körper-%d-" % i).encode() * (i % 40 + 1),
-                             tags=["created", "paid", None][i % 3], keys=[f"o-{i}", f"c-{i % 7}"],
-                             properties={"k": str(i), "ünï": "cödé"} if i % 2 else {})
-                     for i in range(300)])
+        s.put_batch(
+            [
+                Message(
+                    "orders",
+                    ("körper-%d-" % i).encode() * (i % 40 + 1),
+                    tags=["created", "paid", None][i % 3],
+                    keys=[f"o-{i}", f"c-{i % 7}"],
+                    properties={"k": str(i), "ünï": "cödé"} if i % 2 else {},
+                )
+                for i in range(300)
+            ]
+        )
         for i in range(20):
             s.put(Message("payments", b"p%d" % i, keys=[f"p-{i}"]))
         half = s.prepare(Message("payments", b"transactional", tags="tx"))
@@ -72,11 +80,18 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
     build = tmp_path / "java"
     build.mkdir()
     (build / "DecodeDriver.java").write_text(JAVA)
-    subprocess.run(["javac", "-cp", classpath, "-d", str(build), str(build / "DecodeDriver.java")],
-                   check=True, capture_output=True, timeout=180)
-    done = subprocess.run(["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}",
-                           "DecodeDriver", path],
-                          capture_output=True, text=True, timeout=180)
+    subprocess.run(
+        ["javac", "-cp", classpath, "-d", str(build), str(build / "DecodeDriver.java")],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    done = subprocess.run(
+        ["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}", "DecodeDriver", path],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.split("\t") for line in done.stdout.splitlines() if line]
     assert not [x for x in lines if x[0] == "UNDECODABLE"], lines[-1]
@@ -86,16 +101,38 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
     # every record, system ones included: 300 + 20 + half + commit + op record
     assert len(lines) == 300 + 20 + 3
     for off, m in ours.items():
-        (topic, qid, qoff, phy, msg_id, tags, keys, uniq, body, sys_flag, reconsume, size,
-         born_ts, store_ts, prepared) = theirs[off]
-        assert (topic, int(qid), int(qoff), int(phy)) == (m.topic, m.queue_id, m.queue_offset,
-                                                          m.commitlog_offset)
+        (
+            topic,
+            qid,
+            qoff,
+            phy,
+            msg_id,
+            tags,
+            keys,
+            uniq,
+            body,
+            sys_flag,
+            reconsume,
+            size,
+            born_ts,
+            store_ts,
+            prepared,
+        ) = theirs[off]
+        assert (topic, int(qid), int(qoff), int(phy)) == (
+            m.topic,
+            m.queue_id,
+            m.queue_offset,
+            m.commitlog_offset,
+        )
         assert msg_id == m.msg_id and uniq == m.uniq_key
         assert tags == str(m.tags) if m.tags else tags == "null"
         assert keys == (" ".join(m.keys) if m.keys else "null")
         assert bytes.fromhex(body) == m.body
-        assert (int(sys_flag), int(reconsume), int(size)) == (m.sys_flag, m.reconsume_times,
-                                                              m.store_size)
+        assert (int(sys_flag), int(reconsume), int(size)) == (
+            m.sys_flag,
+            m.reconsume_times,
+            m.store_size,
+        )
         assert (int(born_ts), int(store_ts)) == (m.born_timestamp, m.store_timestamp)
         assert int(prepared) == m.prepared_transaction_offset
     committed = [x for x in lines if x[1:2] and x[0] == "payments" and x[5] == "tx"]

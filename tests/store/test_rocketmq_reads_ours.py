@@ -201,19 +201,75 @@ def _properties(text: str) -> dict[str, str]:
 
 def _java_view(fields: list[str]) -> tuple:
     """A MSG (or LOOK) line of the driver, decoded to comparable values."""
-    (topic, qid, qoff, phy, msg_id, tags, keys, uniq, props, body, sys_flag, flag, reconsume,
-     size, crc, born_ts, store_ts, born_host, store_host, prepared) = fields
-    return (topic, int(qid), int(qoff), int(phy), msg_id, _text(tags), _text(keys), _text(uniq),
-            _properties(_text(props) or ""), bytes.fromhex(body[1:]), int(sys_flag), int(flag),
-            int(reconsume), int(size), int(crc), int(born_ts), int(store_ts), born_host,
-            store_host, int(prepared))
+    (
+        topic,
+        qid,
+        qoff,
+        phy,
+        msg_id,
+        tags,
+        keys,
+        uniq,
+        props,
+        body,
+        sys_flag,
+        flag,
+        reconsume,
+        size,
+        crc,
+        born_ts,
+        store_ts,
+        born_host,
+        store_host,
+        prepared,
+    ) = fields
+    return (
+        topic,
+        int(qid),
+        int(qoff),
+        int(phy),
+        msg_id,
+        _text(tags),
+        _text(keys),
+        _text(uniq),
+        _properties(_text(props) or ""),
+        bytes.fromhex(body[1:]),
+        int(sys_flag),
+        int(flag),
+        int(reconsume),
+        int(size),
+        int(crc),
+        int(born_ts),
+        int(store_ts),
+        born_host,
+        store_host,
+        int(prepared),
+    )
 
 
 def _our_view(m) -> tuple:
-    return (m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.msg_id, m.tags,
-            m.properties.get("KEYS"), m.uniq_key, dict(m.properties), m.body, m.sys_flag, m.flag,
-            m.reconsume_times, m.store_size, m.body_crc, m.born_timestamp, m.store_timestamp,
-            m.born_host, m.store_host, m.prepared_transaction_offset)
+    return (
+        m.topic,
+        m.queue_id,
+        m.queue_offset,
+        m.commitlog_offset,
+        m.msg_id,
+        m.tags,
+        m.properties.get("KEYS"),
+        m.uniq_key,
+        dict(m.properties),
+        m.body,
+        m.sys_flag,
+        m.flag,
+        m.reconsume_times,
+        m.store_size,
+        m.body_crc,
+        m.born_timestamp,
+        m.store_timestamp,
+        m.born_host,
+        m.store_host,
+        m.prepared_transaction_offset,
+    )
 
 
 TEXTS = ["Grüße aus Köln", "заказ оформлен", "注文が確定しました", "emoji 🚀📦 ok", "plain ascii"]
@@ -242,8 +298,9 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
     rng = random.Random(20240531)
     path = str(tmp_path / "store")
     sent: dict[int, Message] = {}  # commitlog offset -> what we put
-    with MessageStore.open(path, mappedFileSizeCommitLog=CL_SIZE,
-                           mappedFileSizeConsumeQueue=CQ_SIZE) as s:
+    with MessageStore.open(
+        path, mappedFileSizeCommitLog=CL_SIZE, mappedFileSizeConsumeQueue=CQ_SIZE
+    ) as s:
         s.create_topic("orders", queues=4)
         s.create_topic("events", queues=1)
         orders = [_order(i, rng) for i in range(440)]
@@ -252,12 +309,19 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
         # the rest as one columnar batch
         for m, r in zip(orders[200:420], s.put_batch(orders[200:420]), strict=True):
             sent[r.commitlog_offset] = m
-        events = [Message("events", f"event {i} ✓".encode(), tags="tick", keys=[f"ev-{i}"])
-                  for i in range(1100)]  # more than one ConsumeQueue file (1000 entries)
+        events = [
+            Message("events", f"event {i} ✓".encode(), tags="tick", keys=[f"ev-{i}"])
+            for i in range(1100)
+        ]  # more than one ConsumeQueue file (1000 entries)
         for m, r in zip(events, s.put_batch(events), strict=True):
             sent[r.commitlog_offset] = m
-        tx = Message("orders", "Überweisung ✓ committed".encode(), tags="tx",
-                     keys=["tx-commit-1"], properties={"kind": "transfer"})
+        tx = Message(
+            "orders",
+            "Überweisung ✓ committed".encode(),
+            tags="tx",
+            keys=["tx-commit-1"],
+            properties={"kind": "transfer"},
+        )
         half = s.prepare(tx)
         (committed,) = s.commit_transaction(half)
         sent[committed.commitlog_offset] = tx
@@ -267,8 +331,12 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
             sent[s.put(m).commitlog_offset] = m
 
         topics = {t.name: t for t in s.list_topics()}
-        assert {"orders", "events", "RMQ_SYS_TRANS_HALF_TOPIC",
-                "RMQ_SYS_TRANS_OP_HALF_TOPIC"} <= set(topics)
+        assert {
+            "orders",
+            "events",
+            "RMQ_SYS_TRANS_HALF_TOPIC",
+            "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        } <= set(topics)
         queues: dict[tuple[str, int], tuple[int, int]] = {}
         ours = {}  # commitlog offset -> MessageExt, every record of the CommitLog
         for t in topics.values():
@@ -284,20 +352,37 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
         max_phy = s.state.commit_pos
         queries = {  # (topic, key) -> commitlog offsets that must be found
             ("orders", k): sorted(m.commitlog_offset for m in s.query_by_key("orders", k))
-            for k in ["order-17", "order-300", "cust-4", "ключ-42", "tx-commit-1",
-                      "tx-rollback-1", ours[min(sent)].uniq_key]
+            for k in [
+                "order-17",
+                "order-300",
+                "cust-4",
+                "ключ-42",
+                "tx-commit-1",
+                "tx-rollback-1",
+                ours[min(sent)].uniq_key,
+            ]
         }
-        queries[("events", "ev-1050")] = [m.commitlog_offset
-                                          for m in s.query_by_key("events", "ev-1050")]
+        queries[("events", "ev-1050")] = [
+            m.commitlog_offset for m in s.query_by_key("events", "ev-1050")
+        ]
     # our own store agrees with what we put
     for phy, m in sent.items():
         got = ours[phy]
         assert (got.topic, got.body, got.tags, tuple(got.keys), got.flag) == (
-            m.topic, m.body, m.tags, m.keys, m.flag)
+            m.topic,
+            m.body,
+            m.tags,
+            m.keys,
+            m.flag,
+        )
         assert {k: v for k, v in got.properties.items() if k in m.properties} == dict(m.properties)
     assert ours[committed.commitlog_offset].sys_flag & 0xC == 0x8  # TRANSACTION_COMMIT_TYPE
-    truth = {(t, k): sorted(p for p, m in sent.items() if m.topic == t
-                            and (k in m.keys or ours[p].uniq_key == k)) for t, k in queries}
+    truth = {
+        (t, k): sorted(
+            p for p, m in sent.items() if m.topic == t and (k in m.keys or ours[p].uniq_key == k)
+        )
+        for t, k in queries
+    }
     assert queries == truth
     assert len(truth[("orders", "cust-4")]) > 40 and truth[("orders", "tx-rollback-1")] == []
     assert len(os.listdir(os.path.join(path, "commitlog"))) >= 2  # crosses a segment
@@ -306,13 +391,29 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
     build = tmp_path / "java"
     build.mkdir()
     (build / "ReadOursDriver.java").write_text(JAVA)
-    subprocess.run(["javac", "-cp", classpath, "-d", str(build),
-                    str(build / "ReadOursDriver.java")], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        ["javac", "-cp", classpath, "-d", str(build), str(build / "ReadOursDriver.java")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     args = [f"{t}:{k.encode().hex()}" for t, k in queries]
-    done = subprocess.run(["java", *QUIET, "-cp", f"{classpath}{os.pathsep}{build}",
-                           "ReadOursDriver", path, str(CL_SIZE), str(CQ_SIZE), *args],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            "java",
+            *QUIET,
+            "-cp",
+            f"{classpath}{os.pathsep}{build}",
+            "ReadOursDriver",
+            path,
+            str(CL_SIZE),
+            str(CQ_SIZE),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.split("\t") for line in done.stdout.splitlines() if line]
     kinds: dict[str, list[list[str]]] = {}
@@ -321,12 +422,15 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
     assert kinds["LOAD"] == [["true"]]
     assert kinds.get("DONE") == [[]], done.stdout[-2000:]
     assert "GETFAIL" not in kinds and "UNDECODABLE" not in kinds, (
-        kinds.get("GETFAIL"), kinds.get("UNDECODABLE"))
+        kinds.get("GETFAIL"),
+        kinds.get("UNDECODABLE"),
+    )
 
     # the topic table RocketMQ parsed from our config/topics.json
     assert {x[0]: tuple(x[1:]) for x in kinds["TOPIC"]} == {
-        t.name: (str(t.read_queue_nums), str(t.write_queue_nums), str(t.perm),
-                 str(t.order).lower()) for t in topics.values()}
+        t.name: (str(t.read_queue_nums), str(t.write_queue_nums), str(t.perm), str(t.order).lower())
+        for t in topics.values()
+    }
     # CommitLog recovery kept all of it
     assert kinds["PHY"] == [["0", str(max_phy)]]
 
@@ -339,8 +443,10 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
     for key, (lo, hi) in queues.items():
         java_lo, java_hi, units = cq[key]
         assert (int(java_lo), int(java_hi)) == (lo, hi), key
-        want = [f"{m.commitlog_offset}:{m.store_size}:{tags_code(m.tags)}"
-                for m in by_queue.get(key, [])]
+        want = [
+            f"{m.commitlog_offset}:{m.store_size}:{tags_code(m.tags)}"
+            for m in by_queue.get(key, [])
+        ]
         assert (units.split(",") if units else []) == want, key
 
     # IndexFile queries, also before start()
@@ -371,7 +477,8 @@ def test_rocketmq_default_message_store_reads_our_store(tmp_path):
 
     # start() re-dispatched nothing: the queues are as we wrote them
     ends = {(x[0], int(x[1])): x[2:] for x in kinds["END"]}
-    assert ends == {k: ["OFFSET_OVERFLOW_ONE", str(hi), str(lo), str(hi)]
-                    for k, (lo, hi) in queues.items()}
+    assert ends == {
+        k: ["OFFSET_OVERFLOW_ONE", str(hi), str(lo), str(hi)] for k, (lo, hi) in queues.items()
+    }
     (look,) = kinds["LOOK"]
     assert _java_view(look) == _our_view(ours[0])

@@ -135,14 +135,19 @@ def test_interrupted_step_whose_first_message_was_dropped_is_not_redone(tmp_path
 
 
 def test_another_writers_record_where_an_interrupted_step_would_start_is_not_its_put(
-        tmp_path, clock):
+    tmp_path, clock
+):
     """A step died before its put; another writer's message, with the UNIQ_KEY of one
     of the step's messages, lands where the put would have started. Recovery must
     run the step again, not take that record for the delivery and skip the step."""
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
         s.create_topic("t", queues=1)
-        s.put_batch([Message("t", b"d%d" % i, delay_level=1,
-                             properties={"UNIQ_KEY": f"order-{i}"}) for i in range(3)])
+        s.put_batch(
+            [
+                Message("t", b"d%d" % i, delay_level=1, properties={"UNIQ_KEY": f"order-{i}"})
+                for i in range(3)
+            ]
+        )
         clock.advance(1000)
         real_append = s._append_locked
         s._append_locked = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))

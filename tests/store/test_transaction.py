@@ -68,8 +68,12 @@ def test_check_resolves_old_halves_through_the_callback(store, clock):
         asked.append(half.body)
         return {"1": "COMMIT", "2": "ROLLBACK", "3": None}[half.properties["batch"]]
 
-    assert store.check_transactions(callback) == {"commit": 0, "rollback": 0,
-                                                  "unknown": 0, "discarded": 0}
+    assert store.check_transactions(callback) == {
+        "commit": 0,
+        "rollback": 0,
+        "unknown": 0,
+        "discarded": 0,
+    }
     clock.advance(6001)
     counts = store.check_transactions(callback)
     assert counts == {"commit": 1, "rollback": 1, "unknown": 1, "discarded": 0}
@@ -91,8 +95,7 @@ def _five_resolved_batches(s):
 
     batches = []
     for b in range(5):
-        hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out",
-                               producer_group="pg")
+        hs = s.prepare_columns([b"x%d" % i for i in range(100)], topic="out", producer_group="pg")
         s.commit_transaction(hs) if b % 2 == 0 else s.rollback_transaction(hs)
         batches.append(np.asarray(hs.queue_offsets))
     return batches
@@ -133,9 +136,19 @@ def test_a_commit_killed_midway_leaves_nothing_and_can_be_redone(tmp_path, mode)
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     count = 40  # above the small-batch size: the sliced (columnar) commit runs
-    proc = subprocess.run([sys.executable, "-m", "tests.store.helpers.killed_commit",
-                           str(tmp_path / "s"), str(count), mode],
-                          cwd=root, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.store.helpers.killed_commit",
+            str(tmp_path / "s"),
+            str(count),
+            mode,
+        ],
+        cwd=root,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     halves = [int(x) for x in proc.stdout.decode().split(",")]
     assert len(halves) == count
@@ -148,8 +161,7 @@ def test_a_commit_killed_midway_leaves_nothing_and_can_be_redone(tmp_path, mode)
         assert rep.discarded_bytes > 0
         s.commit_transaction(halves)
     with MessageStore.open(tmp_path / "s", **KC_SMALL) as s:
-        bodies = sorted(m.body for q in (0, 1)
-                        for m in s.pull("out", q, 0, max_msgs=100).messages)
+        bodies = sorted(m.body for q in (0, 1) for m in s.pull("out", q, 0, max_msgs=100).messages)
         assert bodies == sorted(b"row-%d" % i for i in range(count))
         assert len(s.query_by_key("out", "k1")) == 1
         assert {s.transaction_status(h) for h in halves} == {"committed"}
@@ -160,7 +172,8 @@ def test_op_record_bodies_are_parsed_strictly_when_clean_and_leniently_otherwise
 
     assert _op_offsets(b"1,2,30").tolist() == [1, 2, 30]
     assert _op_offsets(b",".join(b"%d" % i for i in range(100_000))).tolist() == list(
-        range(100_000))
+        range(100_000)
+    )
     assert _op_offsets(b"").tolist() == []
     # RocketMQ never writes these; what is not a number is skipped, as before
     assert _op_offsets(b"1, 2,x,3").tolist() == [1, 2, 3]
@@ -197,11 +210,15 @@ def test_a_message_that_fits_but_not_as_a_half_says_why(store):
     store.create_topic("t", queues=1)
     near = {"p": "v" * 32700}
     store.put(Message("t", b"fits", properties=near))
-    for attempt in (lambda: store.prepare(Message("t", b"x", properties=near)),
-                    lambda: store.prepare_columns([b"x"] * 100, topic="t", producer_group="g",
-                                                  properties=[near] * 100)):
-        with pytest.raises(PropertiesTooLargeError,
-                           match="topic 't' take .* bytes as a transactional half message"):
+    for attempt in (
+        lambda: store.prepare(Message("t", b"x", properties=near)),
+        lambda: store.prepare_columns(
+            [b"x"] * 100, topic="t", producer_group="g", properties=[near] * 100
+        ),
+    ):
+        with pytest.raises(
+            PropertiesTooLargeError, match="topic 't' take .* bytes as a transactional half message"
+        ):
             attempt()
     assert store.open_transactions() == []
 
@@ -231,8 +248,11 @@ def test_putting_halves_back_is_one_append(store, monkeypatch):
     halves = store.prepare_batch([Message("out", b"a"), Message("out", b"b")])
     appends = []
     real = store._append_locked
-    monkeypatch.setattr(store, "_append_locked",
-                        lambda prepared, now: appends.append(len(prepared)) or real(prepared, now))
+    monkeypatch.setattr(
+        store,
+        "_append_locked",
+        lambda prepared, now: appends.append(len(prepared)) or real(prepared, now),
+    )
     assert store.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
     assert appends == [3]  # two new halves and one op record
     assert [h.body for h in store.open_transactions()] == [b"a", b"b"]
@@ -240,8 +260,7 @@ def test_putting_halves_back_is_one_append(store, monkeypatch):
 
 
 @pytest.mark.parametrize("where", ["same instance", "another process"])
-def test_the_producer_resolves_a_half_a_check_put_back_by_the_offset_it_was_given(
-        tmp_path, where):
+def test_the_producer_resolves_a_half_a_check_put_back_by_the_offset_it_was_given(tmp_path, where):
     """As in RocketMQ, where a producer ends its transaction by its half's offsets:
     after checks answered UNKNOWN (twice: a copy of a copy), committing or rolling
     back the original half resolves the live copy, once, and no later check sees it."""
@@ -264,7 +283,9 @@ def test_the_producer_resolves_a_half_a_check_put_back_by_the_offset_it_was_give
         else:  # below the check progress a half reads "resolved", not how: a no-op
             assert s.commit_transaction(drop) == []
         assert (s.transaction_status(keep), s.transaction_status(drop)) in [
-            ("committed", "rolled_back"), ("resolved", "resolved")]
+            ("committed", "rolled_back"),
+            ("resolved", "resolved"),
+        ]
         assert s.open_transactions() == []
         assert s.check_transactions(lambda m: True, timeout_ms=0)["commit"] == 0
         assert [m.body for m in s.pull("t", 0, 0).messages] == [b"keep"]
@@ -292,12 +313,15 @@ def test_a_copied_first_half_property_cannot_redirect_a_commit(tmp_path, monkeyp
         assert "RS_FIRST_HALF" not in committed[0].properties
         copied = {"RS_FIRST_HALF": str(half.queue_offset)}
         for attempt in (
-                lambda: s.prepare(Message("out", b"other", properties=copied)),
-                lambda: s.prepare_batch([Message("out", b"other")], properties=copied),
-                lambda: s.prepare_columns([b"other"] * 100, topic="out", producer_group="pg",
-                                          properties=[copied] * 100),
-                lambda: s.prepare_columns([b"other"], topic="out", producer_group="pg",
-                                          properties=[copied])):
+            lambda: s.prepare(Message("out", b"other", properties=copied)),
+            lambda: s.prepare_batch([Message("out", b"other")], properties=copied),
+            lambda: s.prepare_columns(
+                [b"other"] * 100, topic="out", producer_group="pg", properties=[copied] * 100
+            ),
+            lambda: s.prepare_columns(
+                [b"other"], topic="out", producer_group="pg", properties=[copied]
+            ),
+        ):
             with pytest.raises(ConfigError, match="RS_FIRST_HALF"):
                 attempt()
         _five_resolved_batches(s)

@@ -38,8 +38,12 @@ def write(store_dir: str, ack_path: str, config: dict, mode: str) -> None:
                 if n == 1:
                     store.put(Message(TOPIC, bodies[0], keys=[f"k{seq}"], tags="t"))
                 else:
-                    store.put_batch([Message(TOPIC, b, keys=[f"k{seq + i}"], tags="t")
-                                     for i, b in enumerate(bodies)])
+                    store.put_batch(
+                        [
+                            Message(TOPIC, b, keys=[f"k{seq + i}"], tags="t")
+                            for i, b in enumerate(bodies)
+                        ]
+                    )
                 acks.write("".join(b.decode() + "\n" for b in bodies))
                 os.fsync(acks.fileno())
                 seq += n

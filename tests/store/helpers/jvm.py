@@ -15,14 +15,18 @@ import shutil
 
 import pytest
 
-CHECKOUT_JARS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))), ".jars")
+CHECKOUT_JARS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+    ".jars",
+)
 ROCKETMQ = "rocketmq"
 NAMESRV = "rocketmq-namesrv"
 # JVM options for test programs whose stdout a test parses: RocketMQ's shaded logback
 # reads this property (not logback.configurationFile).
-QUIET = ["-Drmq.logback.configurationFile="
-         + os.path.join(os.path.dirname(os.path.abspath(__file__)), "quiet-logback.xml")]
+QUIET = [
+    "-Drmq.logback.configurationFile="
+    + os.path.join(os.path.dirname(os.path.abspath(__file__)), "quiet-logback.xml")
+]
 
 
 def jar_dir(name: str) -> str | None:

@@ -24,13 +24,19 @@ def main() -> None:
     store = MessageStore.open(store_dir, **SMALL)
     if not store.has_topic("out"):
         store.create_topic("out", queues=2)
-    halves = store.prepare_columns([b"row-%d" % i for i in range(count)], topic="out",
-                                   producer_group="sink", keys=[f"k{i}" for i in range(count)])
+    halves = store.prepare_columns(
+        [b"row-%d" % i for i in range(count)],
+        topic="out",
+        producer_group="sink",
+        keys=[f"k{i}" for i in range(count)],
+    )
     print(",".join(str(r.queue_offset) for r in halves), flush=True)
     log = store.commit_log
     if mode == "before-ops":
+
         def die(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
+
         log.append = die
     else:
         write = log._write
@@ -38,6 +44,7 @@ def main() -> None:
         def write_then_die(writes):
             write(writes)
             os.kill(os.getpid(), signal.SIGKILL)
+
         log._write = write_then_die
     store.commit_transaction(halves)
     raise SystemExit("the commit returned: it was meant to be killed")

@@ -284,8 +284,12 @@ def _javac(sources: dict[str, str], classpath: str, out: Path) -> None:
         f = src / name
         f.write_text(text)
         files.append(str(f))
-    done = subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(out), *files],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["javac", "-nowarn", "-cp", classpath, "-d", str(out), *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"javac failed:\n{done.stderr[-4000:]}")
 
@@ -293,8 +297,9 @@ def _javac(sources: dict[str, str], classpath: str, out: Path) -> None:
 class JavaServer:
     """A RocketMQ server JVM started in a run directory of its own; stdout to a file."""
 
-    def __init__(self, name: str, run_dir: Path, classpath: str, main: str, conf: dict,
-                 heap: str) -> None:
+    def __init__(
+        self, name: str, run_dir: Path, classpath: str, main: str, conf: dict, heap: str
+    ) -> None:
         self.name = name
         self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -302,13 +307,24 @@ class JavaServer:
         conf_file = self.dir / f"{name}.conf"
         conf_file.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         self.stdout = self.dir / "stdout.log"
-        cmd = ["java", f"-Xms{heap}", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}",
-               *JVM_FLAGS, f"-Duser.home={self.dir / 'home'}",
-               f"-Drocketmq.home.dir={self.dir / 'home'}", "-cp", classpath, main,
-               "-c", str(conf_file)]
+        cmd = [
+            "java",
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            f"-XX:MaxDirectMemorySize={heap}",
+            *JVM_FLAGS,
+            f"-Duser.home={self.dir / 'home'}",
+            f"-Drocketmq.home.dir={self.dir / 'home'}",
+            "-cp",
+            classpath,
+            main,
+            "-c",
+            str(conf_file),
+        ]
         with open(self.stdout, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.started = time.monotonic()
 
     def output(self) -> str:
@@ -321,8 +337,9 @@ class JavaServer:
             if "boot success" in self.output():
                 return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n"
-                                   f"{self.output()[-4000:]}")
+                raise RuntimeError(
+                    f"{self.name} exited ({self.proc.returncode}):\n{self.output()[-4000:]}"
+                )
             time.sleep(0.25)
         self.kill()
         raise RuntimeError(f"{self.name} did not boot in {timeout:.0f} s:\n{self.output()[-4000:]}")
@@ -352,17 +369,25 @@ class RocketMQ:
         self.run_dir = run_dir
         self.classes = run_dir / "classes"
         self.classpath = broker_classpath
-        _javac({"RocketClient.java": CLIENT_JAVA,
-                "LoopbackOnlyHAService.java": NO_HA_ACCEPTOR_JAVA}, broker_classpath,
-               self.classes)
+        _javac(
+            {"RocketClient.java": CLIENT_JAVA, "LoopbackOnlyHAService.java": NO_HA_ACCEPTOR_JAVA},
+            broker_classpath,
+            self.classes,
+        )
         services = self.classes / "META-INF" / "service"
         services.mkdir(parents=True, exist_ok=True)
         (services / "org.apache.rocketmq.store.ha.HAService").write_text(
-            "rocketspark.test.LoopbackOnlyHAService\n")
+            "rocketspark.test.LoopbackOnlyHAService\n"
+        )
         port = free_port()
-        self.namesrv = JavaServer("namesrv", run_dir / "namesrv", namesrv_classpath,
-                                  "org.apache.rocketmq.namesrv.NamesrvStartup",
-                                  {"listenPort": port, "bindAddress": "127.0.0.1"}, "256m")
+        self.namesrv = JavaServer(
+            "namesrv",
+            run_dir / "namesrv",
+            namesrv_classpath,
+            "org.apache.rocketmq.namesrv.NamesrvStartup",
+            {"listenPort": port, "bindAddress": "127.0.0.1"},
+            "256m",
+        )
         self.addr = f"127.0.0.1:{port}"
         self.brokers: list[JavaServer] = []
         self.namesrv.wait_boot()
@@ -373,8 +398,14 @@ class RocketMQ:
             broker.kill()
         self.namesrv.terminate()
 
-    def start_broker(self, store: str | os.PathLike[str], *, commitlog_size: int,
-                     consumequeue_size: int, topics: list[str]) -> JavaServer:
+    def start_broker(
+        self,
+        store: str | os.PathLike[str],
+        *,
+        commitlog_size: int,
+        consumequeue_size: int,
+        topics: list[str],
+    ) -> JavaServer:
         """Start a broker on ``store`` and return it once it serves ``topics``."""
         port = free_port(also_below=2)
         store = os.fspath(store)
@@ -397,8 +428,14 @@ class RocketMQ:
             "autoCreateTopicEnable": "true",
         }
         run = self.run_dir / f"broker-{len(self.brokers) + 1}"
-        broker = JavaServer("broker", run, f"{self.classes}{os.pathsep}{self.classpath}",
-                            "org.apache.rocketmq.broker.BrokerStartup", conf, "512m")
+        broker = JavaServer(
+            "broker",
+            run,
+            f"{self.classes}{os.pathsep}{self.classpath}",
+            "org.apache.rocketmq.broker.BrokerStartup",
+            conf,
+            "512m",
+        )
         self.brokers.append(broker)
         try:
             broker.wait_boot()
@@ -412,11 +449,19 @@ class RocketMQ:
 
     def client_process(self, *args: object) -> subprocess.Popen:
         """Start the Java client (``RocketClient`` modes), its stdout a pipe of JSON lines."""
-        cmd = ["java", "-Xmx256m", *JVM_FLAGS, *jvm.QUIET,
-               f"-Duser.home={self.run_dir / 'client-home'}",
-               "-Drocketmq.client.logRoot=" + str(self.run_dir / "client-home"),
-               "-cp", f"{self.classes}{os.pathsep}{self.classpath}", "RocketClient", self.addr,
-               *map(str, args)]
+        cmd = [
+            "java",
+            "-Xmx256m",
+            *JVM_FLAGS,
+            *jvm.QUIET,
+            f"-Duser.home={self.run_dir / 'client-home'}",
+            "-Drocketmq.client.logRoot=" + str(self.run_dir / "client-home"),
+            "-cp",
+            f"{self.classes}{os.pathsep}{self.classpath}",
+            "RocketClient",
+            self.addr,
+            *map(str, args),
+        ]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def client(self, *args: object, timeout: float = 300.0) -> list[dict]:
