@@ -25,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from machine import reference  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
@@ -34,7 +35,6 @@ from pyspark.sql.datasource import (  # noqa: E402
     WriterCommitMessage,
 )
 
-from machine import reference  # noqa: E402
 from rocketspark.session import local_session  # noqa: E402
 from rocketspark.store import Message, MessageStore  # noqa: E402
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from machine import reference  # noqa: E402  (benchmarks/ is on sys.path when run)
+
 from rocketspark.store import Message, MessageStore
 
 READ_CHUNK = 1 << 16  # records per read_batches call of the Spark reader (datasource.source)

@@ -44,8 +44,7 @@ from rocketspark.errors import (
     RocketSparkError,
     UnknownTopicError,
 )
-from rocketspark.store import Message
-from rocketspark.store.message import (
+from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -55,6 +54,7 @@ from rocketspark.store.message import (
     dlq_topic,
     retry_topic,
 )
+from rocketspark.store import Message
 
 log = logging.getLogger(__name__)
 

@@ -68,12 +68,12 @@ from pyspark.sql.types import (
 from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef, location_key
 from rocketspark.errors import ConfigError, SinkJobEndedError, UnknownTopicError
-from rocketspark.store import Message
-from rocketspark.store.message import (
+from rocketspark.message.model import (
     PROPERTY_FIRST_HALF,
     RESERVED_PROPERTIES,
     is_system_topic,
 )
+from rocketspark.store import Message
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase

@@ -31,8 +31,8 @@ from rocketspark.datasource.offsets import (
 from rocketspark.datasource.options import ParsedOptions
 from rocketspark.datasource.stores import StoreRef
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
+from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from rocketspark.store import MessageStore
-from rocketspark.store.message import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (

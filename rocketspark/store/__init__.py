@@ -5,7 +5,7 @@
 ...     store.create_topic("orders", queues=4)
 ...     store.put(Message("orders", b"body", tags="created", keys=["o-1"]))
 
-Names are imported lazily so that a module such as ``message_codec`` can be
+Names are imported lazily so that a module such as ``rocketspark.message.record`` can be
 used without loading the whole store.
 """
 
@@ -15,9 +15,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "Message": "rocketspark.store.message",
-    "MessageExt": "rocketspark.store.message",
-    "SysFlag": "rocketspark.store.message",
+    "Message": "rocketspark.message.model",
+    "MessageExt": "rocketspark.message.model",
+    "SysFlag": "rocketspark.message.model",
     "MessageStore": "rocketspark.store.message_store",
     "PullResult": "rocketspark.store.message_store",
     "PullStatus": "rocketspark.store.message_store",
@@ -31,8 +31,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rocketspark.message.model import Message, MessageExt, SysFlag
     from rocketspark.store.config import MessageStoreConfig
-    from rocketspark.store.message import Message, MessageExt, SysFlag
     from rocketspark.store.message_store import (
         MessageStore,
         PullResult,

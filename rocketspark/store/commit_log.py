@@ -1,6 +1,6 @@
 """The CommitLog: every message of every topic, appended to mapped segments.
 
-Records are encoded as ``message_codec`` describes. When a record (plus the
+Records are encoded as ``rocketspark.message.record`` describes. When a record (plus the
 8-byte minimum blank) does not fit in what is left of a segment, the writer
 puts ``[remaining:i32][BLANK_MAGIC_CODE:i32]`` there and starts the next
 segment with the record.
@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from rocketspark.errors import CorruptRecordError, MessageTooLargeError
-from rocketspark.store.byte_gather import Pieces, fixed_width, interleave, interleave_rows
-from rocketspark.store.mapped_file import COMMIT_LOG_CHUNK, MappedFile, MappedFileQueue
-from rocketspark.store.message import MessageExt, SysFlag
-from rocketspark.store.message_codec import (
+from rocketspark.message.byte_gather import Pieces, fixed_width, interleave, interleave_rows
+from rocketspark.message.model import MessageExt, SysFlag
+from rocketspark.message.record import (
     BLANK,
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -48,6 +47,7 @@ from rocketspark.store.message_codec import (
     decode_record,
     header_mismatch,
 )
+from rocketspark.store.mapped_file import COMMIT_LOG_CHUNK, MappedFile, MappedFileQueue
 
 
 @dataclass(slots=True)

@@ -52,9 +52,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.message.model import KEY_SEPARATOR, java_string_hash
 from rocketspark.store.mapped_file import INDEX_CHUNK, reserve_ahead, reserve_blocks
 from rocketspark.store.mapped_file import publish as _publish
-from rocketspark.store.message import KEY_SEPARATOR, java_string_hash
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def _powers_of_31(n: int) -> np.ndarray:
 def java_hash_many(strings: Sequence[str]) -> np.ndarray:
     """Return Java ``String.hashCode()`` of each string as an int32 array.
 
-    Equal to :func:`~rocketspark.store.message.java_string_hash` one by one.
+    Equal to :func:`~rocketspark.message.model.java_string_hash` one by one.
     ASCII strings are hashed with numpy; others fall back to ``java_string_hash``
     (Java hashes UTF-16 code units).
     """

@@ -37,34 +37,8 @@ from rocketspark.errors import (
     TopicShrinkError,
     UnknownTopicError,
 )
-from rocketspark.store import layout
-from rocketspark.store.byte_gather import Pieces
-from rocketspark.store.checkpoint import StoreCheckpoint
-from rocketspark.store.commit_log import (
-    MAGIC_PREFIX,
-    SMALL_BATCH,
-    Appended,
-    ColumnBatch,
-    CommitLog,
-    Placement,
-    PreparedRecord,
-    data_ranges,
-)
-from rocketspark.store.config import (
-    MessageStoreConfig,
-    canonical_key,
-    validate_group,
-    validate_topic,
-)
-from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
-from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
-from rocketspark.store.index_file import (
-    IndexService,
-    hex_suffixed_hash,
-    java_hash_hex_suffixed,
-    java_hash_many,
-)
-from rocketspark.store.message import (
+from rocketspark.message.byte_gather import Pieces
+from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
     INT32_MAX,
@@ -98,7 +72,7 @@ from rocketspark.store.message import (
     transaction_type,
     user_properties,
 )
-from rocketspark.store.message_codec import (
+from rocketspark.message.record import (
     BLANK,
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -117,6 +91,32 @@ from rocketspark.store.message_codec import (
     check_sizes,
     encode_properties,
     message_id,
+)
+from rocketspark.store import layout
+from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.commit_log import (
+    MAGIC_PREFIX,
+    SMALL_BATCH,
+    Appended,
+    ColumnBatch,
+    CommitLog,
+    Placement,
+    PreparedRecord,
+    data_ranges,
+)
+from rocketspark.store.config import (
+    MessageStoreConfig,
+    canonical_key,
+    validate_group,
+    validate_topic,
+)
+from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
+from rocketspark.store.index_file import (
+    IndexService,
+    hex_suffixed_hash,
+    java_hash_hex_suffixed,
+    java_hash_many,
 )
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,

@@ -30,9 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketspark.errors import CorruptRecordError
-from rocketspark.store.byte_gather import gather_items
-from rocketspark.store.commit_log import CommitLog
-from rocketspark.store.message import (
+from rocketspark.message.byte_gather import gather_items
+from rocketspark.message.model import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -40,7 +39,7 @@ from rocketspark.store.message import (
     MessageExt,
     SysFlag,
 )
-from rocketspark.store.message_codec import (
+from rocketspark.message.record import (
     HEADER_V4,
     HEADER_V4_DTYPE,
     MESSAGE_MAGIC_CODE,
@@ -49,6 +48,7 @@ from rocketspark.store.message_codec import (
     HostAddress,
     body_crc_error,
 )
+from rocketspark.store.commit_log import CommitLog
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 

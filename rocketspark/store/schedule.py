@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from rocketspark.store.message import (
+from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
     MessageExt,
 )
-from rocketspark.store.message_codec import RECORD_END, RECORD_INVALID
+from rocketspark.message.record import RECORD_END, RECORD_INVALID
 
 if TYPE_CHECKING:
     from rocketspark.store.commit_log import PreparedRecord

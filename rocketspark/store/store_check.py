@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketspark.errors import CorruptRecordError, RocketSparkError
+from rocketspark.message.model import SCHEDULE_TOPIC, tags_code, transaction_type
+from rocketspark.message.record import RECORD_INVALID, check_record
 from rocketspark.store import layout
 from rocketspark.store.commit_log import find_valid_record, scan_files
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue, data_end
-from rocketspark.store.message import SCHEDULE_TOPIC, tags_code, transaction_type
-from rocketspark.store.message_codec import RECORD_INVALID, check_record
 from rocketspark.store.store_state import (
     CHECKED_FIELDS,
     COMMIT_POS_OFFSET,

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, TransactionError
-from rocketspark.store.byte_gather import Pieces, byte_rows, decimal_list, gather_items
-from rocketspark.store.index_file import java_hash_many, java_hash_rows
-from rocketspark.store.message import (
+from rocketspark.message.byte_gather import Pieces, byte_rows, decimal_list, gather_items
+from rocketspark.message.model import (
     FIRST_HALF_ERROR,
     PROPERTY_FIRST_HALF,
     PROPERTY_PRODUCER_GROUP,
@@ -45,10 +44,11 @@ from rocketspark.store.message import (
     check_extra_properties,
     java_string_hash,
 )
+from rocketspark.store.index_file import java_hash_many, java_hash_rows
 
 if TYPE_CHECKING:
+    from rocketspark.message.record import HostAddress
     from rocketspark.store.commit_log import PreparedRecord
-    from rocketspark.store.message_codec import HostAddress
     from rocketspark.store.message_store import MessageStore, PutResult
 
 log = logging.getLogger(__name__)
@@ -819,7 +819,7 @@ def _parse_layouts(
     REAL_QID are read from the slots. Any half that does not hold sends the
     region to :func:`_parse_each`.
     """
-    from rocketspark.store.message_codec import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
+    from rocketspark.message.record import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
 
     m = len(rel)
     if m < 2 or len(sizes) != m:
@@ -940,7 +940,7 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     the fixed tail both prepare paths write. Only halves with KEYS (or an
     unusual layout) are looked at one by one.
     """
-    from rocketspark.store.message_codec import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
+    from rocketspark.message.record import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
 
     buf = np.frombuffer(src, dtype=np.uint8)
     m = len(rel)
@@ -1177,7 +1177,7 @@ def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:
 
 
 def _parse_host(text: str) -> HostAddress:
-    from rocketspark.store.message_codec import HostAddress
+    from rocketspark.message.record import HostAddress
 
     host, _, port = text.rpartition(":")
     return HostAddress.parse(host.strip("[]"), int(port))

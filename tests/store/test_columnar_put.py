@@ -160,8 +160,8 @@ def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
 @settings(max_examples=200, deadline=None)
 @given(prefix=st.text(min_size=0, max_size=40), counter=st.integers(0, 1 << 20))
 def test_scalar_hex_suffixed_hash(prefix, counter):
+    from rocketspark.message.model import java_string_hash
     from rocketspark.store.index_file import hex_suffixed_hash
-    from rocketspark.store.message import java_string_hash
 
     assert hex_suffixed_hash(java_string_hash(prefix), counter) == java_string_hash(
         f"{prefix}{counter & 0xFFFF:04X}"

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 import rocketspark
 from rocketspark.errors import ConfigError, CorruptRecordError, RocketSparkError
+from rocketspark.message.model import java_string_hash
 from rocketspark.store.index_file import (
     HASH_SLOT_SIZE,
     INDEX_ENTRY_SIZE,
@@ -43,7 +44,6 @@ from rocketspark.store.index_file import (
     java_hash_rows,
 )
 from rocketspark.store.mapped_file import INDEX_CHUNK
-from rocketspark.store.message import java_string_hash
 from tests.store.helpers.jvm import QUIET, need_java
 
 SLOTS, ENTRIES = 64, 256

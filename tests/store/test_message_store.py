@@ -21,10 +21,10 @@ from rocketspark.errors import (
     StoreClosedError,
     UnknownTopicError,
 )
+from rocketspark.message.model import java_string_hash
+from rocketspark.message.record import BLANK_MAGIC_CODE, decode_record
 from rocketspark.store import Message, MessageStore, PullStatus, PutStatus
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
-from rocketspark.store.message import java_string_hash
-from rocketspark.store.message_codec import BLANK_MAGIC_CODE, decode_record
 
 SMALL = dict(
     mappedFileSizeCommitLog=4096,

@@ -21,8 +21,8 @@ from rocketspark.errors import (
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
+from rocketspark.message.model import SCHEDULE_TOPIC, dlq_topic
 from rocketspark.store import Message, MessageStore
-from rocketspark.store.message import SCHEDULE_TOPIC, dlq_topic
 from tests.store.test_put_validation import _outcome
 
 FALSE_BUT_WRONG = [0, False, b"", 0.0, bytearray()]

@@ -23,8 +23,8 @@ from rocketspark.errors import (
     OffsetOutOfRangeError,
     RocketSparkError,
 )
+from rocketspark.message.model import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from rocketspark.store import Message, MessageStore
-from rocketspark.store.message import SCHEDULE_TOPIC, dlq_topic, retry_topic
 
 MAX_BODY = 2048
 OPTIONS = {"maxMessageSize": MAX_BODY, "mappedFileSizeCommitLog": 1 << 16}

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketspark.errors import ConfigError, CorruptRecordError
+from rocketspark.message.record import HEADER_V4
 from rocketspark.store import Message, MessageStore, MessageStoreConfig
-from rocketspark.store.message_codec import HEADER_V4
 
 SEGMENT = 4096
 GEOMETRY = {

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocketspark.message.record import decode_properties
 from rocketspark.store import Message, MessageStore
-from rocketspark.store.message_codec import decode_properties
 from rocketspark.store.record_batch import (
     COLUMN_PROPERTIES,
     _NotUtf8,

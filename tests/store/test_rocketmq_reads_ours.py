@@ -20,8 +20,8 @@ import os
 import random
 import subprocess
 
+from rocketspark.message.model import tags_code
 from rocketspark.store import Message, MessageStore
-from rocketspark.store.message import tags_code
 from tests.store.helpers.jvm import QUIET, need_java
 
 CL_SIZE = 1024 * 1024

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rocketspark.message.model import SCHEDULE_TOPIC
 from rocketspark.store import Message, MessageStore, PullStatus
-from rocketspark.store.message import SCHEDULE_TOPIC
 
 SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
 

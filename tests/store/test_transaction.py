@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rocketspark.errors import TransactionError
+from rocketspark.message.model import TRANS_HALF_TOPIC
 from rocketspark.store import Message, MessageStore, PullStatus, SysFlag
-from rocketspark.store.message import TRANS_HALF_TOPIC
 
 SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
 

@@ -36,7 +36,7 @@ from rocketspark.errors import (
     PropertiesTooLargeError,
     RocketSparkError,
 )
-from rocketspark.store.message import (
+from rocketspark.message.model import (
     COMPRESSION_TYPE_MASK,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,

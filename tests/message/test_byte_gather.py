@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.store.byte_gather import (
+from rocketspark.message.byte_gather import (
     Pieces,
     decimal_list,
     fixed_width,

@@ -13,8 +13,8 @@ from rocketspark.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
-from rocketspark.store.message import java_string_hash, tags_code
-from rocketspark.store.message_codec import (
+from rocketspark.message.model import java_string_hash, tags_code
+from rocketspark.message.record import (
     RECORD_BLANK,
     RECORD_END,
     RECORD_INVALID,
