@@ -724,7 +724,7 @@ def data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
     Holes of a sparse file (never written, so all zeros) are skipped with
     SEEK_DATA / SEEK_HOLE; where the file system cannot tell, the whole rest.
     """
-    fd = f._fd
+    fd = f.fileno()
     pos = start
     while pos < f.size:
         try:

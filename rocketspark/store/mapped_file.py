@@ -284,6 +284,10 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.start_offset + self.size
 
+    def fileno(self) -> int:
+        """The segment's open file descriptor (for SEEK_DATA / SEEK_HOLE scans)."""
+        return self._fd
+
     def data_limit(self, pos: int) -> int:
         """Return how far from file position ``pos`` the file holds data (``pos``: a hole).
 
