@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import mmap
 import os
 import threading
@@ -432,7 +433,7 @@ class MappedFileQueue:
             files.append(f)
         for stale in known.values():
             stale.close()
-        for a, b in zip(files, files[1:]):
+        for a, b in itertools.pairwise(files):
             if b.start_offset != a.end_offset:
                 raise CorruptRecordError(
                     f"segments are not contiguous: {segment_name(a.start_offset)} is followed "

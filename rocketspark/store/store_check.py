@@ -361,7 +361,10 @@ def _check_queue(
         count = min(per_file, data_end(f.fileno(), f.size) // CQ_STORE_UNIT_SIZE)
         entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)
         for off, size, code in zip(
-            entries["offset"].tolist(), entries["size"].tolist(), entries["tags"].tolist()
+            entries["offset"].tolist(),
+            entries["size"].tolist(),
+            entries["tags"].tolist(),
+            strict=True,
         ):
             if size == 0:
                 if hole is None:
