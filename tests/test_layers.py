@@ -113,13 +113,21 @@ def _resolve_from(module: str, node: ast.ImportFrom) -> str:
 
 
 def _targets_of_from(base: str, names: list[str]) -> Iterator[str]:
-    """The modules a ``from base import names`` depends on."""
-    yield base
+    """The modules a ``from base import names`` depends on.
+
+    ``base`` itself only when a name is defined there (not for submodules: like
+    ``import a.b``, importing a submodule is not counted as importing its package).
+    """
+    attribute = False
     for name in names:
         if f"{base}.{name}" in MODULES:
             yield f"{base}.{name}"
-        elif name in EXPORTS.get(base, {}):
-            yield EXPORTS[base][name][0]
+        else:
+            attribute = True
+            if name in EXPORTS.get(base, {}):
+                yield EXPORTS[base][name][0]
+    if attribute:
+        yield base
 
 
 def imports(module: str, tree: ast.Module | None = None) -> list[Edge]:
