@@ -165,14 +165,17 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
         try:
             with MessageStore.open(path) as s:
                 s.create_topic("out", queues=4)
-            write = lambda: (
-                df.write.format("rocketmq")
-                .option("store", path)
-                .option("topic", "out")
-                .option("deliveryGuarantee", guarantee)
-                .mode("append")
-                .save()
-            )
+
+            def write(path: str = path) -> None:
+                (
+                    df.write.format("rocketmq")
+                    .option("store", path)
+                    .option("topic", "out")
+                    .option("deliveryGuarantee", guarantee)
+                    .mode("append")
+                    .save()
+                )
+
             first.append(n / _timed(write))
             write()
             steady.append(n / _timed(write))

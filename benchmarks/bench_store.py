@@ -161,15 +161,15 @@ def bench_long_poll(samples: int) -> tuple[float, float]:
     try:
         for i in range(samples):
             ready = threading.Event()
-            got = {}
+            got: dict[str, float] = {}
 
-            def consumer() -> None:
+            def consumer(ready: threading.Event, offset: int, got: dict[str, float]) -> None:
                 ready.set()
-                res = store.pull("bench", 0, i, timeout_ms=5000)
+                res = store.pull("bench", 0, offset, timeout_ms=5000)
                 got["t"] = time.perf_counter()
                 got["n"] = len(res.messages)
 
-            t = threading.Thread(target=consumer)
+            t = threading.Thread(target=consumer, args=(ready, i, got))
             t.start()
             ready.wait()
             time.sleep(0.002)  # the pull is parked by now

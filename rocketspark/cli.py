@@ -339,7 +339,7 @@ def _table(out: TextIO, header: list[str], rows: list[tuple]) -> None:
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip(), file=out)
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip(), file=out)
 
 
 def _start_position(text: str) -> str:

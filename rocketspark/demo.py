@@ -26,7 +26,7 @@ def run(path: str, messages: int) -> dict[str, object]:
                 "orders",
                 json.dumps({"order": i, "amount": i % 97}).encode(),
                 tags="paid" if i % 3 == 0 else "created",
-                keys=[f"order-{i}"],
+                keys=(f"order-{i}",),
             )
             for i in range(messages)
         ]

@@ -24,7 +24,7 @@ def test_store_clean_deletes_old_segments_only(tmp_path):
     path = str(tmp_path / "s")
     with MessageStore.open(path, **SMALL) as s:
         s.create_topic("orders", queues=1)
-        for i in range(60):
+        for _ in range(60):
             s.put(Message("orders", os.urandom(200)))
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=4096\nmappedFileSizeConsumeQueue=160\n")

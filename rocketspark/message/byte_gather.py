@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -65,16 +65,24 @@ class Pieces:
         return len(self.lengths)
 
     def take(self, first: int, stop: int) -> Pieces:
-        index = self.index if np.isscalar(self.index) else self.index[first:stop]
-        return Pieces(self.buffers, self.offsets[first:stop], self.lengths[first:stop], index)
+        index = self.index
+        if not np.isscalar(index):
+            index = cast("np.ndarray", index)[first:stop]
+        # (np.isscalar narrows to all of numpy's scalar types; index stays an int.)
+        return Pieces(
+            self.buffers, self.offsets[first:stop], self.lengths[first:stop], cast(Any, index)
+        )
 
     def to_list(self) -> list[bytes]:
         """Each piece as bytes (for the few-record paths)."""
         raws = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]  # bytes, any dtype
-        idx = (np.full(len(self), self.index) if np.isscalar(self.index) else self.index).tolist()
+        index = self.index
+        idx = (
+            np.full(len(self), index) if np.isscalar(index) else cast("np.ndarray", index)
+        ).tolist()
         return [
             raws[b][o : o + n].tobytes()
-            for b, o, n in zip(idx, self.offsets.tolist(), self.lengths.tolist())
+            for b, o, n in zip(idx, self.offsets.tolist(), self.lengths.tolist(), strict=True)
         ]
 
 
@@ -223,7 +231,7 @@ def interleave_rows(columns: Sequence[Pieces], widths: Sequence[int], out: np.nd
         raise ValueError(f"out holds {out.size} bytes, the rows {n * row}")
     matrix = out.reshape(n, row)
     at = 0
-    for c, (col, w) in enumerate(zip(columns, widths)):
+    for c, (col, w) in enumerate(zip(columns, widths, strict=True)):
         if len(col) != n:
             raise ValueError(f"column {c} has {len(col)} pieces, column 0 has {n}")
         if w == 0:

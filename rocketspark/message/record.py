@@ -19,6 +19,7 @@ unpack each fixed part with one precompiled ``struct.Struct`` call.
 from __future__ import annotations
 
 import ipaddress
+import mmap
 import os
 import socket
 import struct
@@ -169,7 +170,7 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
     ).encode("utf-8")
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
     """Return the properties of a record; tolerates a missing final separator."""
     if not raw:
         return {}
@@ -403,7 +404,7 @@ def _host_len(v6: bool) -> int:
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     pos: int = 0,
     *,
     file: str | None = None,
@@ -580,7 +581,11 @@ class RecordCheck:
 
 
 def check_record(
-    buf: bytes | bytearray | memoryview, pos: int, expected_offset: int, *, verify_crc: bool = True
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    expected_offset: int,
+    *,
+    verify_crc: bool = True,
 ) -> RecordCheck:
     """Validate the record at ``pos`` as recovery does, never raising.
 

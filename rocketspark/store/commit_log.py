@@ -16,7 +16,7 @@ import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -95,7 +95,7 @@ WARM_AHEAD = 8 << 20  # bytes prefilled past an append's end (CommitLog.warm)
 
 def _rest_list(rests: Pieces | tuple[Pieces, ...]) -> list[bytes]:
     parts = [p.to_list() for p in (rests if isinstance(rests, tuple) else (rests,))]
-    return [b"".join(row) for row in zip(*parts)]
+    return [b"".join(row) for row in zip(*parts, strict=True)]
 
 
 def _column_getter(n: int) -> Callable[[np.ndarray | int], list[int]]:
@@ -337,10 +337,10 @@ class CommitLog:
             body_len = body_p.lengths
             totals = header_size + body_len + sum(p.lengths for p in rest_ps)
         else:
-            body_len = np.fromiter(map(len, batch.bodies), dtype=np.int64, count=n)
-            totals = (
-                header_size + body_len + np.fromiter(map(len, batch.rests), dtype=np.int64, count=n)
-            )
+            # Not gathered: both are lists of bytes.
+            body_len = np.fromiter(map(len, cast("list[bytes]", batch.bodies)), np.int64, count=n)
+            rest_len = np.fromiter(map(len, cast("list[bytes]", batch.rests)), np.int64, count=n)
+            totals = header_size + body_len + rest_len
         biggest = int(totals.max())
         if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
             raise MessageTooLargeError(
@@ -360,7 +360,10 @@ class CommitLog:
         else:
             ids: dict[tuple[str, int], int] = {}
             inverse = np.fromiter(
-                (ids.setdefault(k, len(ids)) for k in zip(batch.topics, batch.queue_ids.tolist())),
+                (
+                    ids.setdefault(k, len(ids))
+                    for k in zip(batch.topics, batch.queue_ids.tolist(), strict=True)
+                ),
                 dtype=np.int64,
                 count=n,
             )
@@ -421,7 +424,7 @@ class CommitLog:
             # Records of one size (bodies of one length, a properties template):
             # rows of a byte matrix, copied column by column into the mapping.
             widths = [fixed_width(p) for p in columns]
-            rows = None if None in widths else widths
+            rows = None if None in widths else cast("list[int]", widths)
             for at, first, stop, blank in chunks:
                 f = self.files.get_or_create(at)
                 off = at - f.start_offset
@@ -442,7 +445,7 @@ class CommitLog:
                     f.mm[off : off + BLANK.size] = BLANK.pack(blank, BLANK_MAGIC_CODE)
             return Placement(phys, totals, queue_offsets, groups, pos)
         heads = memoryview(hdr.tobytes())
-        bodies, rests = batch.bodies, batch.rests
+        bodies, rests = cast("list[bytes]", batch.bodies), cast("list[bytes]", batch.rests)
         for at, first, stop, blank in chunks:
             parts: list[bytes | memoryview] = [b""] * (3 * (stop - first))
             parts[0::3] = [
@@ -472,7 +475,8 @@ class CommitLog:
         seg_size = self.segment_size
         pack = HEADER_V4.pack
         header_size = HEADER_V4.size
-        bodies, rests = batch.bodies, batch.rests
+        # append_columns made both lists of bytes.
+        bodies, rests = cast("list[bytes]", batch.bodies), cast("list[bytes]", batch.rests)
         totals = [header_size + len(bodies[i]) + len(rests[i]) for i in range(n)]
         biggest = max(totals)
         if biggest + END_FILE_MIN_BLANK_LENGTH > seg_size:
@@ -724,7 +728,7 @@ def data_ranges(f: MappedFile, start: int) -> Iterator[tuple[int, int]]:
     Holes of a sparse file (never written, so all zeros) are skipped with
     SEEK_DATA / SEEK_HOLE; where the file system cannot tell, the whole rest.
     """
-    fd = f._fd
+    fd = f.fileno()
     pos = start
     while pos < f.size:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import mmap
 import os
 import threading
@@ -284,6 +285,10 @@ class MappedFile:
     def end_offset(self) -> int:
         return self.start_offset + self.size
 
+    def fileno(self) -> int:
+        """The segment's open file descriptor (for SEEK_DATA / SEEK_HOLE scans)."""
+        return self._fd
+
     def data_limit(self, pos: int) -> int:
         """Return how far from file position ``pos`` the file holds data (``pos``: a hole).
 
@@ -428,7 +433,7 @@ class MappedFileQueue:
             files.append(f)
         for stale in known.values():
             stale.close()
-        for a, b in zip(files, files[1:]):
+        for a, b in itertools.pairwise(files):
             if b.start_offset != a.end_offset:
                 raise CorruptRecordError(
                     f"segments are not contiguous: {segment_name(a.start_offset)} is followed "

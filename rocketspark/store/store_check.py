@@ -358,10 +358,13 @@ def _check_queue(
         # Only what holds data: holes are empty entries, and reading one through
         # the mapping allocates a page on tmpfs (SIGBUS when it is full).
         per_file = f.size // CQ_STORE_UNIT_SIZE
-        count = min(per_file, data_end(f._fd, f.size) // CQ_STORE_UNIT_SIZE)
+        count = min(per_file, data_end(f.fileno(), f.size) // CQ_STORE_UNIT_SIZE)
         entries = np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=count)
         for off, size, code in zip(
-            entries["offset"].tolist(), entries["size"].tolist(), entries["tags"].tolist()
+            entries["offset"].tolist(),
+            entries["size"].tolist(),
+            entries["tags"].tolist(),
+            strict=True,
         ):
             if size == 0:
                 if hole is None:

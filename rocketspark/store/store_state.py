@@ -233,6 +233,7 @@ def _file_key(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+_NO_FILE = (-1, -1)  # no file has this key
 _process_locks: dict[tuple[int, int], _ProcessLock] = {}
 _process_locks_guard = threading.Lock()
 
@@ -253,7 +254,7 @@ class StoreLock:
     def __init__(self, root: str):
         self.root = root
         self._path = os.path.join(root, LOCK_FILE)
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[int, int] = _NO_FILE  # the lock file's (device, inode) once held
         self._held = False
         self.first = False
 

@@ -19,7 +19,7 @@ from rocketspark.message.byte_gather import (
 
 def _expected(columns):
     lists = [c.to_list() for c in columns]
-    return b"".join(b for row in zip(*lists) for b in row)
+    return b"".join(b for row in zip(*lists, strict=True) for b in row)
 
 
 @st.composite

@@ -68,10 +68,10 @@ def _messages(rng: random.Random, n: int) -> list[Message]:
                 topic,
                 bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))),
                 tags=rng.choice([None, "created", "paid", "ünïcode"]),
-                keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b%d" % i)]),
-                properties=rng.choice([{}, {"p": "v"}, {"UNIQ_KEY": "MY-ID-%d" % i, "x": "é"}]),
+                keys=rng.choice([(), (f"k-{i}",), (f"a{i}", f"b{i}")]),
+                properties=rng.choice([{}, {"p": "v"}, {"UNIQ_KEY": f"MY-ID-{i}", "x": "é"}]),
                 queue_id=rng.randrange(3) if kind == 0 else None,
-                sharding_key=("cust-%d" % rng.randrange(5)) if kind == 1 else None,
+                sharding_key=(f"cust-{rng.randrange(5)}") if kind == 1 else None,
                 flag=rng.randrange(3) if kind == 2 else 0,
                 reconsume_times=rng.randrange(3) if kind == 3 else 0,
                 born_timestamp=1_600_000_000_000 + i if kind == 4 else None,
@@ -120,7 +120,7 @@ def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock, c
 def test_put_results_are_lazy_but_complete(tmp_path):
     with MessageStore.open(tmp_path / "s", **SMALL) as s:
         s.create_topic("orders", queues=2)
-        rs = s.put_batch([Message("orders", b"m%d" % i, keys=["k%d" % i]) for i in range(50)])
+        rs = s.put_batch([Message("orders", b"m%d" % i, keys=[f"k{i}"]) for i in range(50)])
         assert rs.status is PutStatus.PUT_OK
         assert [r.queue_id for r in rs[:4]] == [0, 1, 0, 1]
         last = rs[-1]
@@ -175,7 +175,7 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
         msgs = _messages(random.Random(11), 120)
     else:
         msgs = [
-            Message("orders", b"m%d" % i, tags="t%d" % (i % 3), keys=["k%d" % i] if i % 2 else ())
+            Message("orders", b"m%d" % i, tags=f"t{i % 3}", keys=[f"k{i}"] if i % 2 else ())
             for i in range(40)
         ]
     roots = []
@@ -246,7 +246,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(
         root = str(tmp_path / ("col" if columnar else "msg"))
         with _pinned_store(root, clock, THREE_TOPICS) as s:
             if columnar:
-                rs = s.put_columns([m.body for m in msgs], **cols)
+                s.put_columns([m.body for m in msgs], **cols)
                 hs = s.prepare_columns(
                     [m.body for m in msgs],
                     producer_group="pg",
@@ -255,7 +255,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(
                 )
             else:  # the per-record paths all the way, commit included
                 s._columnar = False
-                rs = s.put_batch(msgs)
+                s.put_batch(msgs)
                 hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS_SINK": "x"})
             assert [h.queue_offset for h in hs] == list(range(40))
             s.commit_transaction(hs[:3])  # a few: the small append path
@@ -309,9 +309,7 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
                         topic,
                         b"body-%d" % i * (i % 7 + 1),
                         tags=tags[i],
-                        keys=(
-                            ["k%d" % i, "ü%d" % (i % 5)] if i % 3 else "one-%d" % i if i % 2 else ()
-                        )
+                        keys=([f"k{i}", f"ü{i % 5}"] if i % 3 else f"one-{i}" if i % 2 else ())
                         if keyed
                         else (),
                     )
@@ -364,7 +362,7 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
             [
                 {},
                 {"p": "v" * rng.randrange(0, 5)},
-                {"UNIQ_KEY": "OWN-%d" % i},
+                {"UNIQ_KEY": f"OWN-{i}"},
                 {"UNIQ_KEY": "B" * 32 + str(i % 2)},
                 {"x": "é", "y": "REAL_QID"},
             ]
@@ -374,8 +372,8 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
                 topic,
                 rng.choice(_TRICKY)
                 + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 50))),
-                tags=rng.choice([None, "t%d" % rng.randrange(3), "ünï"]),
-                keys=rng.choice([(), ("k-%d" % i,), ("a%d" % i, "b")]),
+                tags=rng.choice([None, f"t{rng.randrange(3)}", "ünï"]),
+                keys=rng.choice([(), (f"k-{i}",), (f"a{i}", "b")]),
                 properties=props,
                 queue_id=rng.randrange(topics[topic]) if rng.random() < 0.3 else None,
             )
@@ -407,7 +405,7 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
             else:  # the per-record prepare, and the per-record commit
                 s._columnar = False
                 hs = s.prepare_batch(msgs, producer_group="pg", properties=extra)
-            for g, c in zip(groups, commit):
+            for g, c in zip(groups, commit, strict=True):
                 if c:
                     s.commit_transaction([hs[i] for i in g])
                 else:
@@ -454,7 +452,7 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
                     topic,
                     b"body-%03d" % i,
                     tags=tags,
-                    keys=keys if keys is not None else ["row-%d" % i] * (i % 2 + 1),
+                    keys=keys if keys is not None else [f"row-{i}"] * (i % 2 + 1),
                 )
                 for i in range(n)
             ]

@@ -70,7 +70,9 @@ def test_every_message_reads_back_through_pull(golden):
             res = store.pull(topic, qid, 0, max_msgs=100)
             assert res.status is PullStatus.FOUND
             assert len(res.messages) == len(want)
-            for m, e in zip(res.messages, sorted(want, key=lambda e: e["queueOffset"])):
+            for m, e in zip(
+                res.messages, sorted(want, key=lambda e: e["queueOffset"]), strict=True
+            ):
                 check_message(m, e)
                 seen += 1
         assert seen == EXPECTED["messageCount"] == 61
@@ -86,7 +88,7 @@ def test_every_message_reads_back_through_arrow(golden):
             batches, nxt = store.read_batches(topic, qid, 0, None)
             rows = [r for b in batches for r in b.to_pylist()]
             assert nxt == len(want) == len(rows)
-            for r, e in zip(rows, want):
+            for r, e in zip(rows, want, strict=True):
                 assert r["msgId"] == e["msgId"] and r["body"] == base64.b64decode(e["body"])
                 assert dict(r["properties"]) == {
                     k: v

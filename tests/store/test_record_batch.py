@@ -65,7 +65,8 @@ def _layout_row(draw, layout) -> tuple[bytes, bool]:
         bytes(draw(st.lists(_value_byte, min_size=width, max_size=width))) for _, width in layout
     ]
     row = b"".join(
-        name.encode("utf-8") + b"\x01" + value + b"\x02" for (name, _), value in zip(layout, values)
+        name.encode("utf-8") + b"\x01" + value + b"\x02"
+        for (name, _), value in zip(layout, values, strict=True)
     )
     return row, not any(set(v) & {1, 2} for v in values)
 
@@ -98,7 +99,7 @@ def _check_fast_parser(raws, fast):
         return False, None
     got = fast(arr)
     if got is not None:
-        assert all(a.equals(b) for a, b in zip(got, items))
+        assert all(a.equals(b) for a, b in zip(got, items, strict=True))
     _assert_parsed_like_the_decoder(raws, _parse_properties(arr))
     return True, got
 
@@ -138,7 +139,9 @@ def test_keys_of_a_few_lengths_are_parsed_by_length():
     arr = pa.array(raws, pa.large_binary())
     assert _parse_uniform(arr) is None
     grouped = _parse_grouped(arr)
-    assert grouped is not None and all(a.equals(b) for a, b in zip(grouped, _parse_items(arr)))
+    assert grouped is not None and all(
+        a.equals(b) for a, b in zip(grouped, _parse_items(arr), strict=True)
+    )
     _assert_parsed_like_the_decoder(raws, grouped)
     # One length, two layouts (tag "ab" + key "c", tag "a" + key "bc"): not by template.
     mixed = [b"TAGS\x01ab\x02KEYS\x01c\x02", b"TAGS\x01a\x02KEYS\x01bc\x02", b"TAGS\x01a\x02"]
@@ -171,7 +174,7 @@ def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
                     b"b%03d" % i,
                     tags="tg",
                     keys=[key % i],
-                    properties={"p": "v%02d" % (i % 100)},
+                    properties={"p": f"v{i % 100:02d}"},
                 )
                 for i in range(500)
             ]

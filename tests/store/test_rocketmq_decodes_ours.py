@@ -21,7 +21,9 @@ import org.apache.rocketmq.common.message.MessageExt;
 public class DecodeDriver {
     public static void main(String[] args) throws Exception {
         List<Path> files = new ArrayList<>();
-        try (var s = Files.list(Paths.get(args[0], "commitlog"))) { s.sorted().forEach(files::add); }
+        try (var s = Files.list(Paths.get(args[0], "commitlog"))) {
+            s.sorted().forEach(files::add);
+        }
         HexFormat hex = HexFormat.of();
         for (Path f : files) {
             byte[] bytes = Files.readAllBytes(f);
@@ -33,7 +35,10 @@ public class DecodeDriver {
                 if (total == 0 || magic == 0xcbd43194) break;  // end of data, or BLANK
                 ByteBuffer one = ByteBuffer.wrap(Arrays.copyOfRange(bytes, pos, pos + total));
                 MessageExt m = MessageDecoder.decode(one, true, true, false, false, true);
-                if (m == null) { System.out.println("UNDECODABLE\t" + f.getFileName() + "\t" + pos); break; }
+                if (m == null) {
+                    System.out.println("UNDECODABLE\t" + f.getFileName() + "\t" + pos);
+                    break;
+                }
                 System.out.println(String.join("\t", m.getTopic(), "" + m.getQueueId(),
                     "" + m.getQueueOffset(), "" + m.getCommitLogOffset(), m.getMsgId(),
                     String.valueOf(m.getTags()), String.valueOf(m.getKeys()),
@@ -59,7 +64,7 @@ def test_rocketmq_decodes_every_record_we_write(tmp_path):
             [
                 Message(
                     "orders",
-                    ("körper-%d-" % i).encode() * (i % 40 + 1),
+                    f"körper-{i}-".encode() * (i % 40 + 1),
                     tags=["created", "paid", None][i % 3],
                     keys=[f"o-{i}", f"c-{i % 7}"],
                     properties={"k": str(i), "ünï": "cödé"} if i % 2 else {},

@@ -42,7 +42,10 @@ def main() -> None:
                 store.put(Message("crash", bodies[0], keys=[keys[0]], tags="c"))
             else:
                 store.put_batch(
-                    [Message("crash", b, keys=[k], tags="c") for b, k in zip(bodies, keys)]
+                    [
+                        Message("crash", b, keys=[k], tags="c")
+                        for b, k in zip(bodies, keys, strict=True)
+                    ]
                 )
             acks.write("".join(b.decode() + "\n" for b in bodies))
             os.fsync(acks.fileno())
