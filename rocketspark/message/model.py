@@ -481,6 +481,17 @@ class MessageExt:
         return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
 
 
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic's queue counts and permissions (RocketMQ's TopicConfig)."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
+
+
 def normalise_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
     """Return keys as a tuple, splitting a space-separated string."""
     if keys is None:

@@ -48,8 +48,9 @@ from rocketspark.store.index_file import java_hash_many, java_hash_rows
 
 if TYPE_CHECKING:
     from rocketspark.message.record import HostAddress
+    from rocketspark.message.results import PutResult
     from rocketspark.store.commit_log import PreparedRecord
-    from rocketspark.store.message_store import MessageStore, PutResult
+    from rocketspark.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
