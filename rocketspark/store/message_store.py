@@ -2191,13 +2191,13 @@ class MessageStore:
     ) -> tuple[list[Any], int]:
         """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
 
-        Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
+        Returns the batches (schema ``message.arrow.ARROW_SCHEMA``) and the offset
         to read next. ``end`` None or past the max offset reads to the max.
         Raises OffsetOutOfRangeError when ``start`` is below the min offset, and
         CorruptRecordError for a damaged record (a body CRC mismatch only when
         ``check_crc``, by default the store's checkCRCOnRead).
         """
-        from rocketspark.store import record_batch
+        from rocketspark.message import arrow
 
         self._check_open()
         sub = SubscriptionExpression(expression)
@@ -2225,8 +2225,7 @@ class MessageStore:
         batches = []
         for at in range(0, len(entries), ARROW_BLOCK):
             block = entries[at : at + ARROW_BLOCK]
-            batches += record_batch.records_to_batches(
-                self.commit_log,
+            batches += self.commit_log.record_batches(
                 topic,
                 broker,
                 block["offset"],
@@ -2236,7 +2235,7 @@ class MessageStore:
                 check_crc=check_crc,
             )
         if not sub.matches_all:
-            batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
+            batches = [arrow.filter_tags(b, sub.tags) for b in batches]
         return batches, next_offset
 
     def get_message(self, commitlog_offset: int) -> MessageExt:

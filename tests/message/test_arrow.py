@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.message.record import decode_properties
-from rocketspark.store import Message, MessageStore
-from rocketspark.store.record_batch import (
+from rocketspark.message.arrow import (
     COLUMN_PROPERTIES,
     _NotUtf8,
     _parse_grouped,
@@ -20,6 +18,8 @@ from rocketspark.store.record_batch import (
     _parse_uniform,
     messages_to_batch,
 )
+from rocketspark.message.record import decode_properties
+from rocketspark.store import Message, MessageStore
 
 _token = st.sampled_from(
     ["TAGS", "KEYS", "UNIQ_KEY", "a", "", "é", "x y", "\x01", "\x02", "v1", "TAG", "TAGSS"]
@@ -157,7 +157,7 @@ def test_a_separator_where_the_first_row_has_none_is_left_to_the_item_parser():
 @pytest.mark.parametrize("key", ["k%03d", "k%d"], ids=["one-length", "a-few-lengths"])
 def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
     """read_batches equals the per-record pull, and never parses item by item."""
-    import rocketspark.store.record_batch as record_batch
+    import rocketspark.message.arrow as arrow
 
     def no_items(props):
         raise AssertionError("the item parser was used")
@@ -177,7 +177,7 @@ def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
             ]
         )
         with monkeypatch.context() as m:
-            m.setattr(record_batch, "_parse_items", no_items)
+            m.setattr(arrow, "_parse_items", no_items)
             batches, _ = store.read_batches("t", 0, 0, None)
         got = pa.Table.from_batches(batches)
         pulled = store.pull("t", 0, 0, max_msgs=500).messages
