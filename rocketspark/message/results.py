@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rocketspark.message.model import MessageExt
-from rocketspark.message.record import HostAddress, message_id
+from rocketspark.message.model import HostAddress, MessageExt
+from rocketspark.message.record import message_id
 
 __all__ = ["PullResult", "PullStatus", "PutResult", "PutResults", "PutStatus", "no_results"]
 

@@ -73,6 +73,7 @@ from rocketspark.message.model import (
     user_properties,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group, validate_topic
+from rocketspark.message.properties import encode_properties
 from rocketspark.message.record import (
     BLANK,
     BLANK_MAGIC_CODE,
@@ -90,7 +91,6 @@ from rocketspark.message.record import (
     body_crc,
     check_record,
     check_sizes,
-    encode_properties,
     message_id,
 )
 from rocketspark.message.results import (
@@ -2462,7 +2462,7 @@ class MessageStore:
                 self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
             if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
                 props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
-            born = _parse_host(message.born_host)
+            born = message.born_host
             recs.append(
                 self._prepare_raw(
                     topic,
@@ -3238,12 +3238,6 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
 def _index_entries(records: Sequence[PreparedRecord]) -> int:
     """At most how many index entries ``records`` add (UNIQ_KEY and each key)."""
     return sum(1 + len(r.keys) for r in records)
-
-
-def _parse_host(text: str) -> HostAddress:
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]")
-    return HostAddress.parse(host, int(port))
 
 
 class _Flusher(threading.Thread):

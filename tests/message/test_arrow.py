@@ -18,7 +18,7 @@ from rocketspark.message.arrow import (
     _parse_uniform,
     messages_to_batch,
 )
-from rocketspark.message.record import decode_properties
+from rocketspark.message.properties import decode_properties
 from rocketspark.store import Message, MessageStore
 
 _token = st.sampled_from(
