@@ -13,7 +13,15 @@ import numpy as np
 from rocketspark.message.model import HostAddress, MessageExt
 from rocketspark.message.record import message_id
 
-__all__ = ["PullResult", "PullStatus", "PutResult", "PutResults", "PutStatus", "no_results"]
+__all__ = [
+    "Halves",
+    "PullResult",
+    "PullStatus",
+    "PutResult",
+    "PutResults",
+    "PutStatus",
+    "no_results",
+]
 
 
 class PutStatus(enum.Enum):
@@ -154,3 +162,29 @@ def no_results(host: HostAddress) -> PutResults:
     """The PutResults of an empty put (``host``: the store's)."""
     empty = np.empty(0, dtype=np.int64)
     return PutResults(PutStatus.PUT_OK, [], empty, empty, empty, empty, 0, host, "", 0, {})
+
+
+@dataclass(frozen=True, slots=True)
+class Halves:
+    """The half messages of one prepare call on one broker: what ending them needs.
+
+    ``runs`` are half-queue offset runs [start, end), in prepare order (an embedded
+    store's halves of one call are consecutive). A broker's END_TRANSACTION also names
+    each half by its CommitLog offset and transaction id: ``commitlog_offsets`` and
+    ``transaction_ids``, one per half in run order, empty for an embedded store.
+    """
+
+    broker: str
+    producer_group: str
+    runs: tuple[tuple[int, int], ...]
+    commitlog_offsets: tuple[int, ...] = ()
+    transaction_ids: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return sum(end - start for start, end in self.runs)
+
+    def offsets(self) -> np.ndarray:
+        """Return the half-queue offsets of the runs, in order (int64)."""
+        if not self.runs:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.runs])
