@@ -233,3 +233,21 @@ def test_read_batches_equals_pull(tmp_path_factory, specs):
             g["properties"] = dict(g["properties"])
             w["properties"] = dict(w["properties"])
             assert g == w
+
+
+def test_the_data_sources_schema_is_the_arrow_schema():
+    """SCHEMA_DDL (what Spark is told) names ARROW_SCHEMA's fields, in order, with the
+    Spark types of their Arrow types (until it is derived from ARROW_SCHEMA)."""
+    from rocketspark.datasource.source import SCHEMA_FIELDS
+    from rocketspark.message.arrow import ARROW_SCHEMA
+
+    def spark_type(t: pa.DataType) -> str:
+        if pa.types.is_list(t):
+            return f"array<{spark_type(t.value_type)}>"
+        if pa.types.is_map(t):
+            return f"map<{spark_type(t.key_type)},{spark_type(t.item_type)}>"
+        if pa.types.is_timestamp(t):
+            return "timestamp"
+        return {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}.get(t, str(t))
+
+    assert SCHEMA_FIELDS == [(f.name, spark_type(f.type)) for f in ARROW_SCHEMA]
