@@ -67,8 +67,8 @@ class _CeilingReader(DataSourceReader):
     def read(self, partition):
         import pyarrow as pa
 
+        from rocketspark.message.arrow import ARROW_SCHEMA
         from rocketspark.store.message_store import MessageStore as _MS  # noqa: F401
-        from rocketspark.store.record_batch import ARROW_SCHEMA
 
         n = 65536
         store = tempfile.mkdtemp(prefix="rs-ceiling-")

@@ -147,7 +147,7 @@ def cmd_tail(args, out) -> int:
     from rocketspark.store import PullStatus
 
     if args.group:  # before anything is read (and printed)
-        from rocketspark.store.config import validate_group
+        from rocketspark.message.names import validate_group
 
         validate_group(args.group)
     with _open(args) as store:

@@ -83,7 +83,7 @@ def _duration_ms(key: str, value: str) -> int:
 
 def _sub_expression(key: str, value: str) -> str:
     """A tag expression, checked as the store reads it (``*``, or ``TagA || TagB``)."""
-    from rocketspark.store.message_store import SubscriptionExpression
+    from rocketspark.message.names import SubscriptionExpression
 
     try:
         SubscriptionExpression(value)

@@ -234,7 +234,7 @@ class SinkPlan:
             else:  # a batch write: one id per job (Spark plans the writer once a job)
                 sink_id = "batch-" + (job or uuid.uuid4().hex[:16])
         group = options.get("producerGroup") or default_producer_group(sink_id)
-        from rocketspark.store.config import validate_group
+        from rocketspark.message.names import validate_group
 
         validate_group(group)
         if job is not None:

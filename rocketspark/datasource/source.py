@@ -140,7 +140,7 @@ class SourcePlan:
                 f"minOffsetsPerTrigger ({lo}) is larger than maxOffsetsPerTrigger ({hi})"
             )
         if options.get("group"):
-            from rocketspark.store.config import validate_group
+            from rocketspark.message.names import validate_group
 
             validate_group(options["group"])
         ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()

@@ -8,7 +8,9 @@ end up in the on-disk bytes.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import numbers
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -431,14 +433,36 @@ class Message:
 
     def all_properties(self) -> dict[str, str]:
         """Return the properties as stored: user properties plus TAGS, KEYS, DELAY."""
-        props = dict(self.properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        if self.keys:
-            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
-        if self.delay_level:
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
-        return props
+        from rocketspark.message.properties import message_properties  # imports this module
+
+        return message_properties(
+            self.properties, tags=self.tags, keys=self.keys, delay_level=self.delay_level
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostAddress:
+    """A host as RocketMQ stores it: raw IP bytes (4 or 16) and a port."""
+
+    ip: bytes
+    port: int
+
+    @property
+    def is_v6(self) -> bool:
+        return len(self.ip) == 16
+
+    @classmethod
+    def parse(cls, host: str, port: int) -> HostAddress:
+        """Return the address of ``host`` (an IPv4 or IPv6 literal, or a resolvable name)."""
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            addr = ipaddress.ip_address(socket.gethostbyname(host))
+        return cls(addr.packed, port)
+
+    def __str__(self) -> str:
+        addr = ipaddress.ip_address(self.ip)
+        return f"[{addr}]:{self.port}" if self.is_v6 else f"{addr}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,8 +478,8 @@ class MessageExt:
     properties: Mapping[str, str]
     born_timestamp: int
     store_timestamp: int
-    born_host: str
-    store_host: str
+    born_host: HostAddress
+    store_host: HostAddress
     reconsume_times: int
     sys_flag: int
     flag: int
@@ -479,6 +503,17 @@ class MessageExt:
     @property
     def delay_level(self) -> int:
         return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic's queue counts and permissions (RocketMQ's TopicConfig)."""
+
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    order: bool
 
 
 def normalise_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ Grammar of one record (big-endian, see spec/rocketmq-store-format.md)::
                    PROPERTIESLENGTH:i16 PROPERTIES
     host        := IPv4:4 bytes PORT:i32 | IPv6:16 bytes PORT:i32 (sysflag bits 0x10 / 0x20)
     blank       := REMAINING:i32 BLANK_MAGIC_CODE:i32     (end-of-segment filler)
-    PROPERTIES  := (NAME 0x01 VALUE 0x02)*                 (UTF-8)
+    PROPERTIES  := (NAME 0x01 VALUE 0x02)*                 (UTF-8; see ``properties``)
 
 The hot paths (``RecordEncoder.encode`` and ``decode_record``) bind locals and
 unpack each fixed part with one precompiled ``struct.Struct`` call.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import os
-import socket
 import struct
 import threading
 import time
@@ -39,13 +38,15 @@ from rocketspark.errors import (
 )
 from rocketspark.message.model import (
     COMPRESSION_TYPE_MASK,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     CompressionType,
+    HostAddress,
     MessageExt,
     SysFlag,
 )
+from rocketspark.message.properties import decode_properties
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB: 2-byte topic length
@@ -128,61 +129,12 @@ assert HEADER_V4.size == 88 == HEADER_V4_DTYPE.itemsize
 FIXED_OVERHEAD_V4 = HEADER_V4.size + 1 + 2
 
 
-@dataclass(frozen=True, slots=True)
-class HostAddress:
-    """A host as RocketMQ stores it: raw IP bytes (4 or 16) and a port."""
-
-    ip: bytes
-    port: int
-
-    @property
-    def is_v6(self) -> bool:
-        return len(self.ip) == 16
-
-    @classmethod
-    def parse(cls, host: str, port: int) -> HostAddress:
-        """Return the address of ``host`` (an IPv4 or IPv6 literal, or a resolvable name)."""
-        try:
-            addr = ipaddress.ip_address(host)
-        except ValueError:
-            addr = ipaddress.ip_address(socket.gethostbyname(host))
-        return cls(addr.packed, port)
-
-    def __str__(self) -> str:
-        addr = ipaddress.ip_address(self.ip)
-        return f"[{addr}]:{self.port}" if self.is_v6 else f"{addr}:{self.port}"
-
-
 def record_length(
     body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False
 ) -> int:
     """Return the TOTALSIZE of a record with these variable parts."""
     topic_len_size = 1 if topic_len <= V1_MAX_TOPIC_LENGTH else 2
     return HEADERS[(born_v6, store_v6)].size + body_len + topic_len_size + topic_len + 2 + props_len
-
-
-def encode_properties(props: Mapping[str, str]) -> bytes:
-    """Return properties as RocketMQ's messageProperties2String writes them."""
-    if not props:
-        return b""
-    return "".join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()
-    ).encode("utf-8")
-
-
-def decode_properties(raw: bytes | bytearray | memoryview) -> dict[str, str]:
-    """Return the properties of a record; tolerates a missing final separator."""
-    if not raw:
-        return {}
-    text = bytes(raw).decode("utf-8", "replace")
-    out: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        if not item:
-            continue
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if sep:
-            out[name] = value
-    return out
 
 
 def message_id(store_host: HostAddress, commitlog_offset: int) -> str:
@@ -502,8 +454,8 @@ def decode_record(
         properties=properties,
         born_timestamp=born_ts,
         store_timestamp=store_ts,
-        born_host=str(HostAddress(born_ip, born_port)),
-        store_host=str(store_host),
+        born_host=HostAddress(born_ip, born_port),
+        store_host=store_host,
         reconsume_times=reconsume,
         sys_flag=sys_flag,
         flag=flag,
@@ -620,9 +572,9 @@ def check_record(
         store_timestamp=msg.store_timestamp,
         sys_flag=msg.sys_flag,
         topic=msg.topic,
-        tags=props.get("TAGS"),
+        tags=props.get(PROPERTY_TAGS),
         uniq_key=props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-        keys=props.get("KEYS"),
+        keys=props.get(PROPERTY_KEYS),
         properties=props,
         prepared_transaction_offset=msg.prepared_transaction_offset,
     )

@@ -19,29 +19,22 @@ _EXPORTS = {
     "MessageExt": "rocketspark.message.model",
     "SysFlag": "rocketspark.message.model",
     "MessageStore": "rocketspark.store.message_store",
-    "PullResult": "rocketspark.store.message_store",
-    "PullStatus": "rocketspark.store.message_store",
-    "PutResult": "rocketspark.store.message_store",
-    "PutStatus": "rocketspark.store.message_store",
+    "TopicInfo": "rocketspark.message.model",
+    "PullResult": "rocketspark.message.results",
+    "PullStatus": "rocketspark.message.results",
+    "PutResult": "rocketspark.message.results",
+    "PutStatus": "rocketspark.message.results",
     "RecoveryReport": "rocketspark.store.message_store",
-    "TopicInfo": "rocketspark.store.message_store",
     "MessageStoreConfig": "rocketspark.store.config",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rocketspark.message.model import Message, MessageExt, SysFlag
+    from rocketspark.message.model import Message, MessageExt, SysFlag, TopicInfo
+    from rocketspark.message.results import PullResult, PullStatus, PutResult, PutStatus
     from rocketspark.store.config import MessageStoreConfig
-    from rocketspark.store.message_store import (
-        MessageStore,
-        PullResult,
-        PullStatus,
-        PutResult,
-        PutStatus,
-        RecoveryReport,
-        TopicInfo,
-    )
+    from rocketspark.store.message_store import MessageStore, RecoveryReport
 
 
 def __getattr__(name: str) -> Any:

@@ -626,6 +626,62 @@ class CommitLog:
             raise CorruptRecordError(f"record header damaged: {what}", file=f.path, offset=offset)
         return msg
 
+    def record_batches(
+        self,
+        topic: str,
+        broker_name: str,
+        phy_offsets: np.ndarray,
+        sizes: np.ndarray,
+        *,
+        queue_id: int,
+        queue_offsets: np.ndarray,
+        check_crc: bool = True,
+    ) -> list[Any]:
+        """Return the records at ``phy_offsets`` (ascending, all of ``topic``) as Arrow
+        record batches (``rocketspark.message.arrow``), one per segment touched.
+
+        ``sizes`` and ``queue_offsets`` are those of the ConsumeQueue entries that
+        point at the records, in queue ``queue_id``. Raises CorruptRecordError naming
+        the file, offset and field when a record's header disagrees with its entry
+        and, with ``check_crc``, when a body does not match its BODYCRC.
+        """
+        from rocketspark.message.arrow import records_to_batch  # pyarrow only when read
+
+        phy = np.asarray(phy_offsets, dtype=np.int64)
+        size = np.asarray(sizes, dtype=np.int64)
+        qoff = np.asarray(queue_offsets, dtype=np.int64)
+        if len(phy) == 0:
+            return []
+        seg_idx = phy // self.segment_size
+        cuts = np.flatnonzero(np.diff(seg_idx)) + 1
+        bounds = [0, *cuts.tolist(), len(phy)]
+        out = []
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            f = self.segment(int(phy[a]))
+            rel = phy[a:b] - f.start_offset
+            past = np.flatnonzero(rel + size[a:b] > f.size)
+            if len(past) or int(rel[0]) < 0:
+                raise CorruptRecordError(
+                    "ConsumeQueue entry points past its CommitLog segment",
+                    file=f.path,
+                    offset=int(phy[a + past[0]] if len(past) else phy[a]),
+                )
+            out.append(
+                records_to_batch(
+                    f.mm,
+                    rel,
+                    size[a:b],
+                    topic=topic,
+                    broker_name=broker_name,
+                    queue_id=queue_id,
+                    queue_offsets=qoff[a:b],
+                    commitlog_offsets=phy[a:b],
+                    check_crc=check_crc,
+                    file=f.path,
+                )
+            )
+        return out
+
     def store_timestamp(self, offset: int) -> int:
         """Return STORETIMESTAMP of the record at ``offset`` without decoding it."""
         f = self.segment(offset)

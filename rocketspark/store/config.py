@@ -1,4 +1,4 @@
-"""Store configuration (``broker.conf``) and topic / group name rules.
+"""Store configuration (``broker.conf``).
 
 :class:`MessageStoreConfig` is the one place where every option lives: each
 field carries RocketMQ's property name (``flushDiskType``), its default, its
@@ -10,10 +10,6 @@ rejects unknown keys with a "did you mean".
 The defaults are those of RocketMQ's ``MessageStoreConfig`` / ``BrokerConfig``
 except where an embedded store on one machine wants something else; each such
 field says so.
-
-``validate_topic`` / ``validate_group`` apply RocketMQ's ``TopicValidator``
-rules. Their charset has no ``/``, ``\\`` or ``.``, which is what keeps every
-topic directory (``consumequeue/<topic>/``) inside the store.
 """
 
 from __future__ import annotations
@@ -28,19 +24,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rocketspark.errors import ConfigError, InvalidNameError
+from rocketspark.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "DEFAULT_MESSAGE_DELAY_LEVEL",
-    "GROUP_MAX_LENGTH",
-    "RETRY_OR_DLQ_TOPIC_MAX_LENGTH",
-    "TOPIC_MAX_LENGTH",
     "BrokerRole",
     "FlushDiskType",
     "MessageStoreConfig",
-    "validate_group",
-    "validate_topic",
 ]
 
 FlushDiskType = Literal["ASYNC_FLUSH", "SYNC_FLUSH"]
@@ -614,55 +605,3 @@ def _read_properties(path: str) -> list[tuple[int, str, str]]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return [(lineno, *_split_property(line)) for lineno, line in _logical_lines(text)]
-
-
-# --- names (RocketMQ's TopicValidator) -----------------------------------------------
-
-TOPIC_MAX_LENGTH = 127
-RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255
-# 120 leaves room for the %RETRY% / %DLQ% prefix in the group's own topics.
-GROUP_MAX_LENGTH = 120
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-NAME_CHARSET = "^[%|a-zA-Z0-9_-]+$"
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")  # used with fullmatch: "$" would accept a final \n
-
-
-def _validate_name(what: str, name: object, limit: int) -> str:
-    if not isinstance(name, str):
-        raise InvalidNameError(f"{what} name must be a string, got {name!r}")
-    if not name:
-        raise InvalidNameError(f"{what} name is empty")
-    if not _NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"{what} name {name!r} contains illegal characters; only {NAME_CHARSET} is allowed"
-        )
-    if len(name) > limit:
-        raise InvalidNameError(
-            f"{what} name {name!r} is {len(name)} characters long; at most {limit} are allowed"
-        )
-    return name
-
-
-def validate_topic(name: str, *, on_disk: bool = False) -> str:
-    """Return ``name`` if RocketMQ accepts it as a topic, else raise InvalidNameError.
-
-    Rules: characters ``^[%|a-zA-Z0-9_-]+$``, at most 127 of them, or 255 for
-    ``%RETRY%...`` and ``%DLQ%...`` topics. ``on_disk`` is for topics a
-    RocketMQ store already holds (its store module writes longer names with v2
-    records): the charset still applies, so no name escapes the store
-    directory, and the limit is 255 for every topic.
-    """
-    is_group_topic = isinstance(name, str) and name.startswith(
-        (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
-    )
-    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if is_group_topic or on_disk else TOPIC_MAX_LENGTH
-    return _validate_name("topic", name, limit)
-
-
-def validate_group(name: str) -> str:
-    """Return ``name`` if RocketMQ accepts it as a group, else raise InvalidNameError.
-
-    Rules: characters ``^[%|a-zA-Z0-9_-]+$``, at most 120 of them.
-    """
-    return _validate_name("group", name, GROUP_MAX_LENGTH)

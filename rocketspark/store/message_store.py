@@ -8,7 +8,6 @@ processes open the same directory at once (see ``store_state``).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import itertools
 import logging
 import numbers
@@ -60,6 +59,7 @@ from rocketspark.message.model import (
     Message,
     MessageExt,
     SysFlag,
+    TopicInfo,
     check_extra_properties,
     check_int,
     check_utf8,
@@ -72,6 +72,8 @@ from rocketspark.message.model import (
     transaction_type,
     user_properties,
 )
+from rocketspark.message.names import SubscriptionExpression, validate_group, validate_topic
+from rocketspark.message.properties import encode_properties
 from rocketspark.message.record import (
     BLANK,
     BLANK_MAGIC_CODE,
@@ -89,8 +91,15 @@ from rocketspark.message.record import (
     body_crc,
     check_record,
     check_sizes,
-    encode_properties,
     message_id,
+)
+from rocketspark.message.results import (
+    PullResult,
+    PullStatus,
+    PutResult,
+    PutResults,
+    PutStatus,
+    no_results,
 )
 from rocketspark.store import layout
 from rocketspark.store.checkpoint import StoreCheckpoint
@@ -104,12 +113,7 @@ from rocketspark.store.commit_log import (
     PreparedRecord,
     data_ranges,
 )
-from rocketspark.store.config import (
-    MessageStoreConfig,
-    canonical_key,
-    validate_group,
-    validate_topic,
-)
+from rocketspark.store.config import MessageStoreConfig, canonical_key
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
@@ -149,178 +153,6 @@ Clock = Callable[[], int]
 def system_clock() -> int:
     """Return the wall clock in milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-class PutStatus(enum.Enum):
-    """RocketMQ's PutMessageStatus, as far as an embedded store can reach it."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-
-
-class PullStatus(enum.Enum):
-    """The client-side PullStatus."""
-
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-
-
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    """Where a put message landed."""
-
-    status: PutStatus
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    msg_id: str
-    uniq_key: str
-    store_timestamp: int
-    store_size: int
-
-
-class PutResults(Sequence[PutResult]):
-    """The results of a columnar put_batch: built lazily, one PutResult per index.
-
-    A batch of a million messages should not pay for a million result objects
-    that its caller may never look at; the columns are kept as numpy arrays
-    (``commitlog_offsets``, ``queue_offsets``, ``queue_ids``) for callers that
-    want them whole.
-    """
-
-    __slots__ = (
-        "status",
-        "topics",
-        "queue_ids",
-        "queue_offsets",
-        "commitlog_offsets",
-        "store_sizes",
-        "store_timestamp",
-        "_host_hex",
-        "_uniq_prefix",
-        "_uniq_start",
-        "_uniq_given",
-    )
-
-    def __init__(
-        self,
-        status: PutStatus,
-        topics: list[str] | str,
-        queue_ids: np.ndarray,
-        queue_offsets: np.ndarray,
-        commitlog_offsets: np.ndarray,
-        store_sizes: np.ndarray,
-        store_timestamp: int,
-        store_host: HostAddress,
-        uniq_prefix: str,
-        uniq_start: int,
-        uniq_given: dict[int, str],
-    ):
-        self.status = status
-        self.topics = topics
-        self.queue_ids = queue_ids
-        self.queue_offsets = queue_offsets
-        self.commitlog_offsets = commitlog_offsets
-        self.store_sizes = store_sizes
-        self.store_timestamp = store_timestamp
-        self._host_hex = message_id(store_host, 0)[:-16]
-        self._uniq_prefix = uniq_prefix
-        self._uniq_start = uniq_start
-        self._uniq_given = uniq_given
-
-    def __len__(self) -> int:
-        return len(self.commitlog_offsets)
-
-    def _one(self, i: int) -> PutResult:
-        phy = int(self.commitlog_offsets[i])
-        uniq = self._uniq_given.get(i)
-        if uniq is None:
-            uniq = f"{self._uniq_prefix}{(self._uniq_start + i) & 0xFFFF:04X}"
-        topic = self.topics if isinstance(self.topics, str) else self.topics[i]
-        return PutResult(
-            self.status,
-            topic,
-            int(self.queue_ids[i]),
-            int(self.queue_offsets[i]),
-            phy,
-            f"{self._host_hex}{phy:016X}",
-            uniq,
-            self.store_timestamp,
-            int(self.store_sizes[i]),
-        )
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self._one(j) for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"put result index {i} out of range for {len(self)} results")
-        return self._one(i)
-
-    def __iter__(self):
-        return (self._one(i) for i in range(len(self)))
-
-    def __add__(self, other: Iterable[PutResult]) -> list[PutResult]:
-        return list(self) + list(other)
-
-    def __radd__(self, other: Iterable[PutResult]) -> list[PutResult]:
-        return list(other) + list(self)
-
-    def __repr__(self) -> str:
-        return f"PutResults({len(self)} messages, {self.status.name})"
-
-
-@dataclass(frozen=True, slots=True)
-class PullResult:
-    """What a pull found; ``next_offset`` is the offset to pull from next."""
-
-    status: PullStatus
-    messages: list[MessageExt]
-    next_offset: int
-    min_offset: int
-    max_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    order: bool
-
-
-class SubscriptionExpression:
-    """A tag expression: ``*`` (or empty) for all, or ``TagA || TagB``."""
-
-    __slots__ = ("text", "tags", "codes")
-
-    def __init__(self, text: str | None):
-        self.text = (text or "*").strip()
-        if self.text in ("", "*"):
-            self.tags: frozenset[str] | None = None
-            self.codes: frozenset[int] = frozenset()
-            return
-        tags = [t.strip() for t in self.text.split("||")]
-        tags = [t for t in tags if t]
-        if not tags:
-            raise ConfigError(f"tag expression {text!r} names no tag; use '*' for all")
-        self.tags = frozenset(tags)
-        self.codes = frozenset(java_string_hash(t) for t in tags)
-
-    @property
-    def matches_all(self) -> bool:
-        return self.tags is None
-
-    def matches_code(self, code: int) -> bool:
-        return self.tags is None or code in self.codes
-
-    def matches_tags(self, tags: str | None) -> bool:
-        return self.tags is None or (tags is not None and tags in self.tags)
 
 
 class MessageStore:
@@ -977,7 +809,7 @@ class MessageStore:
         self._check_open()
         cols = _Columns(bodies, topic, topics, tags, keys, properties, queue_ids, sharding_keys)
         if not len(bodies):
-            return _no_results(self.store_host)
+            return no_results(self.store_host)
         if not self._columnar:
             return self.put_batch(cols.messages())  # type: ignore[return-value]
         return self._put_columns(cols, self.clock())
@@ -1010,7 +842,7 @@ class MessageStore:
         if columns:
             raise TypeError(f"unknown columns {sorted(columns)}")
         if not len(bodies):
-            return _no_results(self.store_host)
+            return no_results(self.store_host)
         self._ensure_system_topic(TRANS_HALF_TOPIC, 1)
         self._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
         check_extra_properties(extra_properties)
@@ -2359,13 +2191,13 @@ class MessageStore:
     ) -> tuple[list[Any], int]:
         """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
 
-        Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
+        Returns the batches (schema ``message.arrow.ARROW_SCHEMA``) and the offset
         to read next. ``end`` None or past the max offset reads to the max.
         Raises OffsetOutOfRangeError when ``start`` is below the min offset, and
         CorruptRecordError for a damaged record (a body CRC mismatch only when
         ``check_crc``, by default the store's checkCRCOnRead).
         """
-        from rocketspark.store import record_batch
+        from rocketspark.message import arrow
 
         self._check_open()
         sub = SubscriptionExpression(expression)
@@ -2393,8 +2225,7 @@ class MessageStore:
         batches = []
         for at in range(0, len(entries), ARROW_BLOCK):
             block = entries[at : at + ARROW_BLOCK]
-            batches += record_batch.records_to_batches(
-                self.commit_log,
+            batches += self.commit_log.record_batches(
                 topic,
                 broker,
                 block["offset"],
@@ -2404,7 +2235,7 @@ class MessageStore:
                 check_crc=check_crc,
             )
         if not sub.matches_all:
-            batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
+            batches = [arrow.filter_tags(b, sub.tags) for b in batches]
         return batches, next_offset
 
     def get_message(self, commitlog_offset: int) -> MessageExt:
@@ -2631,7 +2462,7 @@ class MessageStore:
                 self._ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
             if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
                 props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
-            born = _parse_host(message.born_host)
+            born = message.born_host
             recs.append(
                 self._prepare_raw(
                     topic,
@@ -3409,12 +3240,6 @@ def _index_entries(records: Sequence[PreparedRecord]) -> int:
     return sum(1 + len(r.keys) for r in records)
 
 
-def _parse_host(text: str) -> HostAddress:
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]")
-    return HostAddress.parse(host, int(port))
-
-
 class _Flusher(threading.Thread):
     """ASYNC_FLUSH: force dirty pages every flushIntervalCommitLog ms."""
 
@@ -3439,13 +3264,7 @@ class _Flusher(threading.Thread):
 
 __all__ = [
     "MessageStore",
-    "PutResult",
-    "PutStatus",
-    "PullResult",
-    "PullStatus",
     "RecoveryReport",
-    "SubscriptionExpression",
-    "TopicInfo",
     "FlushTimeoutError",
     "body_crc",
     "DLQ_GROUP_TOPIC_PREFIX",
@@ -3676,8 +3495,3 @@ def _hex4_bytes() -> np.ndarray:
     if not _HEX4_BYTES:
         _HEX4_BYTES.append(np.frombuffer("".join(_HEX4).encode(), dtype=np.uint8).reshape(65536, 4))
     return _HEX4_BYTES[0]
-
-
-def _no_results(host: HostAddress) -> PutResults:
-    empty = np.empty(0, dtype=np.int64)
-    return PutResults(PutStatus.PUT_OK, [], empty, empty, empty, empty, 0, host, "", 0, {})

@@ -128,7 +128,7 @@ class ScheduleService:
             sys_flag=msg.sys_flag,
             flag=msg.flag,
             born_timestamp=msg.born_timestamp,
-            born_host=_host(msg.born_host),
+            born_host=msg.born_host,
             reconsume_times=msg.reconsume_times,
         )
 
@@ -191,9 +191,3 @@ def _delivers(record: MessageExt, scheduled: MessageExt) -> bool:
         and record.born_timestamp == scheduled.born_timestamp
         and record.body == scheduled.body
     )
-
-
-def _host(text: str):
-    from rocketspark.store.message_store import _parse_host
-
-    return _parse_host(text)

@@ -47,9 +47,9 @@ from rocketspark.message.model import (
 from rocketspark.store.index_file import java_hash_many, java_hash_rows
 
 if TYPE_CHECKING:
-    from rocketspark.message.record import HostAddress
+    from rocketspark.message.results import PutResult
     from rocketspark.store.commit_log import PreparedRecord
-    from rocketspark.store.message_store import MessageStore, PutResult
+    from rocketspark.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +372,7 @@ class TransactionService:
             born_timestamp=half.born_timestamp,
             reconsume_times=half.reconsume_times,
             prepared_offset=half.commitlog_offset,
-            born_host=_parse_host(half.born_host),
+            born_host=half.born_host,
         )
 
     def _start(self) -> int:
@@ -1174,10 +1174,3 @@ def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:
             )
         parts.append(got)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def _parse_host(text: str) -> HostAddress:
-    from rocketspark.message.record import HostAddress
-
-    host, _, port = text.rpartition(":")
-    return HostAddress.parse(host.strip("[]"), int(port))

@@ -58,7 +58,7 @@ def test_batch_read_returns_every_message_with_its_fields(spark, store_path, sto
         m.msg_id,
         m.uniq_key,
         m.commitlog_offset,
-        m.store_host,
+        str(m.store_host),
     )
     assert row.brokerName == store.config.broker_name
     # TAGS, KEYS and UNIQ_KEY are columns, not also properties.

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocketspark.message.results import PutResults
 from rocketspark.store import Message, MessageStore, PutStatus, commit_log, transaction
 from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
-from rocketspark.store.message_store import PutResults
 
 SMALL = dict(
     mappedFileSizeCommitLog=8192,

@@ -50,8 +50,8 @@ def check_message(m, e):
     assert m.msg_id == e["msgId"]
     assert m.body_crc == e["bodyCRC"] and m.sys_flag == e["sysFlag"]
     assert (m.born_timestamp, m.store_timestamp) == (e["bornTimestamp"], e["storeTimestamp"])
-    assert host(m.born_host) == host(e["bornHost"])
-    assert host(m.store_host) == host(e["storeHost"])
+    assert host(str(m.born_host)) == host(e["bornHost"])
+    assert host(str(m.store_host)) == host(e["storeHost"])
     assert (m.reconsume_times, m.flag) == (e["reconsumeTimes"], e["flag"])
     assert m.prepared_transaction_offset == e["preparedTransactionOffset"]
     assert m.body == base64.b64decode(e["body"])

@@ -266,7 +266,7 @@ def test_read_batches_matches_pull(store):
         assert row["queueOffset"] == m.queue_offset and row["tags"] == m.tags
         assert row["keys"] == m.keys and dict(row["properties"]) == {"n": m.properties["n"]}
         assert row["uniqKey"] == m.uniq_key and row["commitLogOffset"] == m.commitlog_offset
-        assert row["storeHost"] == m.store_host and row["bornHost"] == m.born_host
+        assert row["storeHost"] == str(m.store_host) and row["bornHost"] == str(m.born_host)
         assert int(row["storeTimestamp"].timestamp() * 1000) == m.store_timestamp
     ys, _ = store.read_batches("orders", 0, 0, None, expression="y")
     assert [r["tags"] for b in ys for r in b.to_pylist()] == ["y"] * 150

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from rocketspark.errors import CorruptRecordError, InvalidNameError
+from rocketspark.message.fastjson import dumps_fastjson, loads_lenient
 from rocketspark.store import metadata
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
     DelayOffsetTable,
     SubscriptionGroupTable,
     TopicConfigTable,
-    dumps_fastjson,
-    loads_lenient,
     read_json,
     write_json,
 )

@@ -339,7 +339,7 @@ def test_the_batched_crc_check_agrees_with_one_crc_a_body(width, n, seed, damage
 
     import numpy as np
 
-    from rocketspark.store.record_batch import _uniform_crcs_match
+    from rocketspark.message.arrow import _uniform_crcs_match
 
     rnd = random.Random(seed)
     raw = bytearray(rnd.randbytes(3 + n * width))  # bodies from offset 3, end to end

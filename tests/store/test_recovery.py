@@ -19,12 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rocketspark.errors import RocketSparkError
-from rocketspark.message.record import (
-    HostAddress,
-    check_record,
-    encode_properties,
-    encode_record,
-)
+from rocketspark.message.properties import encode_properties
+from rocketspark.message.record import HostAddress, check_record, encode_record
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.store_check import check_store
 from rocketspark.store.store_state import StoreState

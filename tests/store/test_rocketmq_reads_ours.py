@@ -266,8 +266,8 @@ def _our_view(m) -> tuple:
         m.body_crc,
         m.born_timestamp,
         m.store_timestamp,
-        m.born_host,
-        m.store_host,
+        str(m.born_host),
+        str(m.store_host),
         m.prepared_transaction_offset,
     )
 

@@ -1,7 +1,11 @@
-"""Pulled ranges as Arrow record batches: the vectorised read path.
+"""CommitLog records as Arrow record batches: the vectorised read path, and the one
+row schema (:data:`ARROW_SCHEMA`) the data source reads and writes.
 
-A queue's records lie in ascending CommitLog order, so one segment's records
-can be cut out of the mapped file without a per-message Python step: numpy
+:func:`records_to_batch` takes any buffer of records in the CommitLog layout: a
+mapped CommitLog segment (the store finds the segments, see
+``CommitLog.record_batches``) or, later, the body of a PULL_MESSAGE answer. A
+queue's records lie in ascending order, so they can be cut out of the buffer
+without a per-message Python step: numpy
 gathers the fixed 88-byte headers of every record at once, and Arrow copies
 the variable parts (bodies, properties) out of the mapping by taking every
 other element of a binary array whose offsets alternate between "start of a
@@ -47,8 +51,9 @@ from rocketspark.message.record import (
     V1_MAX_TOPIC_LENGTH,
     HostAddress,
     body_crc_error,
+    decode_record,
+    header_mismatch,
 )
-from rocketspark.store.commit_log import CommitLog
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -88,41 +93,6 @@ def empty_batch() -> pa.RecordBatch:
     )
 
 
-def records_to_batches(
-    commit_log: CommitLog,
-    topic: str,
-    broker_name: str,
-    phy_offsets: np.ndarray,
-    sizes: np.ndarray,
-    *,
-    queue_id: int,
-    queue_offsets: np.ndarray,
-    check_crc: bool = True,
-) -> list[pa.RecordBatch]:
-    """Return the records at ``phy_offsets`` (ascending, all of ``topic``) as batches.
-
-    One batch per CommitLog segment touched. ``sizes`` and ``queue_offsets`` are
-    those of the ConsumeQueue entries that point at the records, in queue
-    ``queue_id``. Raises CorruptRecordError naming the file, offset and field
-    when a record's header disagrees with its entry and, with ``check_crc``,
-    when a body does not match its BODYCRC.
-    """
-    phy = np.asarray(phy_offsets, dtype=np.int64)
-    size = np.asarray(sizes, dtype=np.int64)
-    qoff = np.asarray(queue_offsets, dtype=np.int64)
-    if len(phy) == 0:
-        return []
-    seg = commit_log.segment_size
-    seg_idx = phy // seg
-    cuts = np.flatnonzero(np.diff(seg_idx)) + 1
-    bounds = [0, *cuts.tolist(), len(phy)]
-    reached = _Reached(topic, queue_id, check_crc)
-    out = []
-    for a, b in zip(bounds, bounds[1:]):
-        out.append(_segment_batch(commit_log, reached, broker_name, phy[a:b], size[a:b], qoff[a:b]))
-    return out
-
-
 class _Reached(NamedTuple):
     """What a block's records must match: their queue, and whether bodies are checked."""
 
@@ -131,27 +101,47 @@ class _Reached(NamedTuple):
     check_crc: bool
 
 
-def _segment_batch(
-    commit_log: CommitLog,
-    reached: _Reached,
+def records_to_batch(
+    buffer: Any,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    topic: str,
     broker_name: str,
-    phy: np.ndarray,
-    size: np.ndarray,
-    qoff: np.ndarray,
+    queue_id: int,
+    queue_offsets: np.ndarray,
+    commitlog_offsets: np.ndarray,
+    check_crc: bool = True,
+    file: str | None = None,
 ) -> pa.RecordBatch:
-    topic = reached.topic
-    f = commit_log.segment(int(phy[0]))
+    """Return the records at ``positions`` of ``buffer`` (ascending, all of ``topic``
+    and queue ``queue_id``) as one batch of :data:`ARROW_SCHEMA`.
+
+    ``buffer`` is any bytes-like object in the CommitLog layout (a mapped segment, or
+    a PULL_MESSAGE body); the batch copies what it keeps, so the buffer may be closed
+    afterwards. ``sizes``, ``queue_offsets`` and ``commitlog_offsets`` are what each
+    record is expected to say (a ConsumeQueue entry's size and offsets). Raises
+    CorruptRecordError, naming ``file`` and the CommitLog offset, when a record lies
+    past the end of the buffer, its header disagrees with what is expected, or, with
+    ``check_crc``, its body does not match its BODYCRC.
+    """
+    rel = np.asarray(positions, dtype=np.int64)
+    size = np.asarray(sizes, dtype=np.int64)
+    qoff = np.asarray(queue_offsets, dtype=np.int64)
+    phy = np.asarray(commitlog_offsets, dtype=np.int64)
+    if len(phy) == 0:
+        return empty_batch()
+    reached = _Reached(topic, queue_id, check_crc)
     n = len(phy)
-    rel = phy - f.start_offset
-    past = np.flatnonzero(rel + size > f.size)
-    if len(past) or int(rel[0]) < 0:
-        raise CorruptRecordError(
-            "ConsumeQueue entry points past its CommitLog segment",
-            file=f.path,
-            offset=int(phy[past[0]] if len(past) else phy[0]),
-        )
-    buf = np.frombuffer(f.mm, dtype=np.uint8)
+    buf = np.frombuffer(buffer, dtype=np.uint8)
     try:
+        past = np.flatnonzero(rel + size > len(buf))
+        if len(past) or int(rel[0]) < 0:
+            raise CorruptRecordError(
+                "record lies past the end of its buffer",
+                file=file,
+                offset=int(phy[past[0]] if len(past) else phy[0]),
+            )
         hdr = gather_items(buf, rel, HEADER_DTYPE)  # every header in one gather
         magic = hdr["magic"]
         total = hdr["total"].astype(np.int64)
@@ -166,11 +156,11 @@ def _segment_batch(
             i = int(bad[0])
             what = _header_mismatch(hdr[i], int(phy[i]), int(size[i]), reached, int(qoff[i]))
             raise CorruptRecordError(
-                f"record header damaged: {what}", file=f.path, offset=int(phy[i])
+                f"record header damaged: {what}", file=file, offset=int(phy[i])
             )
         sys_flag = hdr["sys_flag"].astype(np.int32)
         if np.any(sys_flag & _SLOW_FLAGS):
-            return _read_each(commit_log, reached, broker_name, phy, size, qoff)
+            return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff)
         body_len = hdr["body_len"].astype(np.int64)
         topic_bytes = topic.encode("utf-8")
         topic_len = len(topic_bytes)
@@ -185,7 +175,7 @@ def _segment_batch(
             raise CorruptRecordError(
                 f"record header damaged: BODYLENGTH {int(body_len[i])} overruns TOTALSIZE "
                 f"{int(total[i])}",
-                file=f.path,
+                file=file,
                 offset=int(phy[i]),
             )
         body_start = rel + HEADER_V4.size
@@ -200,20 +190,20 @@ def _segment_batch(
             raise CorruptRecordError(
                 f"record fields add up to {int(computed[i])} bytes, TOTALSIZE says "
                 f"{int(total[i])} (is every record of this queue of topic {topic!r}?)",
-                file=f.path,
+                file=file,
                 offset=int(phy[i]),
             )
-        _check_topics(buf, body_end, v2, topic_bytes, f.path, phy)
-        segment = pa.py_buffer(f.mm)
+        _check_topics(buf, body_end, v2, topic_bytes, file, phy)
+        segment = pa.py_buffer(buffer)
         body = _cut(segment, body_start, body_end).cast(pa.binary())
         props = _cut(segment, props_start, props_start + props_len)
         del segment
         if reached.check_crc:
-            _check_body_crcs(body, body_len, hdr["crc"], f.path, phy)
+            _check_body_crcs(body, body_len, hdr["crc"], file, phy)
         try:
             parsed = _parse_properties(props)
         except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
-            return _read_each(commit_log, reached, broker_name, phy, size, qoff)
+            return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff)
         msg_id = _msg_ids(hdr, phy)
         qoffsets = hdr["queue_offset"].astype(np.int64)
         born = _hosts(hdr["born_ip"], hdr["born_port"])
@@ -242,30 +232,35 @@ def _segment_batch(
 
 
 def _read_each(
-    commit_log: CommitLog,
+    buffer: Any,
+    file: str | None,
     reached: _Reached,
     broker_name: str,
+    rel: np.ndarray,
     phy: np.ndarray,
     size: np.ndarray,
     qoff: np.ndarray,
 ) -> pa.RecordBatch:
     """The records as one batch, decoded one by one (the per-record path)."""
-    read = commit_log.read_reached
-    rows = zip(phy.tolist(), size.tolist(), qoff.tolist(), strict=True)
+    rows = zip(rel.tolist(), phy.tolist(), size.tolist(), qoff.tolist(), strict=True)
     return messages_to_batch(
-        [
-            read(
-                p,
-                verify_crc=reached.check_crc,
-                size=s,
-                topic=reached.topic,
-                queue_id=reached.queue_id,
-                queue_offset=q,
-            )
-            for p, s, q in rows
-        ],
+        [_read_reached(buffer, file, reached, r, p, s, q) for r, p, s, q in rows],
         broker_name,
     )
+
+
+def _read_reached(
+    buffer: Any, file: str | None, reached: _Reached, pos: int, phy: int, size: int, qoff: int
+) -> MessageExt:
+    """Decode the record at ``pos``, which a ConsumeQueue entry says is at CommitLog
+    offset ``phy``; raise CorruptRecordError when its header disagrees with the entry."""
+    msg = decode_record(buffer, pos, file=file, base_offset=phy - pos, verify_crc=reached.check_crc)
+    what = header_mismatch(
+        msg, phy, size=size, topic=reached.topic, queue_id=reached.queue_id, queue_offset=qoff
+    )
+    if what is not None:
+        raise CorruptRecordError(f"record header damaged: {what}", file=file, offset=phy)
+    return msg
 
 
 def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff: int) -> str:
@@ -289,7 +284,12 @@ def _header_mismatch(hdr: np.void, phy: int, size: int, reached: _Reached, qoff:
 
 
 def _check_topics(
-    buf: np.ndarray, topic_at: np.ndarray, v2: np.ndarray, topic: bytes, path: str, phy: np.ndarray
+    buf: np.ndarray,
+    topic_at: np.ndarray,
+    v2: np.ndarray,
+    topic: bytes,
+    path: str | None,
+    phy: np.ndarray,
 ) -> None:
     """Raise CorruptRecordError unless every record's TOPICLENGTH and topic (at
     ``topic_at``: 1 length byte, or 2 with the v2 magic) are ``topic``'s.
@@ -324,7 +324,7 @@ def _check_topics(
 
 
 def _check_body_crcs(
-    body: pa.Array, body_len: np.ndarray, stored: np.ndarray, path: str, phy: np.ndarray
+    body: pa.Array, body_len: np.ndarray, stored: np.ndarray, path: str | None, phy: np.ndarray
 ) -> None:
     """Raise CorruptRecordError unless each body (a compact binary array, copied out
     of the segment) matches its BODYCRC field ``stored[i]``.
@@ -846,8 +846,8 @@ def messages_to_batch(messages: Sequence[MessageExt], broker_name: str) -> pa.Re
         ],
         "bornTimestamp": [m.born_timestamp * 1000 for m in messages],
         "storeTimestamp": [m.store_timestamp * 1000 for m in messages],
-        "bornHost": [m.born_host for m in messages],
-        "storeHost": [m.store_host for m in messages],
+        "bornHost": [str(m.born_host) for m in messages],
+        "storeHost": [str(m.store_host) for m in messages],
         "reconsumeTimes": [m.reconsume_times for m in messages],
         "commitLogOffset": [m.commitlog_offset for m in messages],
         "flag": [m.flag for m in messages],
@@ -869,7 +869,8 @@ def filter_tags(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.Record
 __all__ = [
     "ARROW_SCHEMA",
     "COLUMN_PROPERTIES",
-    "records_to_batches",
+    "empty_batch",
+    "records_to_batch",
     "messages_to_batch",
     "filter_tags",
     "V1_MAX_TOPIC_LENGTH",

@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocketspark.message.record import decode_properties
-from rocketspark.store import Message, MessageStore
-from rocketspark.store.record_batch import (
+from rocketspark.message.arrow import (
     COLUMN_PROPERTIES,
     _NotUtf8,
     _parse_grouped,
@@ -20,6 +18,8 @@ from rocketspark.store.record_batch import (
     _parse_uniform,
     messages_to_batch,
 )
+from rocketspark.message.properties import decode_properties
+from rocketspark.store import Message, MessageStore
 
 _token = st.sampled_from(
     ["TAGS", "KEYS", "UNIQ_KEY", "a", "", "é", "x y", "\x01", "\x02", "v1", "TAG", "TAGSS"]
@@ -160,7 +160,7 @@ def test_a_separator_where_the_first_row_has_none_is_left_to_the_item_parser():
 @pytest.mark.parametrize("key", ["k%03d", "k%d"], ids=["one-length", "a-few-lengths"])
 def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
     """read_batches equals the per-record pull, and never parses item by item."""
-    import rocketspark.store.record_batch as record_batch
+    import rocketspark.message.arrow as arrow
 
     def no_items(props):
         raise AssertionError("the item parser was used")
@@ -180,7 +180,7 @@ def test_a_queue_of_same_shaped_messages_is_read_by_template(monkeypatch, key):
             ]
         )
         with monkeypatch.context() as m:
-            m.setattr(record_batch, "_parse_items", no_items)
+            m.setattr(arrow, "_parse_items", no_items)
             batches, _ = store.read_batches("t", 0, 0, None)
         got = pa.Table.from_batches(batches)
         pulled = store.pull("t", 0, 0, max_msgs=500).messages
@@ -236,3 +236,21 @@ def test_read_batches_equals_pull(tmp_path_factory, specs):
             g["properties"] = dict(g["properties"])
             w["properties"] = dict(w["properties"])
             assert g == w
+
+
+def test_the_data_sources_schema_is_the_arrow_schema():
+    """SCHEMA_DDL (what Spark is told) names ARROW_SCHEMA's fields, in order, with the
+    Spark types of their Arrow types (until it is derived from ARROW_SCHEMA)."""
+    from rocketspark.datasource.source import SCHEMA_FIELDS
+    from rocketspark.message.arrow import ARROW_SCHEMA
+
+    def spark_type(t: pa.DataType) -> str:
+        if pa.types.is_list(t):
+            return f"array<{spark_type(t.value_type)}>"
+        if pa.types.is_map(t):
+            return f"map<{spark_type(t.key_type)},{spark_type(t.item_type)}>"
+        if pa.types.is_timestamp(t):
+            return "timestamp"
+        return {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}.get(t, str(t))
+
+    assert SCHEMA_FIELDS == [(f.name, spark_type(f.type)) for f in ARROW_SCHEMA]
