@@ -24,6 +24,7 @@ widest column after the body).
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Sequence
 from functools import lru_cache
@@ -582,7 +583,7 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
             return None
     grouped = props.take(pa.array(order))
     parts = []
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for a, b in itertools.pairwise(bounds.tolist()):
         parsed = _parse_uniform(grouped.slice(a, b - a))
         if parsed is None:
             return None

@@ -18,7 +18,6 @@ unpack each fixed part with one precompiled ``struct.Struct`` call.
 
 from __future__ import annotations
 
-import ipaddress
 import mmap
 import os
 import struct
