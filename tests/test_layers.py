@@ -231,11 +231,8 @@ KNOWN_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
         # removed by the layout work (datasource ported onto client/)
         ("rocketspark/datasource/options.py", "rocketspark.store.config"),
-        ("rocketspark/datasource/options.py", "rocketspark.store.message_store"),
         ("rocketspark/datasource/sink.py", "rocketspark.store"),
-        ("rocketspark/datasource/sink.py", "rocketspark.store.config"),
         ("rocketspark/datasource/source.py", "rocketspark.store"),
-        ("rocketspark/datasource/source.py", "rocketspark.store.config"),
         ("rocketspark/datasource/source.py", "rocketspark.store.message_store"),
         ("rocketspark/datasource/stores.py", "rocketspark.store"),
         ("rocketspark/datasource/stores.py", "rocketspark.store.config"),
@@ -439,7 +436,6 @@ KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
         ("rocketspark/store/schedule.py", "_prepare_raw"),
         ("rocketspark/store/schedule.py", "_sync_with_writers"),
         ("rocketspark/store/schedule.py", "_write_lock"),
-        ("rocketspark/store/schedule.py", "rocketspark.store.message_store._parse_host"),
         # removed by the layout work (transaction.py given the parts it needs)
         ("rocketspark/store/transaction.py", "_after_append"),
         ("rocketspark/store/transaction.py", "_append"),
