@@ -24,6 +24,7 @@ import numpy as np
 
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, TransactionError
 from rocketspark.message.byte_gather import Pieces, byte_rows, decimal_list, gather_items
+from rocketspark.message.java_hash import java_hash_many, java_hash_rows, java_string_hash
 from rocketspark.message.model import (
     FIRST_HALF_ERROR,
     PROPERTY_FIRST_HALF,
@@ -42,9 +43,7 @@ from rocketspark.message.model import (
     MessageExt,
     SysFlag,
     check_extra_properties,
-    java_string_hash,
 )
-from rocketspark.store.index_file import java_hash_many, java_hash_rows
 
 if TYPE_CHECKING:
     from rocketspark.message.record import HostAddress

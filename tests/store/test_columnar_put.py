@@ -5,14 +5,10 @@ from __future__ import annotations
 import os
 import random
 
-import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rocketspark.store import Message, MessageStore, PutStatus, commit_log, transaction
-from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
 from rocketspark.store.message_store import PutResults
 
 SMALL = dict(
@@ -144,28 +140,6 @@ def test_columnar_put_checks_every_size_before_writing(tmp_path):
             s.put_batch([Message("orders", b"ok"), Message("orders", b"x" * 101)])
         assert s.max_offset("orders", 0) == 0
         assert s.put(Message("orders", b"ok")).queue_offset == 0
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    prefix=st.text(min_size=0, max_size=40),
-    counters=st.lists(st.integers(0, 200_000), min_size=1, max_size=20),
-)
-def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
-    got = java_hash_hex_suffixed(prefix, np.asarray(counters))
-    want = java_hash_many([f"{prefix}{c & 0xFFFF:04X}" for c in counters])
-    assert got.tolist() == want.tolist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(prefix=st.text(min_size=0, max_size=40), counter=st.integers(0, 1 << 20))
-def test_scalar_hex_suffixed_hash(prefix, counter):
-    from rocketspark.message.model import java_string_hash
-    from rocketspark.store.index_file import hex_suffixed_hash
-
-    assert hex_suffixed_hash(java_string_hash(prefix), counter) == java_string_hash(
-        f"{prefix}{counter & 0xFFFF:04X}"
-    )
 
 
 @pytest.mark.parametrize("mixed", [False, True])
