@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from rocketspark.store import Message, MessageStore, PutStatus, commit_log, transaction
+from rocketspark.store import Message, MessageStore, PutStatus, commit_log, half_commit
 from rocketspark.store.message_store import PutResults
 
 SMALL = dict(
@@ -83,7 +83,7 @@ def copy_path(request, monkeypatch):
     if request.param.startswith("gather"):
         monkeypatch.setattr(commit_log, "GATHER_MIN", commit_log.SMALL_BATCH + 1)
     if request.param == "gather-regions":
-        monkeypatch.setattr(transaction, "_REGION_GAP", -1)
+        monkeypatch.setattr(half_commit, "_REGION_GAP", -1)
     return request.param
 
 
@@ -398,19 +398,19 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
     tmp_path, clock, monkeypatch, layout
 ):
     """A sink's halves: records of a few layouts, one per size (REAL_QID digits), which
-    the commit checks and reads layout by layout (transaction._parse_layouts). Same
+    the commit checks and reads layout by layout (half_commit._parse_layouts). Same
     bytes as the per-record commit, and that parser is used exactly when every half
     of a size has one layout (not when each row has its own keys)."""
     used = []
-    parse_layouts = transaction._parse_layouts
+    parse_layouts = half_commit._parse_layouts
 
     def spy(*args):
         got = parse_layouts(*args)
         used.append(got is not None)
         return got
 
-    monkeypatch.setattr(transaction, "_parse_layouts", spy)
-    monkeypatch.setattr(transaction, "_ROWS", 64)  # halves checked in several blocks
+    monkeypatch.setattr(half_commit, "_parse_layouts", spy)
+    monkeypatch.setattr(half_commit, "_ROWS", 64)  # halves checked in several blocks
     n = 300
     topic = "t" * 127 if layout == "long-topic" else "orders"
     queues = {"12-queues": 12, "big-queue-ids": 1024}.get(layout, 4)
