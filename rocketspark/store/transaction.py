@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from rocketspark.message.model import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     TRANS_OP_REMOVE_TAG,
+    TRANSACTION_TYPE_MASK,
     Message,
     MessageExt,
     SysFlag,
@@ -83,14 +84,31 @@ class TransactionState(enum.Enum):
     UNKNOWN = "UNKNOW"
 
 
+class HalfState(enum.IntEnum):
+    """Where a half queue offset stands (one byte each in the resolution table)."""
+
+    OPEN = 0
+    COMMITTED = 1
+    ROLLED_BACK = 2
+    RESOLVED = 3  # by a RocketMQ op record that does not say how, or below the check progress
+    MOVED = 4  # put back by a check: the transaction lives on in a copy
+
+
+HalfStatus = Literal["open", "committed", "rolled_back", "resolved"]
+_STATUS: dict[int, HalfStatus] = {
+    HalfState.OPEN: "open",
+    HalfState.COMMITTED: "committed",
+    HalfState.ROLLED_BACK: "rolled_back",
+    HalfState.RESOLVED: "resolved",
+}
+
+
 class TransactionService:
     """Half messages of one open store."""
 
     def __init__(self, store: MessageStore):
         self.store = store
-        # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, MOVED (put back
-        # by a check), or RESOLVED (by a RocketMQ op record that does not say how). A
-        # dict would cost ~100 bytes a half.
+        # One byte per half queue offset, its HalfState. A dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
         # earlier op only resolves halves below the half progress (both in
@@ -171,11 +189,11 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             states = self._resolved.get_many(wanted)
-            if bool(((states == MOVED) | (states == RESOLVED)).any()):
+            if bool(((states == HalfState.MOVED) | (states == HalfState.RESOLVED)).any()):
                 # Halves a check put back: the transaction lives on in the copy.
                 wanted = _sorted_unique(self._live(wanted, states))
                 states = self._resolved.get_many(wanted)
-            other = ROLLED_BACK if commit else COMMITTED
+            other = HalfState.ROLLED_BACK if commit else HalfState.COMMITTED
             clash = np.flatnonzero(states == other)
             if len(clash):
                 off = int(wanted[clash[0]])
@@ -184,7 +202,7 @@ class TransactionService:
                     f"{'committed' if not commit else 'rolled back'}; cannot "
                     f"{'commit' if commit else 'roll back'} it"
                 )
-            todo = wanted[states == OPEN]
+            todo = wanted[states == HalfState.OPEN]
             if not len(todo):
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
@@ -219,7 +237,7 @@ class TransactionService:
                     finals, op_results = results[: len(prepared)], results[len(prepared) :]
             else:
                 op_results = store._append_locked(ops, now)
-            self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
+            self._resolved.set_many(todo, HalfState.COMMITTED if commit else HalfState.ROLLED_BACK)
             self._note_ops(op_results, todo)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
             half_end = half_cq.max_offset()
@@ -250,7 +268,7 @@ class TransactionService:
             raise TransactionError(
                 f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC"
             )
-        sys_flag = (half.sys_flag & ~0xC) | SysFlag.TRANSACTION_COMMIT
+        sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | SysFlag.TRANSACTION_COMMIT
         return store._prepare_raw(
             topic,
             int(qid),
@@ -284,7 +302,7 @@ class TransactionService:
         if upto <= floor:
             return
         states = self._resolved.get_many(np.arange(floor, upto, dtype=np.int64))
-        still_open = np.flatnonzero(states == OPEN)
+        still_open = np.flatnonzero(states == HalfState.OPEN)
         progress = floor + int(still_open[0]) if len(still_open) else upto
         if progress > floor:
             self._commit_progress(progress)
@@ -334,32 +352,28 @@ class TransactionService:
                 else:
                     self._resolved.set_open(
                         done,
-                        RESOLVED
+                        HalfState.RESOLVED
                         if how is None
-                        else COMMITTED
+                        else HalfState.COMMITTED
                         if how == RESOLUTION_COMMIT
-                        else ROLLED_BACK,
+                        else HalfState.ROLLED_BACK,
                     )
                 if len(done):
                     self._op_spans.append((self._op_read + k, int(done.max())))
             self._op_read += len(entries)
 
-    def status(self, half_offset: int) -> str:
+    def status(self, half_offset: int) -> HalfStatus:
         """Return "committed", "rolled_back", "resolved" (by a RocketMQ op) or "open"."""
         with self.store._write_lock:
             self._read_ops()
             offsets = np.asarray([half_offset], dtype=np.int64)
             states = self._resolved.get_many(offsets)
-            if states[0] in (MOVED, RESOLVED):  # a put-back half: its live copy says
+            # A put-back half: its live copy says.
+            if states[0] in (HalfState.MOVED, HalfState.RESOLVED):
                 state = self._resolved.get(int(self._live(offsets, states)[0]))
             else:
                 state = int(states[0])
-            return {
-                OPEN: "open",
-                COMMITTED: "committed",
-                ROLLED_BACK: "rolled_back",
-                RESOLVED: "resolved",
-            }[state]
+            return _STATUS[state]
 
     def open_halves(
         self, producer_group: str | None = None, exclude: np.ndarray | None = None
@@ -382,7 +396,7 @@ class TransactionService:
         if end <= start:
             return []
         offsets = np.arange(start, end, dtype=np.int64)
-        offsets = offsets[self._resolved.get_many(offsets) == OPEN]
+        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN]
         # Everything below the first open half is resolved: later scans (and the
         # check step) start there.
         progress = int(offsets[0]) if len(offsets) else end
@@ -439,7 +453,7 @@ class TransactionService:
         to_rollback: list[int] = []
         put_back: list[MessageExt] = []
         for off in range(start, end):
-            if self._resolved.get(off) != OPEN:
+            if self._resolved.get(off) != HalfState.OPEN:
                 if progress == off:
                     progress = off + 1
                 continue
@@ -510,7 +524,7 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             old = np.asarray(sorted(prepared), dtype=np.int64)
-            old = old[self._resolved.get_many(old) == OPEN]
+            old = old[self._resolved.get_many(old) == HalfState.OPEN]
             if not len(old):
                 return
             first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
@@ -526,7 +540,7 @@ class TransactionService:
         store._after_append(results)
 
     def _note_moves(self, old: np.ndarray, first_new: int) -> None:
-        self._resolved.set_many(old, MOVED)
+        self._resolved.set_many(old, HalfState.MOVED)
         for k, o in enumerate(old.tolist()):
             self._moved[o] = first_new + k
 
@@ -540,12 +554,12 @@ class TransactionService:
         FEW_RESOLVED), not for a sink batch's thousands.
         """
         out = offsets.copy()
-        for i in np.flatnonzero(states == MOVED).tolist():
+        for i in np.flatnonzero(states == HalfState.MOVED).tolist():
             o = int(out[i])
-            while self._resolved.get(o) == MOVED and o in self._moved:
+            while self._resolved.get(o) == HalfState.MOVED and o in self._moved:
                 o = self._moved[o]
             out[i] = o
-        gone = np.flatnonzero(states == RESOLVED)
+        gone = np.flatnonzero(states == HalfState.RESOLVED)
         if 0 < len(gone) <= FEW_RESOLVED:
             copies = self._open_copies()
             for i in gone.tolist():
@@ -559,7 +573,7 @@ class TransactionService:
         start = self._resolved.floor
         offsets = np.arange(start, half_cq.max_offset(), dtype=np.int64)
         copies = {}
-        for off in offsets[self._resolved.get_many(offsets) == OPEN].tolist():
+        for off in offsets[self._resolved.get_many(offsets) == HalfState.OPEN].tolist():
             entry = half_cq.entry(off)
             if entry is None:
                 break
@@ -586,9 +600,6 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     return TransactionState.UNKNOWN
 
 
-OPEN, COMMITTED, ROLLED_BACK, RESOLVED, MOVED = 0, 1, 2, 3, 4
-
-
 class _ResolutionTable:
     """How each half queue offset was resolved, one byte per offset.
 
@@ -607,14 +618,14 @@ class _ResolutionTable:
             self._b = bigger
 
     def get(self, off: int) -> int:
-        state = int(self._b[off]) if 0 <= off < len(self._b) else OPEN
-        return RESOLVED if state == OPEN and off < self.floor else state
+        state = int(self._b[off]) if 0 <= off < len(self._b) else HalfState.OPEN
+        return HalfState.RESOLVED if state == HalfState.OPEN and off < self.floor else state
 
     def get_many(self, offs: np.ndarray) -> np.ndarray:
         out = np.zeros(len(offs), dtype=np.uint8)
         inside = offs < len(self._b)
         out[inside] = self._b[offs[inside]]
-        out[(out == OPEN) & (offs < self.floor)] = RESOLVED
+        out[(out == HalfState.OPEN) & (offs < self.floor)] = HalfState.RESOLVED
         return out
 
     def set_many(self, offs: np.ndarray, state: int) -> None:
@@ -627,7 +638,7 @@ class _ResolutionTable:
         if len(offs):
             a = np.asarray(offs, dtype=np.int64)
             self._grow(int(a.max()) + 1)
-            a = a[self._b[a] == OPEN]
+            a = a[self._b[a] == HalfState.OPEN]
             self._b[a] = state
 
 
