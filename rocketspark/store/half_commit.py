@@ -85,7 +85,7 @@ def final_columns(
         rel = phys[a:b] - f.start_offset
         if f.size <= _MAX_VIEW:
             # The mapped segment itself (no copy of the region: a fresh 130 MB copy
-            # costs ~0.3 s in page faults here). Views are gone when end() returns;
+            # costs ~0.3 s in page faults here). Views are gone when the commit returns;
             # a segment closed meanwhile is unmapped when they go (MappedFile.close).
             src: Any = f.mm
         else:  # byte_gather's views reach 2 GiB: copy the region out
