@@ -13,7 +13,6 @@ import numbers
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -155,31 +154,6 @@ class CompressionType(enum.IntEnum):
 def transaction_type(sys_flag: int) -> int:
     """Return the transaction bits (0, PREPARED, COMMIT or ROLLBACK) of ``sys_flag``."""
     return sys_flag & TRANSACTION_TYPE_MASK
-
-
-@lru_cache(maxsize=65536)
-def java_string_hash(s: str) -> int:
-    """Return Java's ``String.hashCode()`` of ``s`` as a signed 32-bit int.
-
-    Java hashes UTF-16 code units, so characters outside the BMP count twice
-    (their surrogate pair).
-    """
-    h = 0
-    if s.isascii():
-        for ch in s.encode("ascii"):
-            h = (31 * h + ch) & 0xFFFFFFFF
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def tags_code(tags: str | None) -> int:
-    """Return the ConsumeQueue tags code of ``tags``: its Java hashCode, 0 when absent."""
-    if not tags:
-        return 0
-    return java_string_hash(tags)
 
 
 def retry_topic(group: str) -> str:

@@ -37,6 +37,13 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message.byte_gather import Pieces
+from rocketspark.message.java_hash import (
+    hex_suffixed_hash,
+    java_hash_hex_suffixed,
+    java_hash_many,
+    java_string_hash,
+    tags_code,
+)
 from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
     FIRST_HALF_ERROR,
@@ -64,11 +71,9 @@ from rocketspark.message.model import (
     check_int,
     check_utf8,
     dlq_topic,
-    java_string_hash,
     message_body,
     reserved_property_error,
     retry_topic,
-    tags_code,
     transaction_type,
     user_properties,
 )
@@ -116,12 +121,7 @@ from rocketspark.store.commit_log import (
 from rocketspark.store.config import MessageStoreConfig, canonical_key
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
-from rocketspark.store.index_file import (
-    IndexService,
-    hex_suffixed_hash,
-    java_hash_hex_suffixed,
-    java_hash_many,
-)
+from rocketspark.store.index_service import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
     DelayOffsetTable,

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketspark.errors import CorruptRecordError, RocketSparkError
-from rocketspark.message.model import SCHEDULE_TOPIC, tags_code, transaction_type
+from rocketspark.message.java_hash import tags_code
+from rocketspark.message.model import SCHEDULE_TOPIC, transaction_type
 from rocketspark.message.record import RECORD_INVALID, check_record
 from rocketspark.store import layout
 from rocketspark.store.commit_log import find_valid_record, scan_files

@@ -18,12 +18,12 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, TransactionError
-from rocketspark.message.byte_gather import Pieces, byte_rows, decimal_list, gather_items
+from rocketspark.message.byte_gather import decimal_list
 from rocketspark.message.model import (
     FIRST_HALF_ERROR,
     PROPERTY_FIRST_HALF,
@@ -38,13 +38,13 @@ from rocketspark.message.model import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     TRANS_OP_REMOVE_TAG,
+    TRANSACTION_TYPE_MASK,
     Message,
     MessageExt,
     SysFlag,
     check_extra_properties,
-    java_string_hash,
 )
-from rocketspark.store.index_file import java_hash_many, java_hash_rows
+from rocketspark.store.half_commit import final_columns
 
 if TYPE_CHECKING:
     from rocketspark.message.results import PutResult
@@ -84,14 +84,31 @@ class TransactionState(enum.Enum):
     UNKNOWN = "UNKNOW"
 
 
+class HalfState(enum.IntEnum):
+    """Where a half queue offset stands (one byte each in the resolution table)."""
+
+    OPEN = 0
+    COMMITTED = 1
+    ROLLED_BACK = 2
+    RESOLVED = 3  # by a RocketMQ op record that does not say how, or below the check progress
+    MOVED = 4  # put back by a check: the transaction lives on in a copy
+
+
+HalfStatus = Literal["open", "committed", "rolled_back", "resolved"]
+_STATUS: dict[int, HalfStatus] = {
+    HalfState.OPEN: "open",
+    HalfState.COMMITTED: "committed",
+    HalfState.ROLLED_BACK: "rolled_back",
+    HalfState.RESOLVED: "resolved",
+}
+
+
 class TransactionService:
     """Half messages of one open store."""
 
     def __init__(self, store: MessageStore):
         self.store = store
-        # One byte per half queue offset: OPEN, COMMITTED, ROLLED_BACK, MOVED (put back
-        # by a check), or RESOLVED (by a RocketMQ op record that does not say how). A
-        # dict would cost ~100 bytes a half.
+        # One byte per half queue offset, its HalfState. A dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
         # earlier op only resolves halves below the half progress (both in
@@ -118,7 +135,7 @@ class TransactionService:
         now = store.clock()
         ids = store._ids.next_ids(len(messages), now)
         prepared = []
-        for msg, uid in zip(messages, ids):
+        for msg, uid in zip(messages, ids, strict=True):
             if msg.delay_level:
                 raise TransactionError("transactional messages cannot have a delay level")
             if PROPERTY_FIRST_HALF in msg.properties:
@@ -172,11 +189,11 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             states = self._resolved.get_many(wanted)
-            if bool(((states == MOVED) | (states == RESOLVED)).any()):
+            if bool(((states == HalfState.MOVED) | (states == HalfState.RESOLVED)).any()):
                 # Halves a check put back: the transaction lives on in the copy.
                 wanted = _sorted_unique(self._live(wanted, states))
                 states = self._resolved.get_many(wanted)
-            other = ROLLED_BACK if commit else COMMITTED
+            other = HalfState.ROLLED_BACK if commit else HalfState.COMMITTED
             clash = np.flatnonzero(states == other)
             if len(clash):
                 off = int(wanted[clash[0]])
@@ -185,7 +202,7 @@ class TransactionService:
                     f"{'committed' if not commit else 'rolled back'}; cannot "
                     f"{'commit' if commit else 'roll back'} it"
                 )
-            todo = wanted[states == OPEN]
+            todo = wanted[states == HalfState.OPEN]
             if not len(todo):
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
@@ -201,7 +218,11 @@ class TransactionService:
                 # would leave committed copies whose halves still look open, which a
                 # recovering sink would commit again (test_crash saw exactly that when
                 # they were two appends). One append is all or nothing (_recover).
-                batch = self._final_columns(entries) if store._columnar else None
+                batch = (
+                    final_columns(entries, store.commit_log, store._topic_info, store.born_host)
+                    if store._columnar
+                    else None
+                )
                 if batch is not None:
                     columns, *index_info = batch
                     finals, op_results = store._append_columns_then_locked(
@@ -216,7 +237,7 @@ class TransactionService:
                     finals, op_results = results[: len(prepared)], results[len(prepared) :]
             else:
                 op_results = store._append_locked(ops, now)
-            self._resolved.set_many(todo, COMMITTED if commit else ROLLED_BACK)
+            self._resolved.set_many(todo, HalfState.COMMITTED if commit else HalfState.ROLLED_BACK)
             self._note_ops(op_results, todo)
             self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
             half_end = half_cq.max_offset()
@@ -224,119 +245,6 @@ class TransactionService:
             self._advance_progress(half_end - PROGRESS_LAG)
         store._after_append(op_results)
         return store._after_append(finals) if len(finals) else finals
-
-    def _final_columns(self, entries: np.ndarray) -> tuple[Any, ...] | None:
-        """The committed records of halves, as a ColumnBatch (None: not our layout).
-
-        A half whose properties end with TRAN_MSG, REAL_TOPIC, REAL_QID (as both
-        prepare paths write them) commits to a record whose properties are the
-        prefix before them: its bytes are gathered from the half's (byte_gather),
-        never decoded and re-encoded. Returns (batch, uniq prefix, uniq start,
-        UNIQ_KEYs by record, keyed records, their KEYS, index hashes of UNIQ_KEY).
-        """
-        from rocketspark.store.commit_log import ColumnBatch
-
-        store = self.store
-        n = len(entries)
-        phys = entries["offset"].astype(np.int64)
-        seg_idx = phys // store.commit_log.segment_size
-        # Each run of halves in one segment, without a gap over 1 MiB between them, is
-        # copied out as one region (halves far apart are not copied with all between).
-        gaps = phys[1:] - (phys[:-1] + entries["size"][:-1].astype(np.int64))
-        cuts = np.flatnonzero((np.diff(seg_idx) != 0) | (gaps > _REGION_GAP)) + 1
-        bounds = [0, *cuts.tolist(), n]
-        parts = []
-        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            f = store.commit_log.segment(int(phys[a]))
-            rel = phys[a:b] - f.start_offset
-            if f.size <= _MAX_VIEW:
-                # The mapped segment itself (no copy of the region: a fresh 130 MB copy
-                # costs ~0.3 s in page faults here). Views are gone when end() returns;
-                # a segment closed meanwhile is unmapped when they go (MappedFile.close).
-                src: Any = f.mm
-            else:  # byte_gather's views reach 2 GiB: copy the region out
-                lo = int(rel.min())
-                src = f.mm[lo : int((rel + entries["size"][a:b]).max())]
-                rel = rel - lo
-            part = _parse_halves(src, rel, k, a, entries["size"][a:b].astype(np.int64))
-            if part is None:
-                return None  # v2 records, IPv6 hosts, compressed or foreign halves
-            parts.append(part)
-        cat: dict[str, Any] = {}
-        for key, first in parts[0].items():
-            if isinstance(first, np.ndarray):
-                cat[key] = first if len(parts) == 1 else np.concatenate([p[key] for p in parts])
-            elif isinstance(first, list):
-                cat[key] = [x for p in parts for x in p[key]]
-            elif isinstance(first, dict):
-                cat[key] = {i: v for p in parts for i, v in p[key].items()}
-        srcs = [p["src"] for p in parts]
-        topic_ids: dict[str, int] = {}
-        tid_parts = []
-        for p in parts:
-            remap = np.asarray(
-                [topic_ids.setdefault(t, len(topic_ids)) for t in p["topic_names"]], dtype=np.int64
-            )
-            tid_parts.append(remap[p["topic"]])
-        names = list(topic_ids)
-        tid = tid_parts[0] if len(tid_parts) == 1 else np.concatenate(tid_parts)
-        infos = [store._topic_info(t) for t in names]
-        hdr = cat["hdr"]
-        seg = cat["seg"]
-        plen = cat["prefix_len"]
-        rests = (
-            Pieces(
-                [i[1] for i in infos],
-                np.zeros(n, dtype=np.int64),
-                np.asarray([len(i[1]) for i in infos], dtype=np.int64)[tid],
-                tid if len(infos) > 1 else 0,
-            ),
-            Pieces.fixed(plen.astype(">u2"), 2, n),
-            Pieces(srcs, cat["props_start"], plen, seg if len(srcs) > 1 else 0),
-        )
-        bodies = Pieces(
-            srcs, cat["body_start"], hdr["body_len"].astype(np.int64), seg if len(srcs) > 1 else 0
-        )
-        topics: list[str] | str = names[0] if len(names) == 1 else [names[t] for t in tid.tolist()]
-        magics = (
-            infos[0][2]
-            if len(infos) == 1
-            else np.asarray([i[2] for i in infos], dtype=np.int32)[tid]
-        )
-        batch = ColumnBatch(
-            topics=topics,
-            queue_ids=cat["qid"].astype(np.int32),
-            bodies=bodies,
-            rests=rests,
-            crcs=hdr["crc"].astype(np.int64),
-            magics=magics,
-            tags_codes=entries["tags"].astype(np.int64),
-            born_host=store.born_host,
-            born_ts=hdr["born_ts"].astype(np.int64),
-            flags=hdr["flag"].astype(np.int64),
-            reconsume=hdr["reconsume"].astype(np.int64),
-            sys_flags=(hdr["sys_flag"].astype(np.int64) & ~0xC) | 0x8,  # TRANSACTION_COMMIT
-            prepared=phys,
-            born_ips=hdr["born_ip"].astype(np.int64),
-            born_ports=hdr["born_port"].astype(np.int64),
-        )
-        # UNIQ_KEY hashes (topic#UNIQ_KEY) for the index: hashCode of "topic#" carried on
-        # over the 32 ASCII characters of the key, in uint32 (Java's int overflow).
-        uniq = cat["uniq"]
-        fast = cat["uniq_ok"]
-        topic_hash = np.asarray(
-            [java_string_hash(t + "#") & 0xFFFFFFFF for t in names], dtype=np.uint32
-        )
-        hashes = java_hash_rows(topic_hash[tid], uniq)
-        slow = np.flatnonzero(~fast)
-        if len(slow):
-            hashes[slow] = java_hash_many(
-                [f"{names[int(tid[i])]}#{cat['uniq_text'][int(i)]}" for i in slow]
-            ).view(np.uint32)
-        uniq_given = _UniqAt(uniq, fast, cat["uniq_text"])
-        keyed = cat["keyed"]
-        key_strings = cat["key_strings"]
-        return batch, "", 0, uniq_given, keyed, key_strings, hashes.view(np.int32)
 
     def _op_record(
         self, half_offsets: np.ndarray, resolution: str, now: int, **more: str
@@ -360,7 +268,7 @@ class TransactionService:
             raise TransactionError(
                 f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC"
             )
-        sys_flag = (half.sys_flag & ~0xC) | SysFlag.TRANSACTION_COMMIT
+        sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | SysFlag.TRANSACTION_COMMIT
         return store._prepare_raw(
             topic,
             int(qid),
@@ -394,7 +302,7 @@ class TransactionService:
         if upto <= floor:
             return
         states = self._resolved.get_many(np.arange(floor, upto, dtype=np.int64))
-        still_open = np.flatnonzero(states == OPEN)
+        still_open = np.flatnonzero(states == HalfState.OPEN)
         progress = floor + int(still_open[0]) if len(still_open) else upto
         if progress > floor:
             self._commit_progress(progress)
@@ -444,32 +352,28 @@ class TransactionService:
                 else:
                     self._resolved.set_open(
                         done,
-                        RESOLVED
+                        HalfState.RESOLVED
                         if how is None
-                        else COMMITTED
+                        else HalfState.COMMITTED
                         if how == RESOLUTION_COMMIT
-                        else ROLLED_BACK,
+                        else HalfState.ROLLED_BACK,
                     )
                 if len(done):
                     self._op_spans.append((self._op_read + k, int(done.max())))
             self._op_read += len(entries)
 
-    def status(self, half_offset: int) -> str:
+    def status(self, half_offset: int) -> HalfStatus:
         """Return "committed", "rolled_back", "resolved" (by a RocketMQ op) or "open"."""
         with self.store._write_lock:
             self._read_ops()
             offsets = np.asarray([half_offset], dtype=np.int64)
             states = self._resolved.get_many(offsets)
-            if states[0] in (MOVED, RESOLVED):  # a put-back half: its live copy says
+            # A put-back half: its live copy says.
+            if states[0] in (HalfState.MOVED, HalfState.RESOLVED):
                 state = self._resolved.get(int(self._live(offsets, states)[0]))
             else:
                 state = int(states[0])
-            return {
-                OPEN: "open",
-                COMMITTED: "committed",
-                ROLLED_BACK: "rolled_back",
-                RESOLVED: "resolved",
-            }[state]
+            return _STATUS[state]
 
     def open_halves(
         self, producer_group: str | None = None, exclude: np.ndarray | None = None
@@ -492,7 +396,7 @@ class TransactionService:
         if end <= start:
             return []
         offsets = np.arange(start, end, dtype=np.int64)
-        offsets = offsets[self._resolved.get_many(offsets) == OPEN]
+        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN]
         # Everything below the first open half is resolved: later scans (and the
         # check step) start there.
         progress = int(offsets[0]) if len(offsets) else end
@@ -549,7 +453,7 @@ class TransactionService:
         to_rollback: list[int] = []
         put_back: list[MessageExt] = []
         for off in range(start, end):
-            if self._resolved.get(off) != OPEN:
+            if self._resolved.get(off) != HalfState.OPEN:
                 if progress == off:
                     progress = off + 1
                 continue
@@ -620,7 +524,7 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             old = np.asarray(sorted(prepared), dtype=np.int64)
-            old = old[self._resolved.get_many(old) == OPEN]
+            old = old[self._resolved.get_many(old) == HalfState.OPEN]
             if not len(old):
                 return
             first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
@@ -636,7 +540,7 @@ class TransactionService:
         store._after_append(results)
 
     def _note_moves(self, old: np.ndarray, first_new: int) -> None:
-        self._resolved.set_many(old, MOVED)
+        self._resolved.set_many(old, HalfState.MOVED)
         for k, o in enumerate(old.tolist()):
             self._moved[o] = first_new + k
 
@@ -650,12 +554,12 @@ class TransactionService:
         FEW_RESOLVED), not for a sink batch's thousands.
         """
         out = offsets.copy()
-        for i in np.flatnonzero(states == MOVED).tolist():
+        for i in np.flatnonzero(states == HalfState.MOVED).tolist():
             o = int(out[i])
-            while self._resolved.get(o) == MOVED and o in self._moved:
+            while self._resolved.get(o) == HalfState.MOVED and o in self._moved:
                 o = self._moved[o]
             out[i] = o
-        gone = np.flatnonzero(states == RESOLVED)
+        gone = np.flatnonzero(states == HalfState.RESOLVED)
         if 0 < len(gone) <= FEW_RESOLVED:
             copies = self._open_copies()
             for i in gone.tolist():
@@ -669,7 +573,7 @@ class TransactionService:
         start = self._resolved.floor
         offsets = np.arange(start, half_cq.max_offset(), dtype=np.int64)
         copies = {}
-        for off in offsets[self._resolved.get_many(offsets) == OPEN].tolist():
+        for off in offsets[self._resolved.get_many(offsets) == HalfState.OPEN].tolist():
             entry = half_cq.entry(off)
             if entry is None:
                 break
@@ -696,391 +600,6 @@ def _state(answer: TransactionState | str | bool | None) -> TransactionState:
     return TransactionState.UNKNOWN
 
 
-OPEN, COMMITTED, ROLLED_BACK, RESOLVED, MOVED = 0, 1, 2, 3, 4
-_FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
-_QID_SEP = b"\x02REAL_QID\x01"
-_UNIQ_HEAD = b"UNIQ_KEY\x01"
-_TXN_HEAD = b"__transactionId__\x01"
-UNIQ_HEX_LEN = 32  # the UNIQ_KEYs we (and RocketMQ's clients) generate
-_ROWS = 16384  # rows per block of a 2-D byte comparison
-_REGION_GAP = 1 << 20
-_MAX_VIEW = (1 << 31) - 1  # segments up to this size are gathered from in place
-
-
-def _rows_equal(
-    buf: np.ndarray, at: np.ndarray, template: bytes, mask: np.ndarray | None = None
-) -> np.ndarray:
-    """Per row: do the bytes at ``at`` equal ``template`` (where ``mask`` is True)?"""
-    width = len(template)
-    t = np.frombuffer(template, dtype=np.uint8)
-    out = np.zeros(len(at), dtype=bool)
-    if len(buf) < width:
-        return out
-    inside = (at >= 0) & (at + width <= len(buf))
-    safe = np.where(inside, at, 0)
-    win = byte_rows(buf, width)
-    for c in range(0, len(at), _ROWS):
-        block = win[safe[c : c + _ROWS]] == t
-        if mask is not None:
-            block |= ~mask
-        out[c : c + _ROWS] = block.all(axis=1)
-    return out & inside
-
-
-def _differs_rows(rows: np.ndarray, other: np.ndarray) -> bool:
-    """Does any row of the 2-D byte array ``rows`` differ from ``other``'s (one row: from it)?
-
-    Compared a block of rows at a time (numpy compares uint8 rows 3-6x faster
-    than raw void items of 10-70 bytes, which it takes one by one).
-    """
-    for c in range(0, len(rows), _ROWS):
-        part = other if len(other) == 1 else other[c : c + _ROWS]
-        if bool((rows[c : c + _ROWS] != part).any()):
-            return True
-    return False
-
-
-def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
-    """From one committed prefix, the fixed tail our prepare paths give every half.
-
-    ``UNIQ_KEY=<32>`` ``PGROUP=<group>`` ``__transactionId__=<same 32>`` then the
-    caller's extra properties, up to the end of the prefix. Returns (template,
-    mask of its fixed bytes, position of each 32-character slot), or None.
-    """
-    j = p.rfind(b"\x02" + _TXN_HEAD)
-    if j < 0:
-        return None
-    u_end = j + 1 + len(_TXN_HEAD) + UNIQ_HEX_LEN
-    uniq = p[j + 1 + len(_TXN_HEAD) : u_end]
-    if len(uniq) != UNIQ_HEX_LEN or p[u_end : u_end + 1] != b"\x02" or b"\x02" in uniq:
-        return None
-    extra = p[u_end + 1 :]
-    k = p.rfind(b"\x02PGROUP\x01", 0, j)
-    if k < 0:
-        return None
-    group = p[k + 8 : j]
-    if b"\x02" in group or p[k - UNIQ_HEX_LEN - len(_UNIQ_HEAD) : k] != _UNIQ_HEAD + uniq:
-        return None
-    slot = b"\x00" * UNIQ_HEX_LEN
-    template = b"".join(
-        (_UNIQ_HEAD, slot, b"\x02PGROUP\x01", group, b"\x02", _TXN_HEAD, slot, b"\x02", extra)
-    )
-    first = len(_UNIQ_HEAD)
-    second = first + UNIQ_HEX_LEN + 8 + len(group) + 1 + len(_TXN_HEAD)
-    mask = np.ones(len(template), dtype=bool)
-    mask[first : first + UNIQ_HEX_LEN] = False
-    mask[second : second + UNIQ_HEX_LEN] = False
-    return template, mask, first, second
-
-
-def _property(p: bytes, name: bytes) -> str | None:
-    """The value of property ``name`` in encoded properties ``p`` (None: absent)."""
-    lead = b"\x02" + p
-    at = lead.find(b"\x02" + name + b"\x01")
-    if at < 0:
-        return None
-    at += len(name) + 2
-    end = lead.find(b"\x02", at)
-    return lead[at : end if end >= 0 else len(lead)].decode("utf-8")
-
-
-def _parse_halves(
-    src: bytes, rel: np.ndarray, seg_no: int, base: int, sizes: np.ndarray
-) -> dict[str, Any] | None:
-    """Where each half's committed record comes from (None: not our layout).
-
-    Halves of a few layouts (a sink's batch) are checked and read layout by
-    layout (:func:`_parse_layouts`); anything else half by half
-    (:func:`_parse_each`).
-    """
-    parsed = _parse_layouts(src, rel, seg_no, base, sizes)
-    if parsed is None:
-        parsed = _parse_each(src, rel, seg_no, base)
-        if parsed is not None:
-            del parsed["head_end"], parsed["qid_digits"]  # the layout parser's own
-    return parsed
-
-
-_MAX_LAYOUTS = 16  # record sizes in one region the layout parser takes on
-
-
-def _parse_layouts(
-    src: bytes, rel: np.ndarray, seg_no: int, base: int, sizes: np.ndarray
-) -> dict[str, Any] | None:
-    """:func:`_parse_each`'s result for halves of a few layouts, one per record size; or None.
-
-    A sink's halves come from a few prepare calls, each writing one layout:
-    the same properties but the UNIQ_KEY, the transaction id (the same 32
-    characters) and the REAL_QID digits, whose count makes the sizes differ.
-    The first half of each size is parsed by :func:`_parse_each`, which gives
-    the layout; every other half of that size must have the same BODYLENGTH
-    and, after the body, the same bytes but in those slots: compared as one
-    raw item a half per byte range (a memcmp each). Then its UNIQ_KEY and
-    REAL_QID are read from the slots. Any half that does not hold sends the
-    region to :func:`_parse_each`.
-    """
-    from rocketspark.message.record import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
-
-    m = len(rel)
-    if m < 2 or len(sizes) != m:
-        return None
-    buf = np.frombuffer(src, dtype=np.uint8)
-    if int(rel.min()) < 0 or int((rel + sizes).max()) > len(buf):
-        return None
-    kinds, which = np.unique(sizes, return_inverse=True)
-    if len(kinds) > _MAX_LAYOUTS:
-        return None
-    hdr = gather_items(buf, rel, HEADER_V4_DTYPE)
-    if (
-        np.any(hdr["magic"] != MESSAGE_MAGIC_CODE)
-        or np.any(hdr["sys_flag"] & 0x31)
-        or np.any(hdr["total"] != sizes)
-    ):
-        return None  # the slots are found from each record's end: TOTALSIZE must agree
-    body_len = hdr["body_len"].astype(np.int64)
-    qid = np.empty(m, dtype=np.int64)
-    uniq = np.empty((m, UNIQ_HEX_LEN), dtype=np.uint8)
-    topic = np.empty(m, dtype=np.int64)
-    prefix_len = np.empty(m, dtype=np.int64)
-    props_start = np.empty(m, dtype=np.int64)
-    names: list[str] = []
-    keyed = np.zeros(m, dtype=bool)
-    key_of: list[str] = [""] * len(kinds)
-    for g in range(len(kinds)):
-        rows = np.flatnonzero(which == g) if len(kinds) > 1 else np.arange(m)
-        i0 = int(rows[0])
-        first = _parse_each(src, rel[i0 : i0 + 1], seg_no, base + i0)
-        if first is None or not first["uniq_ok"][0]:
-            return None
-        r0, size = int(rel[i0]), int(kinds[g])
-        body_end = HEADER_V4.size + int(body_len[i0])
-        lead = int(first["props_start"][0] + first["prefix_len"][0]) - r0
-        head_end = int(first["head_end"][0]) - r0
-        learned = _learn_uniq_template(src[int(first["props_start"][0]) : r0 + lead])
-        if learned is None:
-            return None
-        template, _mask, u_first, u_second = learned
-        if head_end != lead - len(template):
-            return None
-        digits = int(first["qid_digits"][0])
-        u1, u2 = head_end + u_first, head_end + u_second
-        q1 = size - 1 - digits
-        slots = sorted([(u1, u1 + UNIQ_HEX_LEN), (u2, u2 + UNIQ_HEX_LEN), (q1, q1 + digits)])
-        if slots[0][0] < body_end or slots[-1][1] > size:
-            return None
-        if bool((body_len[rows] != body_len[i0]).any()):
-            return None
-        at_rows = rel[rows]
-        at = body_end
-        for lo, hi in [*slots, (size, size)]:
-            if lo < at:
-                return None  # overlapping slots: not the layout we write
-            at = hi
-        u1, u2, q1 = u1 - body_end, u2 - body_end, q1 - body_end
-        width = size - body_end
-        scale = 10 ** np.arange(digits - 1, -1, -1, dtype=np.int64)
-        like = None
-        for c in range(0, len(rows), _ROWS):
-            # Every byte after the body, a block of halves at a time: one pass over
-            # them (a gather per byte range was a pass each), into a block that
-            # stays in cache (a whole-batch copy costs its page faults).
-            tail = gather_items(buf, at_rows[c : c + _ROWS] + body_end, np.dtype((np.void, width)))
-            tail = tail.view(np.uint8).reshape(-1, width)
-            block = tail[:, u1 : u1 + UNIQ_HEX_LEN]
-            if _differs_rows(block, tail[:, u2 : u2 + UNIQ_HEX_LEN]) or bool(
-                ((block >= 128) | (block == 2)).any()
-            ):
-                return None
-            qd = tail[:, q1 : q1 + digits].astype(np.int64) - 48
-            if bool(((qd < 0) | (qd > 9)).any()):
-                return None
-            part = rows[c : c + _ROWS]
-            qid[part] = qd @ scale
-            uniq[part] = block
-            for lo in (u1, u2, q1):  # every byte but the slots: as in the first half
-                tail[:, lo : lo + (digits if lo == q1 else UNIQ_HEX_LEN)] = 0
-            if like is None:
-                like = tail[:1].copy()
-            if _differs_rows(tail, like):
-                return None
-        name = first["topic_names"][0]
-        if name not in names:
-            names.append(name)
-        topic[rows] = names.index(name)
-        prefix_len[rows] = first["prefix_len"][0]
-        props_start[rows] = at_rows + (int(first["props_start"][0]) - r0)
-        if first["keyed"]:
-            keyed[rows] = True
-            key_of[g] = first["key_strings"][0]
-    hits = np.flatnonzero(keyed)
-    return {
-        "src": src,
-        "hdr": hdr,
-        "seg": np.full(m, seg_no, dtype=np.int64),
-        "body_start": rel + HEADER_V4.size,
-        "props_start": props_start,
-        "prefix_len": prefix_len,
-        "qid": qid,
-        "topic": topic,
-        "topic_names": names,
-        "uniq": uniq,
-        "uniq_ok": np.ones(m, dtype=bool),
-        "uniq_text": {},
-        "keyed": (hits + base).tolist(),
-        "key_strings": [key_of[g] for g in which[hits].tolist()],
-    }
-
-
-def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str, Any] | None:
-    """Find, in numpy, where each half's committed record comes from (None: not ours).
-
-    ``src`` holds the halves' bytes, ``rel`` their offsets in it. Per half:
-    the body, the properties prefix to keep (everything before TRAN_MSG),
-    REAL_TOPIC and REAL_QID, and its 32-character UNIQ_KEY when it sits in
-    the fixed tail both prepare paths write. Only halves with KEYS (or an
-    unusual layout) are looked at one by one.
-    """
-    from rocketspark.message.record import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
-
-    buf = np.frombuffer(src, dtype=np.uint8)
-    m = len(rel)
-    header = HEADER_V4.size
-    hdr = gather_items(buf, rel, HEADER_V4_DTYPE)
-    if np.any(hdr["magic"] != MESSAGE_MAGIC_CODE) or np.any(hdr["sys_flag"] & 0x31):
-        return None  # v2 records, IPv6 hosts or compressed bodies: the record path
-    body_start = rel + header
-    body_end = body_start + hdr["body_len"].astype(np.int64)
-    if np.any(body_end + 3 > len(buf)):
-        return None
-    plen_at = body_end + 1 + buf[body_end].astype(np.int64)
-    props_start = plen_at + 2
-    props_end = props_start + ((buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1])
-    if np.any(props_end > len(buf)) or np.any(props_end <= props_start):
-        return None
-    last = props_end - 1
-    if np.any(buf[last] != 2):
-        return None
-    # REAL_QID: the digits before the last \x02, read backwards.
-    digits = np.zeros(m, dtype=np.int64)
-    qid = np.zeros(m, dtype=np.int64)
-    going = np.ones(m, dtype=bool)
-    scale = 1
-    for j in range(1, 7):
-        at = last - j
-        c = buf[np.maximum(at, 0)].astype(np.int64)
-        dig = going & (at >= props_start) & (c >= 48) & (c <= 57)
-        qid += np.where(dig, (c - 48) * scale, 0)
-        digits += dig
-        going = dig
-        scale *= 10
-    if np.any(digits == 0) or np.any(going):
-        return None
-    topic_end = last - digits - len(_QID_SEP)
-    if not _rows_equal(buf, topic_end, _QID_SEP).all():
-        return None
-    # REAL_TOPIC: learn each distinct topic from its first half, compare the rest.
-    topic = np.full(m, -1, dtype=np.int64)
-    lead = np.zeros(m, dtype=np.int64)
-    names: list[str] = []
-    todo = np.arange(m)
-    while len(todo):
-        i0 = int(todo[0])
-        cut = src.rfind(_FINAL_MARKER, int(props_start[i0]), int(topic_end[i0]))
-        if cut < 0:
-            return None
-        real = src[cut + len(_FINAL_MARKER) : int(topic_end[i0])]
-        template = _FINAL_MARKER + real
-        at = topic_end[todo] - len(template)
-        ok = (at >= props_start[todo]) & _rows_equal(buf, at, template)
-        if not ok[0]:
-            return None
-        try:
-            names.append(real.decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
-        topic[todo[ok]] = len(names) - 1
-        lead[todo[ok]] = at[ok]
-        todo = todo[~ok]
-    prefix_len = lead - props_start
-    if np.any((prefix_len > 0) & (buf[np.maximum(lead - 1, 0)] != 2)):
-        return None  # the prefix would not end on a whole property
-    # UNIQ_KEY: the fixed tail of the prefix, learned from one half and compared.
-    uniq = np.zeros((m, UNIQ_HEX_LEN), dtype=np.uint8)
-    uniq_ok = np.zeros(m, dtype=bool)
-    head_end = lead.copy()  # where the properties before UNIQ_KEY end
-    todo = np.arange(m)
-    tries = 0
-    while len(todo) and tries < 8:
-        tries += 1
-        i0 = int(todo[0])
-        learned = _learn_uniq_template(src[int(props_start[i0]) : int(lead[i0])])
-        if learned is None:
-            todo = todo[1:]
-            continue
-        template, mask, first, second = learned
-        at = lead[todo] - len(template)
-        ok = (at >= props_start[todo]) & _rows_equal(buf, at, template, mask)
-        ok &= (at == props_start[todo]) | (buf[np.maximum(at - 1, 0)] == 2)
-        rows, at = todo[ok], at[ok]
-        win = byte_rows(buf, UNIQ_HEX_LEN)
-        one = win[at + first]
-        good = (
-            (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (one != 2).all(axis=1)
-        )
-        uniq[rows[good]] = one[good]
-        uniq_ok[rows[good]] = True
-        head_end[rows[good]] = at[good]
-        todo = todo[~uniq_ok[todo]]
-        if len(todo) and todo[0] == i0:
-            todo = todo[1:]  # its own template failed it: one by one
-    # One by one: halves with properties before UNIQ_KEY (user properties, tags,
-    # keys) for their KEYS, and halves whose UNIQ_KEY the template did not cover.
-    uniq_text: dict[int, str] = {}
-    keyed: list[int] = []
-    key_strings: list[str] = []
-    for i in np.flatnonzero((head_end > props_start) | ~uniq_ok).tolist():
-        p = src[int(props_start[i]) : int(head_end[i])]
-        if not uniq_ok[i]:
-            uniq_text[base + i] = _property(p, b"UNIQ_KEY") or ""
-        keys = _property(p, b"KEYS")
-        if keys:
-            keyed.append(base + i)
-            key_strings.append(keys)
-    return {
-        "src": src,
-        "hdr": hdr,
-        "seg": np.full(m, seg_no, dtype=np.int64),
-        "body_start": body_start,
-        "props_start": props_start,
-        "prefix_len": prefix_len,
-        "qid": qid,
-        "topic": topic,
-        "topic_names": names,
-        "uniq": uniq,
-        "uniq_ok": uniq_ok,
-        "uniq_text": uniq_text,
-        "keyed": keyed,
-        "key_strings": key_strings,
-        "head_end": head_end,
-        "qid_digits": digits,
-    }
-
-
-class _UniqAt:
-    """UNIQ_KEY of each committed record, decoded only when a PutResult asks."""
-
-    def __init__(self, uniq: np.ndarray, ok: np.ndarray, text: dict[int, str]):
-        self._uniq, self._ok, self._text = uniq, ok, text
-
-    def get(self, i: int, default: str | None = None) -> str | None:
-        if self._ok[i]:
-            return self._uniq[i].tobytes().decode("ascii")
-        return self._text.get(i, default)
-
-    def __bool__(self) -> bool:
-        return True
-
-
 class _ResolutionTable:
     """How each half queue offset was resolved, one byte per offset.
 
@@ -1099,14 +618,14 @@ class _ResolutionTable:
             self._b = bigger
 
     def get(self, off: int) -> int:
-        state = int(self._b[off]) if 0 <= off < len(self._b) else OPEN
-        return RESOLVED if state == OPEN and off < self.floor else state
+        state = int(self._b[off]) if 0 <= off < len(self._b) else HalfState.OPEN
+        return HalfState.RESOLVED if state == HalfState.OPEN and off < self.floor else state
 
     def get_many(self, offs: np.ndarray) -> np.ndarray:
         out = np.zeros(len(offs), dtype=np.uint8)
         inside = offs < len(self._b)
         out[inside] = self._b[offs[inside]]
-        out[(out == OPEN) & (offs < self.floor)] = RESOLVED
+        out[(out == HalfState.OPEN) & (offs < self.floor)] = HalfState.RESOLVED
         return out
 
     def set_many(self, offs: np.ndarray, state: int) -> None:
@@ -1119,7 +638,7 @@ class _ResolutionTable:
         if len(offs):
             a = np.asarray(offs, dtype=np.int64)
             self._grow(int(a.max()) + 1)
-            a = a[self._b[a] == OPEN]
+            a = a[self._b[a] == HalfState.OPEN]
             self._b[a] = state
 
 

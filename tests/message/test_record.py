@@ -13,7 +13,6 @@ from rocketspark.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
-from rocketspark.message.model import java_string_hash, tags_code
 from rocketspark.message.properties import encode_properties
 from rocketspark.message.record import (
     RECORD_BLANK,
@@ -28,32 +27,9 @@ from rocketspark.message.record import (
     record_length,
 )
 
-# Values printed by a JVM (javac + java 17): String.hashCode().
-JAVA_HASHES = {
-    "TagA": 2598919,
-    "TagB": 2598920,
-    "created": 1028554472,
-    "标签": 857175,
-    "\U0001f600tag": 1276941143,  # a surrogate pair counts as two UTF-16 units
-    "polygenelubricants": -2147483648,
-    "订单已支付": -688090072,
-    "": 0,
-}
-
 
 def be(n: int, width: int) -> bytes:
     return n.to_bytes(width, "big", signed=True)
-
-
-@pytest.mark.parametrize("text,expected", sorted(JAVA_HASHES.items()))
-def test_java_string_hash_matches_the_jvm(text, expected):
-    assert java_string_hash(text) == expected
-
-
-def test_tags_code_is_sign_extended_hash_and_zero_without_tags():
-    assert tags_code("订单已支付") == -688090072
-    assert tags_code(None) == 0
-    assert tags_code("") == 0
 
 
 def golden_record(

@@ -5,15 +5,11 @@ from __future__ import annotations
 import os
 import random
 
-import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from rocketspark.message.results import PutResults
-from rocketspark.store import Message, MessageStore, PutStatus, commit_log, transaction
-from rocketspark.store.index_file import java_hash_hex_suffixed, java_hash_many
+from rocketspark.store import Message, MessageStore, PutStatus, commit_log, half_commit
 
 SMALL = dict(
     mappedFileSizeCommitLog=8192,
@@ -87,7 +83,7 @@ def copy_path(request, monkeypatch):
     if request.param.startswith("gather"):
         monkeypatch.setattr(commit_log, "GATHER_MIN", commit_log.SMALL_BATCH + 1)
     if request.param == "gather-regions":
-        monkeypatch.setattr(transaction, "_REGION_GAP", -1)
+        monkeypatch.setattr(half_commit, "_REGION_GAP", -1)
     return request.param
 
 
@@ -144,28 +140,6 @@ def test_columnar_put_checks_every_size_before_writing(tmp_path):
             s.put_batch([Message("orders", b"ok"), Message("orders", b"x" * 101)])
         assert s.max_offset("orders", 0) == 0
         assert s.put(Message("orders", b"ok")).queue_offset == 0
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    prefix=st.text(min_size=0, max_size=40),
-    counters=st.lists(st.integers(0, 200_000), min_size=1, max_size=20),
-)
-def test_hex_suffixed_hash_equals_hash_of_the_whole_string(prefix, counters):
-    got = java_hash_hex_suffixed(prefix, np.asarray(counters))
-    want = java_hash_many([f"{prefix}{c & 0xFFFF:04X}" for c in counters])
-    assert got.tolist() == want.tolist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(prefix=st.text(min_size=0, max_size=40), counter=st.integers(0, 1 << 20))
-def test_scalar_hex_suffixed_hash(prefix, counter):
-    from rocketspark.message.model import java_string_hash
-    from rocketspark.store.index_file import hex_suffixed_hash
-
-    assert hex_suffixed_hash(java_string_hash(prefix), counter) == java_string_hash(
-        f"{prefix}{counter & 0xFFFF:04X}"
-    )
 
 
 @pytest.mark.parametrize("mixed", [False, True])
@@ -422,19 +396,19 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
     tmp_path, clock, monkeypatch, layout
 ):
     """A sink's halves: records of a few layouts, one per size (REAL_QID digits), which
-    the commit checks and reads layout by layout (transaction._parse_layouts). Same
+    the commit checks and reads layout by layout (half_commit._parse_layouts). Same
     bytes as the per-record commit, and that parser is used exactly when every half
     of a size has one layout (not when each row has its own keys)."""
     used = []
-    parse_layouts = transaction._parse_layouts
+    parse_layouts = half_commit._parse_layouts
 
     def spy(*args):
         got = parse_layouts(*args)
         used.append(got is not None)
         return got
 
-    monkeypatch.setattr(transaction, "_parse_layouts", spy)
-    monkeypatch.setattr(transaction, "_ROWS", 64)  # halves checked in several blocks
+    monkeypatch.setattr(half_commit, "_parse_layouts", spy)
+    monkeypatch.setattr(half_commit, "_ROWS", 64)  # halves checked in several blocks
     n = 300
     topic = "t" * 127 if layout == "long-topic" else "orders"
     queues = {"12-queues": 12, "big-queue-ids": 1024}.get(layout, 4)

@@ -21,7 +21,7 @@ from rocketspark.errors import (
     StoreClosedError,
     UnknownTopicError,
 )
-from rocketspark.message.model import java_string_hash
+from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.record import BLANK_MAGIC_CODE, decode_record
 from rocketspark.store import Message, MessageStore, PullStatus, PutStatus
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE

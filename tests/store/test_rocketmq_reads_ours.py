@@ -20,7 +20,7 @@ import os
 import random
 import subprocess
 
-from rocketspark.message.model import tags_code
+from rocketspark.message.java_hash import tags_code
 from rocketspark.store import Message, MessageStore
 from tests.store.helpers.jvm import QUIET, need_java
 
