@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 
 from rocketspark.errors import ConfigError, InvalidNameError
+from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
-    java_string_hash,
 )
 
 __all__ = [
