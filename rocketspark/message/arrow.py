@@ -41,6 +41,7 @@ from rocketspark.message.model import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    HostAddress,
     MessageExt,
     SysFlag,
 )
@@ -50,7 +51,6 @@ from rocketspark.message.record import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     V1_MAX_TOPIC_LENGTH,
-    HostAddress,
     body_crc_error,
     decode_record,
     header_mismatch,

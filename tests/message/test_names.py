@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocketspark.errors import ConfigError, InvalidNameError
-from rocketspark.message.names import validate_group, validate_topic
+from rocketspark.message.names import SubscriptionExpression, validate_group, validate_topic
 
 
 @pytest.mark.parametrize(
@@ -75,3 +75,19 @@ def test_groups():
 def test_invalid_name_is_a_config_error():
     with pytest.raises(ConfigError):
         validate_topic("a/b")
+
+
+def test_a_tag_expression_matches_all_or_the_tags_it_names():
+    for everything in (None, "", " * ", "*"):
+        sub = SubscriptionExpression(everything)
+        assert sub.matches_all and sub.matches_tags(None) and sub.matches_code(12345)
+    sub = SubscriptionExpression(" TagA || TagB ||")
+    assert not sub.matches_all and sub.tags == {"TagA", "TagB"}
+    assert sub.matches_tags("TagB") and not sub.matches_tags("TagC")
+    assert not sub.matches_tags(None)
+    assert sub.matches_code(2598919) and not sub.matches_code(0)  # Java "TagA".hashCode()
+
+
+def test_a_tag_expression_naming_no_tag_is_refused():
+    with pytest.raises(ConfigError, match="names no tag"):
+        SubscriptionExpression("|| ||")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocketspark.errors import CorruptRecordError, InvalidNameError
-from rocketspark.message.fastjson import dumps_fastjson, loads_lenient
+from rocketspark.message.fastjson import loads_lenient
 from rocketspark.store import metadata
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
@@ -26,20 +25,8 @@ from rocketspark.store.metadata import (
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# consumerOffset.json as a RocketMQ 4.9 broker writes it: fastjson PrettyFormat,
-# tabs, integer queue ids as bare keys, the closing brace of a map on its own line.
-BROKER_CONSUMER_OFFSET_4 = (
-    "{\n"
-    '\t"offsetTable":{\n'
-    '\t\t"%RETRY%please_rename_unique_group_name_4@please_rename_unique_group_name_4":{0:0\n'
-    "\t\t},\n"
-    '\t\t"TopicTest@please_rename_unique_group_name_4":{0:250,1:250,2:250,3:249\n'
-    "\t\t}\n"
-    "\t}\n"
-    "}"
-)
-
-# RocketMQ 5.x adds the manager's dataVersion.
+# consumerOffset.json as a RocketMQ 5.x broker writes it: fastjson PrettyFormat with
+# bare integer keys (see tests/message/test_fastjson.py), plus the manager's dataVersion.
 BROKER_CONSUMER_OFFSET_5 = (
     "{\n"
     '\t"dataVersion":{\n'
@@ -111,56 +98,6 @@ def config_dir(tmp_path: Path) -> Path:
 
 def text_of(path: Path) -> str:
     return path.read_text(encoding="utf-8")
-
-
-# -- lenient reading, fastjson-style writing -----------------------------------------
-
-
-def test_lenient_reader_parses_a_brokers_consumer_offset_json():
-    data = loads_lenient(BROKER_CONSUMER_OFFSET_4)
-    assert data == {
-        "offsetTable": {
-            "%RETRY%please_rename_unique_group_name_4@please_rename_unique_group_name_4": {"0": 0},
-            "TopicTest@please_rename_unique_group_name_4": {"0": 250, "1": 250, "2": 250, "3": 249},
-        }
-    }
-    assert loads_lenient('{"offsetTable":{"TopicA@GroupA":{0:120,1:98}}}') == {
-        "offsetTable": {"TopicA@GroupA": {"0": 120, "1": 98}}
-    }
-
-
-def test_lenient_reader_leaves_strings_and_strict_json_alone():
-    text = r'{"a":"{0:1,2:3}","b\"{4:":{ -1 : 2 ,7:[1,2,{8:9}]},"c":"x\\"}'
-    assert loads_lenient(text) == {
-        "a": "{0:1,2:3}",
-        'b"{4:': {"-1": 2, "7": [1, 2, {"8": 9}]},
-        "c": "x\\",
-    }
-    strict = {"offsetTable": {"T@G": {"0": 1}}, "s": "é {1:2}", "n": [1, 2.5, None, True]}
-    assert loads_lenient(json.dumps(strict)) == strict
-    assert loads_lenient(json.dumps(strict, indent="\t")) == strict
-
-
-@pytest.mark.parametrize("bad", ["", "{", '{"a":}', "{0:1", "{a:1}", '{"a":1} x'])
-def test_lenient_reader_still_rejects_garbage(bad):
-    with pytest.raises(ValueError):
-        loads_lenient(bad)
-
-
-def test_fastjson_writer():
-    obj = {"offsetTable": {"TopicA@GroupA": {0: 120, 1: 98}}}
-    assert dumps_fastjson(obj) == '{"offsetTable":{"TopicA@GroupA":{0:120,1:98}}}'
-    assert dumps_fastjson(obj, bare_int_keys=False) == (
-        '{"offsetTable":{"TopicA@GroupA":{"0":120,"1":98}}}'
-    )
-    assert json.loads(dumps_fastjson(obj, bare_int_keys=False)) == loads_lenient(
-        dumps_fastjson(obj)
-    )
-    assert dumps_fastjson({"s": 'é"\n', "l": [True, None, -3]}) == (
-        '{"s":"é\\"\\n","l":[true,null,-3]}'
-    )
-    with pytest.raises(TypeError):
-        dumps_fastjson({1.5: 0})
 
 
 # -- atomic files --------------------------------------------------------------------
