@@ -37,11 +37,7 @@ from typing import Any
 
 from rocketspark.client import Client, ClientRef, Message, TransactionState
 from rocketspark.datasource.locations import location_key
-from rocketspark.errors import (
-    ConfigError,
-    RocketSparkError,
-    UnknownTopicError,
-)
+from rocketspark.errors import ConfigError, RocketSparkError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,

@@ -331,7 +331,9 @@ class EmbeddedClient:
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:
         """An exclusive flock on ``config/<name>.lock`` of the store, held for the block."""
-        with open(os.path.join(self.store.root, "config", f"{name}.lock"), "a") as f:
+        directory = os.path.join(self.store.root, "config")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"{name}.lock"), "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
