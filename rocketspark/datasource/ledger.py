@@ -35,8 +35,10 @@ lock), with the batch jobs' files beside it, so the sink's speed and files do
 not change. A remote backend keeps it where every process of a job reaches it
 on a cluster: a ledger topic of the same RocketMQ, one message per ``begin``
 and ``finish`` keyed by the sink id (sent SYNC, read newest first through
-QUERY_MESSAGE by key), and a batch job's gate as a broker-held lock
-(LOCK_BATCH_MQ on a queue of that topic). It is not a file under the query's
+QUERY_MESSAGE by key). A batch job's gate becomes a "job ended" record in that
+topic, which a task looks for before each chunk; a chunk that races the end
+is left to the broker's check-back, whose answer for a half of an ended job
+that no commit covers is ROLLBACK. It is not a file under the query's
 checkpointLocation: that needs an object-store client, and a batch write has
 no checkpoint.
 """
