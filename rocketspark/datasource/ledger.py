@@ -112,7 +112,7 @@ def sink_answer(sink_id: str, pending: Sequence[tuple[int, int]], in_flight: np.
     """
     runs = sorted(pending)
     starts = [a for a, _ in runs]
-    flying = np.sort(in_flight)
+    flying: list[np.ndarray] = []  # sorted when first asked: a commit mostly asks nothing
 
     def answer(half: MessageExt) -> TransactionState:
         if half.properties.get(PROPERTY_SINK_ID) != sink_id:
@@ -121,8 +121,10 @@ def sink_answer(sink_id: str, pending: Sequence[tuple[int, int]], in_flight: np.
         i = bisect_right(starts, off) - 1
         if i >= 0 and off < runs[i][1]:
             return TransactionState.COMMIT
-        j = int(np.searchsorted(flying, off))
-        if j < len(flying) and flying[j] == off:
+        if not flying:
+            flying.append(np.sort(in_flight))
+        j = int(np.searchsorted(flying[0], off))
+        if j < len(flying[0]) and flying[0][j] == off:
             return TransactionState.UNKNOWN
         return TransactionState.ROLLBACK
 
