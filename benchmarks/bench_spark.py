@@ -183,7 +183,7 @@ def bench_sink(spark, n: int, runs: int, guarantee: str) -> tuple[list[float], l
                 total = sum(s.max_offset("out", q) for q in range(4))
             assert total == 3 * n, (total, 3 * n)
         finally:
-            from rocketspark.datasource.stores import close_all
+            from rocketspark.client import close_all
 
             close_all()
             shutil.rmtree(path, ignore_errors=True)

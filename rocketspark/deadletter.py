@@ -6,8 +6,8 @@ with a growing delay (levels 3..18), and after the group's maxReconsumeTimes
 
 - :class:`RetryPipeline` runs a streaming query over a topic *and* its group's
   retry topic; the user's ``process(batch_df, batch_id)`` returns the rows that
-  failed, with a ``reason``; they are sent back with the reason, the first
-  failure time and the original topic and msgId as properties. All sends of a
+  failed (named by ``msgId``), with a ``reason``; they are sent back with the
+  reason, the first failure time and the original topic and msgId as properties. All sends of a
   micro-batch are one append, marked with a key naming the pipeline (its
   checkpoint and Spark's query id) and batch: a batch Spark replays after a
   restart finds the mark and sends nothing twice.
@@ -18,14 +18,14 @@ with a growing delay (levels 3..18), and after the group's maxReconsumeTimes
   exactly once: half messages, then a Delta MERGE stamping ``replayedAt`` and a
   ``replayId``, then the commit; an interrupted replay is finished (or rolled
   back) by the next replay of the same table according to what the table says.
-  Replays of one table take turns (a lock file in the store); replays of
-  different tables never touch each other's half messages.
+  Replays of one table take turns (a client lock); replays of different
+  tables never touch each other's half messages.
+
+Everything here goes through :mod:`rocketspark.client`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -35,15 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rocketspark.datasource.sink import PROPERTY_SINK_ID
-from rocketspark.datasource.stores import StoreRef, location_key
-from rocketspark.errors import (
-    ConfigError,
-    CorruptRecordError,
-    OffsetOutOfRangeError,
-    RocketSparkError,
-    UnknownTopicError,
-)
+from rocketspark.client import Client, ClientRef, Message, TransactionState
+from rocketspark.datasource.locations import location_key
+from rocketspark.errors import ConfigError, RocketSparkError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
@@ -51,10 +45,11 @@ from rocketspark.message.model import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SINK_ID,
+    QUERY_ID_PROPERTY,
     dlq_topic,
     retry_topic,
 )
-from rocketspark.store import Message
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +58,6 @@ PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
 PROPERTY_REPLAY = "RS_REPLAY"
 PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
 REPLAY_GROUP = "rocketspark-replay"  # + "-" and a hash of the table: one group a table
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Properties a replayed message does not carry over from its dead letter: the retry
 # bookkeeping, the failure (a replayed message that fails again is a new incident),
 # the transaction of an earlier write or replay, and the sink that wrote it (a replay's
@@ -98,8 +92,8 @@ _RETRY_ONLY = (
 Process = Callable[[Any, int], Any]
 
 
-def _store(store: str | None, overrides: dict[str, str] | None = None) -> StoreRef:
-    return StoreRef.resolve(store, overrides or {})
+def _store(store: str | None, overrides: dict[str, str] | None = None) -> ClientRef:
+    return ClientRef.embedded(store, overrides or {})
 
 
 # --- retries inside a pipeline --------------------------------------------------------
@@ -110,8 +104,10 @@ class RetryPipeline:
     """A streaming query over ``topic`` and ``%RETRY%group`` with RocketMQ's retry rules.
 
     ``process(batch_df, batch_id)`` does the work and returns a DataFrame of
-    the rows that failed (any columns of the input, at least ``commitLogOffset``,
-    plus a string ``reason``), or None when nothing failed. Rows of the retry
+    the rows that failed (any columns of the input, at least ``msgId``, plus a
+    string ``reason``), or None when nothing failed. A DataFrame without
+    ``msgId`` but with ``commitLogOffset`` (as pipelines wrote before rows were
+    named by msgId) still works against one broker. Rows of the retry
     topic have ``topic`` = ``%RETRY%group``, the original topic in
     ``properties['RETRY_TOPIC']`` and ``reconsumeTimes`` raised by one per attempt.
     """
@@ -128,19 +124,19 @@ class RetryPipeline:
 
     def __post_init__(self) -> None:
         self._ref = _store(self.store, self.store_options)
-        store = self._ref.open()
-        if not store.has_topic(self.topic):
-            raise UnknownTopicError(f"topic {self.topic!r} does not exist in store {store.root}")
-        if not store.has_topic(retry_topic(self.group)):
-            store.create_topic(retry_topic(self.group), queues=1)
-        store.groups.get_or_create(self.group)
+        client = self._ref.connect()
+        if not client.has_topic(self.topic):
+            raise UnknownTopicError(f"topic {self.topic!r} does not exist in {client.where}")
+        if not client.has_topic(retry_topic(self.group)):
+            client.create_topic(retry_topic(self.group), queues=1)
+        client.ensure_group(self.group)
         self._location = location_key(self.checkpoint)
         self.pipeline_id = hashlib.sha1(self._location.encode()).hexdigest()[:12]
 
     def reader(self) -> Any:
         r = (
             self.spark.readStream.format("rocketmq")
-            .option("store", self._ref.root)
+            .option("store", self._ref.address)
             .option("topic", f"{self.topic},{retry_topic(self.group)}")
             .option("group", self.group)
             .option("startingOffsets", self.starting_offsets)
@@ -170,36 +166,44 @@ class RetryPipeline:
         return w.start()
 
     def _batch(self, batch_df: Any, batch_id: int) -> None:
-        store = self._ref.open()
+        client = self._ref.connect()
         failed = self.process(batch_df, batch_id)
         if failed is not None and not hasattr(failed, "select"):
             raise ConfigError(
                 f"process() returned a {type(failed).__name__}; it returns a "
-                "DataFrame of the failed rows (commitLogOffset, reason) or None"
+                "DataFrame of the failed rows (msgId, reason) or None"
             )
         try:
-            rows = [] if failed is None else failed.select("commitLogOffset", "reason").collect()
+            name = (
+                "commitLogOffset"
+                if failed is not None
+                and "msgId" not in failed.columns
+                and "commitLogOffset" in failed.columns
+                else "msgId"
+            )
+            rows = [] if failed is None else failed.select(name, "reason").collect()
         except Exception as e:
             if "AnalysisException" in type(e).__name__:
                 raise ConfigError(
                     "the DataFrame process() returned needs the columns "
-                    "commitLogOffset (of the input rows) and reason: "
+                    "msgId (of the input rows) and reason: "
                     f"{str(e).splitlines()[0]}"
                 ) from e
             raise
         if rows:
             self.send_back(rows, batch_id, _query_id(batch_df))
-        store.run_schedule()  # deliver retries that are due (no daemon in embedded use)
+        client.tick()  # deliver retries that are due (no daemon in embedded use)
 
     def send_back(self, rows: list[Any], batch_id: int, query_id: str | None = None) -> int:
         """Send failed rows back (once per batch id, even when Spark replays the batch).
 
-        ``rows`` have ``commitLogOffset`` (of a message of this pipeline's topic or
-        retry topic) and ``reason``; a message named twice is sent back once.
+        ``rows`` have ``msgId`` (of a message of this pipeline's topic or retry
+        topic; or, from pipelines written before, ``commitLogOffset``) and
+        ``reason``; a message named twice is sent back once.
         ``query_id`` (Spark's, kept in the checkpoint) tells a new checkpoint at
         the same location, whose batch ids start again, from a restart.
         """
-        store = self._ref.open()
+        client = self._ref.connect()
         pipeline = (
             self.pipeline_id
             if query_id is None
@@ -207,7 +211,7 @@ class RetryPipeline:
         )
         mark = f"rs-retry-{pipeline}-{batch_id}"
         for t in (retry_topic(self.group), dlq_topic(self.group), "SCHEDULE_TOPIC_XXXX"):
-            if store.has_topic(t) and store.query_by_key(t, mark, max_num=1):
+            if client.has_topic(t) and client.query_by_key(t, mark, max_num=1):
                 log.info(
                     "pipeline %s: retries of batch %d were sent before; not again",
                     self.pipeline_id,
@@ -215,28 +219,30 @@ class RetryPipeline:
                 )
                 return 0
         now = str(int(time.time() * 1000))
-        msgs, props = [], []
+        ids, props = [], []
         ours = (self.topic, retry_topic(self.group))
-        seen: set[int] = set()
+        seen: set[str] = set()
         for r in rows:
-            offset = r.commitLogOffset
-            if offset is None or int(offset) in seen:
+            name, given = _failed_row_id(r)
+            if given is None:
                 continue
-            seen.add(int(offset))
             try:
-                m = store.get_message(int(offset))
-            except (CorruptRecordError, OffsetOutOfRangeError) as e:
+                msg_id = client.message_id_at(int(given)) if name != "msgId" else str(given)
+                if msg_id in seen:
+                    continue
+                seen.add(msg_id)
+                m = client.get_message(msg_id)
+            except RocketSparkError as e:  # not there, damaged, or another broker's
                 raise ConfigError(
-                    f"process() returned commitLogOffset {offset}, which is not "
-                    f"a message of this batch: {e}"
+                    f"process() returned {name} {given}, which is not a message of this batch: {e}"
                 ) from e
             if m.topic not in ours:
                 raise ConfigError(
-                    f"process() returned commitLogOffset {offset}, a message of "
+                    f"process() returned {name} {given}, a message of "
                     f"topic {m.topic!r}; failed rows come from the batch, whose "
                     f"topics are {ours[0]!r} and {ours[1]!r}"
                 )
-            msgs.append(m)
+            ids.append(msg_id)
             keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
             props.append(
                 {
@@ -245,8 +251,16 @@ class RetryPipeline:
                     "KEYS": keys,
                 }
             )
-        store.send_back_batch(self.group, msgs, properties=props)
-        return len(msgs)
+        return client.send_back(self.group, ids, properties=props)
+
+
+def _failed_row_id(row: Any) -> tuple[str, Any]:
+    """What names a failed row's message: ("msgId", id), or ("commitLogOffset", offset) in
+    rows of pipelines written before rows were named by msgId (one broker only)."""
+    fields = row.asDict() if hasattr(row, "asDict") else row._asdict()
+    if "msgId" in fields:
+        return "msgId", fields["msgId"]
+    return "commitLogOffset", fields.get("commitLogOffset")
 
 
 def _reason_text(reason: Any) -> str:
@@ -331,10 +345,10 @@ def materialize(
     for p in (retry_table, dlq_table):
         _check_table_path(spark, p)
     ref = _store(store, store_options)
-    s = ref.open()
+    client = ref.connect()
     for t in (retry_topic(group), dlq_topic(group)):
-        if not s.has_topic(t):
-            s.create_topic(t, queues=1)
+        if not client.has_topic(t):
+            client.create_topic(t, queues=1)
     queries = []
     for topic, path, at, extra in (
         (retry_topic(group), retry_table, "retriedAt", ""),
@@ -347,7 +361,7 @@ def materialize(
     ):
         r = (
             spark.readStream.format("rocketmq")
-            .option("store", ref.root)
+            .option("store", ref.address)
             .option("topic", topic)
             .option("startingOffsets", "earliest")
         )
@@ -363,7 +377,7 @@ def materialize(
             + extra
         )
         df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
-        w = df.writeStream.foreachBatch(_merge_into(path, ref.root)).option(
+        w = df.writeStream.foreachBatch(_merge_into(path, ref)).option(
             "checkpointLocation", os.path.join(checkpoint, topic.strip("%").replace("%", "-"))
         )
         w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="2 seconds")
@@ -371,7 +385,7 @@ def materialize(
     return queries
 
 
-def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
+def _merge_into(path: str, ref: ClientRef) -> Callable[[Any, int], None]:
     """A foreachBatch writer adding the batch's rows whose msgId the table lacks.
 
     A plain append would add every row again when the checkpoint is new (or
@@ -383,7 +397,7 @@ def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
 
         spark = batch_df.sparkSession
         rows = batch_df.dropDuplicates(["msgId"])
-        with _table_lock(store_root, path):
+        with _table_lock(ref.connect(), path):
             if not DeltaTable.isDeltaTable(spark, path):
                 rows.write.format("delta").partitionBy("day").mode("append").save(path)
                 return
@@ -401,27 +415,16 @@ def _merge_into(path: str, store_root: str) -> Callable[[Any, int], None]:
     return write
 
 
-def _table_lock(store_root: str, table: str) -> Any:
-    """materialize() and replay() write one table in turn (a lock file in the store's
-    config directory, which both have at hand: the tables may be on object storage).
+def _table_lock(client: Client, table: str) -> Any:
+    """materialize() and replay() write one table in turn (a lock of the client, which
+    both have at hand: the tables may be on object storage).
 
     Each one's MERGE reads the partitions the other writes, so side by side one of
     them fails Delta's conflict check: a replay every time a dead letter arrived
     while it ran. Other writers of the table are met with _retry_conflicts.
     """
     key = hashlib.sha1(location_key(table).encode()).hexdigest()[:16]
-    return _config_lock(store_root, f"rocketspark-table-{key}")
-
-
-@contextlib.contextmanager
-def _config_lock(store_root: str, name: str) -> Any:
-    """An exclusive flock on ``config/<name>.lock`` of the store, held for the block."""
-    with open(os.path.join(store_root, "config", f"{name}.lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return client.lock(f"rocketspark-table-{key}")
 
 
 MERGE_ATTEMPTS = 6  # a MERGE that met a concurrent write is tried again, up to this often
@@ -510,11 +513,10 @@ def replay(
             f"no dead-letter table at {dlq_table} (has the group had dead "
             "letters yet, and is materialize() running?)"
         )
-    ref = _store(store, store_options)
-    s = ref.open()
+    client = _store(store, store_options).connect()
     group = _replay_group(dlq_table)
-    with _replay_lock(s, group):
-        return _replay(spark, s, dlq_table, group, condition, force)
+    with _replay_lock(client, group):
+        return _replay(spark, client, dlq_table, group, condition, force)
 
 
 def _replay_group(dlq_table: str) -> str:
@@ -522,16 +524,18 @@ def _replay_group(dlq_table: str) -> str:
     return f"{REPLAY_GROUP}-{hashlib.sha1(location_key(dlq_table).encode()).hexdigest()[:16]}"
 
 
-def _replay_lock(store: Any, group: str) -> Any:
+def _replay_lock(client: Client, group: str) -> Any:
     """Replays of one table take turns: an overlapping one would roll back the halves
     of the other (they are in no table yet) between its prepare and its commit."""
-    return _config_lock(store.root, group)
+    return client.lock(group)
 
 
-def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str, force: bool) -> int:
+def _replay(
+    spark: Any, client: Client, dlq_table: str, group: str, condition: str, force: bool
+) -> int:
     from delta.tables import DeltaTable
 
-    _finish_interrupted(spark, s, dlq_table, group)
+    _finish_interrupted(spark, client, dlq_table, group)
     table = spark.read.format("delta").load(dlq_table)
     try:
         selected = table.where(condition)
@@ -550,7 +554,7 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str, forc
     rows = list({r.msgId: r for r in rows}.values())  # one message per dead letter
     if not rows:
         return 0
-    missing = sorted({r.originTopic for r in rows if not s.has_topic(r.originTopic)})
+    missing = sorted({r.originTopic for r in rows if not client.has_topic(r.originTopic)})
     if missing:
         raise UnknownTopicError(f"cannot replay to topics that no longer exist: {missing}")
     replay_id = uuid.uuid4().hex
@@ -562,10 +566,10 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str, forc
         msgs.append(
             Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (), properties=props)
         )
-    halves = s.prepare_batch(msgs, producer_group=group)
+    halves = [h.queue_offset for h in client.prepare_batch(msgs, producer_group=group)]
     # By msgId alone: a dead letter in the table twice (two days) is stamped twice.
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
-    with _table_lock(s.root, dlq_table):
+    with _table_lock(client, dlq_table):
         _retry_conflicts(
             lambda: (
                 DeltaTable.forPath(spark, dlq_table)
@@ -578,34 +582,43 @@ def _replay(spark: Any, s: Any, dlq_table: str, group: str, condition: str, forc
             ),
             f"replay into {dlq_table}",
         )
-    s.commit_transaction(halves)
+    client.end_transactions(halves, commit=True)
     return len(msgs)
 
 
-def _finish_interrupted(spark: Any, store: Any, dlq_table: str, group: str) -> None:
-    """Resolve halves of a replay of this table that stopped between prepare and commit."""
-    open_halves = store.open_transactions(group)
-    if not open_halves:
-        return
-    by_id: dict[str, list[int]] = {}
-    for h in open_halves:
-        by_id.setdefault(h.properties.get(PROPERTY_REPLAY_ID, ""), []).append(h.queue_offset)
-    recorded = {
-        r.replayId
-        for r in spark.read.format("delta")
-        .load(dlq_table)
-        .where("replayId IS NOT NULL")
-        .select("replayId")
-        .distinct()
-        .collect()
-    }
-    for rid, offsets in by_id.items():
-        if rid in recorded:
-            log.warning("replay %s was recorded but not committed: committing it", rid)
-            store.commit_transaction(offsets)
-        else:
-            log.warning("replay %s never reached the table: rolling it back", rid)
-            store.rollback_transaction(offsets)
+def _finish_interrupted(spark: Any, client: Client, dlq_table: str, group: str) -> None:
+    """Resolve halves of a replay of this table that stopped between prepare and commit.
+
+    The answer to each open half of the table's group: COMMIT if the table
+    recorded its replay id (the MERGE ran), ROLLBACK otherwise.
+    """
+    recorded: set[str] | None = None
+
+    def answer(half: Any) -> TransactionState:
+        nonlocal recorded
+        if recorded is None:  # read once, and only when a half is open
+            recorded = {
+                r.replayId
+                for r in spark.read.format("delta")
+                .load(dlq_table)
+                .where("replayId IS NOT NULL")
+                .select("replayId")
+                .distinct()
+                .collect()
+            }
+        if half.properties.get(PROPERTY_REPLAY_ID, "") in recorded:
+            return TransactionState.COMMIT
+        return TransactionState.ROLLBACK
+
+    counts = client.check_transactions(group, answer)
+    if counts["commit"]:
+        log.warning(
+            "%d messages of a replay were recorded but not committed: committed", counts["commit"]
+        )
+    if counts["rollback"]:
+        log.warning(
+            "%d messages of a replay never reached the table: rolled back", counts["rollback"]
+        )
 
 
 __all__ = ["RetryPipeline", "materialize", "replay", "RocketSparkError"]

@@ -401,3 +401,32 @@ def test_a_merge_that_met_a_concurrent_write_is_run_again(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         deadletter._retry_conflicts(lambda: calls.append(1) or 1 / 0, "test")
     assert len(calls) == 1
+
+
+def test_failed_rows_are_named_by_msg_id(tmp_path):
+    """process() names failed rows by msgId (host and commitLog offset of one broker's
+    message); a msgId of no message here is refused like a bad commitLogOffset."""
+    from collections import namedtuple
+
+    row = namedtuple("Row", "msgId reason")
+    store_dir = str(tmp_path / "store")
+    with MessageStore.open(store_dir, **FAST) as s:
+        s.create_topic("orders", queues=1)
+        (mine,) = s.put_batch([Message("orders", b"order")])
+    pipe = RetryPipeline(
+        None,
+        topic="orders",
+        group="etl",
+        process=lambda df, i: None,
+        checkpoint=str(tmp_path / "chk"),
+        store=store_dir,
+        store_options=FAST,
+    )
+    elsewhere = mine.msg_id[:-16] + "%016X" % (mine.commitlog_offset + 10_000)
+    with pytest.raises(ConfigError, match=f"msgId {elsewhere}, which is not a message"):
+        pipe.send_back([row(elsewhere, "boom")], 0, "q1")
+    assert pipe.send_back([row(mine.msg_id, "boom")] * 2, 0, "q1") == 1
+    with MessageStore.open(store_dir, **FAST) as s:
+        (sent,) = s.pull("SCHEDULE_TOPIC_XXXX", 2, 0, 10).messages
+    assert sent.properties["ORIGIN_MESSAGE_ID"] == mine.msg_id
+    assert sent.properties["RS_FAILURE_REASON"] == "boom"

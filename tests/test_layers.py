@@ -229,17 +229,6 @@ FORBIDDEN = {
 # removed by the layout work; delete the entry when it goes.
 KNOWN_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
-        # removed by the layout work (datasource ported onto client/)
-        ("rocketspark/datasource/options.py", "rocketspark.store.config"),
-        ("rocketspark/datasource/sink.py", "rocketspark.store"),
-        ("rocketspark/datasource/source.py", "rocketspark.store"),
-        ("rocketspark/datasource/source.py", "rocketspark.store.message_store"),
-        ("rocketspark/datasource/stores.py", "rocketspark.store"),
-        ("rocketspark/datasource/stores.py", "rocketspark.store.config"),
-        ("rocketspark/datasource/stores.py", "rocketspark.store.layout"),
-        ("rocketspark/datasource/stores.py", "rocketspark.store.message_store"),
-        # removed by the layout work (deadletter.py ported onto client/)
-        ("rocketspark/deadletter.py", "rocketspark.store"),
         # removed by the layout work (schedule and transaction given the store's parts)
         ("rocketspark/store/schedule.py", "rocketspark.store.message_store"),
         ("rocketspark/store/transaction.py", "rocketspark.store.message_store"),
@@ -422,8 +411,6 @@ ALL_REACHES = [reach for module in MODULES for reach in private_reaches(module)]
 # Delete an entry when its reach is gone.
 KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
     {
-        # removed by the layout work (ClientRef replaces datasource/stores.py)
-        ("rocketspark/datasource/stores.py", "_closed"),
         # removed by the layout work (ConsumeQueue, CommitLog and ScheduleService seams)
         ("rocketspark/store/message_store.py", "_start_offset"),
         ("rocketspark/store/message_store.py", "_write"),

@@ -9,22 +9,11 @@ earliest and -1 its latest, as in Kafka's connector.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from rocketspark.message.model import MessageQueue
 
 EARLIEST = -2
 LATEST = -1
-
-
-@dataclass(frozen=True, order=True)
-class MessageQueue:
-    """A queue of a topic on a broker: what one input partition reads."""
-
-    topic: str
-    broker: str
-    queue_id: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}/{self.broker}/{self.queue_id}"
 
 
 Positions = dict[MessageQueue, int]

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rocketspark.client import SubscriptionExpression, canonical_key
 from rocketspark.errors import ConfigError
-from rocketspark.store.config import canonical_key
 
 STORE_OPTION_PREFIX = "rocketmq."
 
@@ -83,8 +83,6 @@ def _duration_ms(key: str, value: str) -> int:
 
 def _sub_expression(key: str, value: str) -> str:
     """A tag expression, checked as the store reads it (``*``, or ``TagA || TagB``)."""
-    from rocketspark.message.names import SubscriptionExpression
-
     try:
         SubscriptionExpression(value)
     except ConfigError as e:

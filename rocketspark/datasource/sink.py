@@ -1,12 +1,13 @@
 """The sink side: DataFrame rows → messages, exactly once through transactional half messages.
 
-Exactly-once (the default) works like this, per streaming query ("sink id"):
+The ledger and the commit protocol are in ``ledger.py``; in short, per
+streaming query ("sink id"):
 
 1. Every task writes its rows as half messages (invisible to consumers) tagged
    with the sink id, and reports the half-queue offset runs it wrote and the
    streaming query's id (Spark's, kept in the checkpoint).
 2. ``commit(messages, batchId)`` on the driver: if the ledger
-   (``config/rocketsparkSinks.json`` in the store) says this batch id, or a
+   (``client.sink_ledger()``) says this batch id, or a
    later one, is committed already by the same query, the batch is a replay
    after a restart and its halves are rolled back. Otherwise the ledger
    records the batch as pending with its runs, the halves are committed, and
@@ -23,16 +24,16 @@ A batch ``df.write`` (exactly once, no ``txnAppId``) gets a sink id of its own
 per job, so that its commit (or abort) also rolls back the halves of its failed
 task attempts.
 
-Every exactly-once batch job also has a job file in the store
-(``config/rocketsparkSinkJobs/<job>.lock``), created when Spark plans the
-write: a task writes each chunk of halves under a shared ``flock`` of it, and
-only while it exists; the job's commit or abort takes the lock exclusively
-(waiting for chunks under way), resolves the halves and deletes the file. A
-task Spark has not stopped yet when its job ends (cancelled, speculative) then
-writes nothing more, so once a batch write ends no half of it stays open.
+Every exactly-once batch job also has a gate in the ledger (the embedded
+store: a job file ``config/rocketsparkSinkJobs/<job>.lock``), opened when Spark
+plans the write: a task writes each chunk of halves through it, and only while
+it is open; the job's commit or abort shuts it (waiting for chunks under way),
+then resolves the halves. A task Spark has not stopped yet when its job ends
+(cancelled, speculative) then writes nothing more, so once a batch write ends
+no half of it stays open.
 
 Spark creates the writer afresh in different processes for planning and for
-each commit, so all of this state lives in the store, never in the writer.
+each commit, so all of this state lives behind the client, never in the writer.
 
 At-least-once writes messages directly.
 """
@@ -41,16 +42,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import fcntl
 import hashlib
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -65,15 +63,24 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from rocketspark.client import ClientRef, Message, validate_group
+from rocketspark.datasource.ledger import (
+    SinkCommit,
+    abort_batch,
+    commit_batch,
+    commit_job,
+    default_producer_group,
+)
+from rocketspark.datasource.locations import location_key
 from rocketspark.datasource.options import ParsedOptions
-from rocketspark.datasource.stores import StoreRef, location_key
-from rocketspark.errors import ConfigError, SinkJobEndedError, UnknownTopicError
+from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_FIRST_HALF,
+    PROPERTY_SINK_ID,
+    QUERY_ID_PROPERTY,
     RESERVED_PROPERTIES,
     is_system_topic,
 )
-from rocketspark.store import Message
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -94,7 +101,6 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
     "shardingKey": ((StringType,), "string"),
     "delayLevel": (_INTEGRAL, "int"),
 }
-PROPERTY_SINK_ID = "RS_SINK"
 # Property names a previous write (a transaction, a sink) set on a message: they
 # describe that write, so the sink drops them from its input and sets its own. A row
 # read from a topic an exactly-once sink wrote then goes back through a sink as-is.
@@ -113,13 +119,8 @@ SINK_REPLACED_PROPERTIES = frozenset(
         PROPERTY_SINK_ID,
     }
 )
-# The local property Spark's stream execution gives a micro-batch's tasks: the query
-# id, which the checkpoint keeps across restarts (a new checkpoint, a new id).
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Messages per store call: bounds memory and lock hold times in a task.
 WRITE_CHUNK = 8192
-# Under the store's config directory: one file per exactly-once batch job not yet ended.
-JOB_DIR = "rocketsparkSinkJobs"
 
 
 def _expected() -> str:
@@ -167,7 +168,7 @@ def validate_schema(
 
 @dataclass(frozen=True)
 class SinkPlan:
-    store: StoreRef
+    client: ClientRef
     columns: tuple[str, ...]
     default_topic: str | None
     exactly_once: bool
@@ -192,15 +193,11 @@ class SinkPlan:
             )
         exactly_once = options["deliveryGuarantee"] == "exactly_once"
         columns = validate_schema(schema, default_topic, exactly_once)
-        ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
-        store = ref.open()
-        if (
-            default_topic
-            and not store.has_topic(default_topic)
-            and not store.config.auto_create_topic_enable
-        ):
+        ref = ClientRef.embedded(options.get("store"), options.store_overrides).require()
+        client = ref.connect()
+        if default_topic and not client.has_topic(default_topic) and not client.auto_create_topics:
             raise UnknownTopicError(
-                f"option topic: topic {default_topic!r} does not exist in store {store.root}; "
+                f"option topic: topic {default_topic!r} does not exist in {client.where}; "
                 "create it first (rocketspark topic create)"
             )
         app, version = options.get("txnAppId"), options.get("txnVersion")
@@ -234,22 +231,10 @@ class SinkPlan:
             else:  # a batch write: one id per job (Spark plans the writer once a job)
                 sink_id = "batch-" + (job or uuid.uuid4().hex[:16])
         group = options.get("producerGroup") or default_producer_group(sink_id)
-        from rocketspark.message.names import validate_group
-
         validate_group(group)
         if job is not None:
-            start_job(store.root, job)
+            client.sink_ledger().start_job(job)
         return cls(ref, columns, default_topic, exactly_once, sink_id, group, version, job)
-
-
-@dataclass(frozen=True)
-class SinkCommit(WriterCommitMessage):
-    """What one task wrote: half-queue offset runs [start, end), the message count and
-    the streaming query's id (None: a batch write)."""
-
-    runs: tuple[tuple[int, int], ...]
-    count: int
-    query: str | None = None
 
 
 def _batch_columns(batch: pa.RecordBatch) -> tuple[dict[str, list[Any]], int]:
@@ -267,13 +252,13 @@ def _batch_columns(batch: pa.RecordBatch) -> tuple[dict[str, list[Any]], int]:
 def _rows_columns(rows: Sequence[Any], names: Sequence[str]) -> tuple[dict[str, list[Any]], int]:
     cols: dict[str, list[Any]] = {name: [] for name in names}
     for r in rows:
-        for name, v in zip(names, r):
+        for name, v in zip(names, r, strict=False):
             cols[name].append(v)
     return cols, len(rows)
 
 
 def _store_columns(plan: SinkPlan, cols: dict[str, list[Any]]) -> dict[str, Any]:
-    """Sink columns → keyword arguments of MessageStore.put_columns / prepare_columns."""
+    """Sink columns → keyword arguments of Client.put_columns / prepare_columns."""
     return {
         "topic": plan.default_topic,
         "topics": cols.get("topic"),
@@ -287,12 +272,12 @@ def _store_columns(plan: SinkPlan, cols: dict[str, list[Any]]) -> dict[str, Any]
 
 def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     """Write one task's input; return the runs of half messages (exactly-once)."""
-    store = plan.store.open()
+    client = plan.client.connect()
     runs: list[tuple[int, int]] = []
     count = 0
     extra = {PROPERTY_SINK_ID: plan.sink_id}
     pending_rows: list[Any] = []
-    gate = _JobWrites(store.root, plan.job) if plan.job is not None else None
+    gate = client.sink_ledger().job_writes(plan.job) if plan.job is not None else None
 
     def flush(cols: dict[str, list[Any]], n: int) -> None:
         nonlocal count
@@ -303,7 +288,7 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
             kw = _store_columns(plan, part)
             if plan.exactly_once:
                 with gate.writing() if gate is not None else contextlib.nullcontext():
-                    rs = store.prepare_columns(
+                    rs = client.prepare_columns(
                         bodies, producer_group=plan.producer_group, extra_properties=extra, **kw
                     )
                 first, last = rs[0].queue_offset, rs[-1].queue_offset
@@ -313,9 +298,9 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
                 else:
                     runs.append((first, last + 1))
             elif "delayLevel" in part:
-                store.put_batch(_messages(plan, bodies, kw, part["delayLevel"]))
+                client.put_batch(_messages(plan, bodies, kw, part["delayLevel"]))
             else:
-                store.put_columns(bodies, **kw)
+                client.put_columns(bodies, **kw)
             count += len(bodies)
 
     try:
@@ -336,63 +321,6 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     return SinkCommit(tuple(runs), count, _task_query())
 
 
-def _job_path(store_root: str, job: str) -> str:
-    return os.path.join(store_root, "config", JOB_DIR, f"{job}.lock")
-
-
-def start_job(store_root: str, job: str) -> None:
-    """Create the job file of an exactly-once batch job (on the driver, when Spark plans it).
-
-    Its tasks write only while it exists; :func:`ending_job` deletes it.
-    """
-    path = _job_path(store_root, job)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-
-
-class _JobWrites:
-    """A task's side of its job file: each chunk of halves is written under a shared
-    flock of it, and only if the job has not ended (the file is still there)."""
-
-    def __init__(self, store_root: str, job: str):
-        self.path = _job_path(store_root, job)
-        self.job = job
-        self._fd: int | None = None
-
-    def _ended(self) -> SinkJobEndedError:
-        return SinkJobEndedError(
-            f"batch write job {self.job} was committed or aborted before this task finished "
-            f"writing (no job file {self.path}); it writes nothing more"
-        )
-
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise self._ended() from None
-        fcntl.flock(self._fd, fcntl.LOCK_SH)
-        try:
-            # Checked under the lock: the job's end deletes the file under its exclusive
-            # lock, so either this chunk is written before the end looks for open
-            # halves, or the file is gone here.
-            try:
-                alive = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
-            except FileNotFoundError:
-                alive = False
-            if not alive:
-                raise self._ended()
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 @contextlib.contextmanager
 def ending_job(plan: SinkPlan) -> Iterator[None]:
     """Run a batch job's commit or abort with its tasks' writes shut out, then end the job.
@@ -400,28 +328,15 @@ def ending_job(plan: SinkPlan) -> Iterator[None]:
     Waits for the chunks of halves its tasks are writing (Spark may still be
     cancelling them when it aborts, or a speculative attempt may run on after
     the commit), so the block sees every half the job will ever have; the job
-    file is deleted at the end, even if the block raises (Spark calls abort
-    after a failed commit), so no task writes after it. A job whose file is
-    gone has ended already: the block runs without waiting.
+    ends even if the block raises (Spark calls abort after a failed commit),
+    so no task writes after it. A job that has ended already: the block runs
+    without waiting.
     """
     if plan.job is None:
         yield
         return
-    path = _job_path(plan.store.root, plan.job)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    with plan.client.connect().sink_ledger().ending_job(plan.job):
         yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def check_columns(cols: dict[str, list[Any]]) -> None:
@@ -517,6 +432,7 @@ def _messages(
             col("properties"),
             col("queue_ids"),
             col("sharding_keys"),
+            strict=False,
         )
     ):
         if b is None:
@@ -536,203 +452,11 @@ def _messages(
     return out
 
 
-def _offsets(messages: Sequence[WriterCommitMessage | None]) -> np.ndarray:
-    return _run_offsets(_runs(messages))
-
-
-def _run_offsets(runs: Sequence[tuple[int, int]]) -> np.ndarray:
-    if not runs:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in runs])
-
-
-def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[tuple[int, int]]:
-    return [r for m in messages if isinstance(m, SinkCommit) for r in m.runs]
-
-
-def _query(messages: Sequence[WriterCommitMessage | None]) -> str | None:
-    return next((m.query for m in messages if isinstance(m, SinkCommit) and m.query), None)
-
-
-def finish_pending(plan: SinkPlan) -> np.ndarray:
-    """Commit a batch the ledger shows half-committed (a crash inside ``commit``).
-
-    Returns the half-queue offsets it committed (none: nothing was pending).
-    Its halves are never rolled back before this runs (``roll_back_orphans``
-    comes after it), so they are still open or already committed.
-    """
-    store = plan.store.open()
-    ledger = store.sink_ledger
-    _, pending = ledger.get(plan.sink_id)
-    if pending is None:
-        return np.empty(0, dtype=np.int64)
-    batch_id, runs = pending
-    offsets = _run_offsets(runs)
-    log.warning(
-        "sink %s: finishing the commit of batch %d (%d messages) left by a crash",
-        plan.sink_id,
-        batch_id,
-        len(offsets),
-    )
-    if len(offsets):
-        store.commit_transaction(offsets)
-    ledger.finish(plan.sink_id, batch_id, ledger.pending_query(plan.sink_id))
-    return offsets
-
-
-def roll_back_orphans(plan: SinkPlan, keep: np.ndarray) -> int:
-    """Roll back this sink's open half messages other than ``keep``.
-
-    Called when a batch commits or aborts: Spark runs one micro-batch at a
-    time, so any other open half of this sink comes from a task attempt that
-    failed, a batch that was never committed, or a run that was killed.
-    """
-    store = plan.store.open()
-    orphans = [
-        h.queue_offset
-        for h in store.open_transactions(plan.producer_group, exclude=keep)
-        if h.properties.get(PROPERTY_SINK_ID) == plan.sink_id
-    ]
-    if orphans:
-        log.warning(
-            "sink %s: rolling back %d half messages that no batch committed",
-            plan.sink_id,
-            len(orphans),
-        )
-        store.rollback_transaction(orphans)
-    return len(orphans)
-
-
-def default_producer_group(sink_id: str) -> str:
-    """The producer group of a sink's transactions unless the producerGroup option says."""
-    return f"rocketspark-sink-{sink_id}"
-
-
-def roll_back_abandoned_batch_writes(
-    store: Any, older_than_ms: int, *, producer_groups: Sequence[str] = ()
-) -> int:
-    """Roll back the open halves of batch ``df.write`` jobs older than ``older_than_ms``.
-
-    A job whose driver died before its commit leaves its halves open (and
-    invisible) for good: no later job has its sink id. Streams' halves are not
-    touched (their next commit resolves them), nor other producers' (a half
-    is a batch write's when its RS_SINK says ``batch-...`` and its PGROUP is
-    that sink's default group, or one of ``producer_groups``: give the
-    producerGroup options of batch writes that set one). A job still running
-    whose halves are older than the limit fails at its commit ("already
-    rolled back"), so give a limit longer than any batch write runs. Job
-    files (see the module's docstring) older than the limit are deleted
-    first, so no task of those jobs writes after the halves are looked for.
-    Returns how many halves were rolled back.
-    """
-    cutoff = store.clock() - older_than_ms
-    _end_stale_jobs(store.root, cutoff)
-    groups = frozenset(producer_groups)
-    stale = []
-    for h in store.open_transactions():
-        sink = h.properties.get(PROPERTY_SINK_ID, "")
-        group = h.properties.get("PGROUP")
-        if (
-            sink.startswith("batch-")
-            and h.store_timestamp < cutoff
-            and (group == default_producer_group(sink) or group in groups)
-        ):
-            stale.append(h.queue_offset)
-    if stale:
-        log.warning(
-            "rolling back %d half messages of batch writes that never committed", len(stale)
-        )
-        store.rollback_transaction(stale)
-    return len(stale)
-
-
-def _end_stale_jobs(store_root: str, cutoff_ms: int) -> None:
-    """Delete the job files created before ``cutoff_ms`` (jobs whose driver never ended them)."""
-    directory = os.path.join(store_root, "config", JOB_DIR)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:  # its job ended meanwhile
-            continue
-        try:
-            if os.fstat(fd).st_mtime * 1000 >= cutoff_ms:
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a chunk under way is written before the scan
-            log.warning(
-                "batch write job %s was never committed or aborted; ending it",
-                name.removesuffix(".lock"),
-            )
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        finally:
-            os.close(fd)
-
-
-def commit_batch(
-    plan: SinkPlan, messages: Sequence[WriterCommitMessage | None], batch_id: int
-) -> bool:
-    """Commit one batch's halves unless the ledger has it; False for a replay."""
-    store = plan.store.open()
-    finish_pending(plan)
-    offsets = _offsets(messages)
-    roll_back_orphans(plan, offsets)
-    ledger = store.sink_ledger
-    committed, _ = ledger.get(plan.sink_id)
-    query, known = _query(messages), ledger.query(plan.sink_id)
-    if query is not None and known is not None and query != known and committed >= 0:
-        log.warning(
-            "sink %s: query %s commits its batch %d where query %s committed up to "
-            "batch %d: a new checkpoint, whose batch ids start again",
-            plan.sink_id,
-            query,
-            batch_id,
-            known,
-            committed,
-        )
-        committed = -1
-    if batch_id <= committed:
-        log.warning(
-            "sink %s: batch %d was committed before (a replay after a restart); "
-            "discarding its %d new half messages",
-            plan.sink_id,
-            batch_id,
-            len(offsets),
-        )
-        store.rollback_transaction(offsets)
-        return False
-    if len(offsets):  # an empty batch has nothing to finish after a crash
-        ledger.begin(plan.sink_id, batch_id, _runs(messages), query)
-        store.commit_transaction(offsets)
-    ledger.finish(plan.sink_id, batch_id, query)
-    return True
-
-
-def abort_batch(plan: SinkPlan, messages: Sequence[WriterCommitMessage | None]) -> None:
-    """Roll back a batch's halves and the sink's other open ones (not a pending batch's).
-
-    A pending batch (its commit was cut short) is committed first: Spark may
-    call abort after a commit that failed half way, or abort a replay of a
-    batch whose earlier commit a crash interrupted; its halves were decided.
-    """
-    store = plan.store.open()
-    done = finish_pending(plan)
-    offsets = _offsets(messages)
-    if len(done):
-        offsets = offsets[~np.isin(offsets, done)]
-    store.rollback_transaction(offsets)
-    roll_back_orphans(plan, np.empty(0, dtype=np.int64))
-
-
 class RocketMQStreamWriter(_StreamWriterBase):
     """``df.writeStream.format("rocketmq")``.
 
     Spark creates this writer afresh for planning and for every commit, in
-    different processes: it keeps no state of its own; the store's ledger does.
+    different processes: it keeps no state of its own; the client's ledger does.
     """
 
     def __init__(self, plan: SinkPlan):
@@ -767,9 +491,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
                 commit_batch(self.plan, messages, self.plan.txn_version)
             else:
                 # The job's own sink id: its other open halves are failed task attempts'.
-                offsets = _offsets(messages)
-                roll_back_orphans(self.plan, offsets)
-                self.plan.store.open().commit_transaction(offsets)
+                commit_job(self.plan, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.plan.exactly_once:

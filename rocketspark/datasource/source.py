@@ -1,7 +1,7 @@
 """The source side: topics → MessageQueues → input partitions of ConsumeQueue ranges.
 
 The driver plans (``initialOffset``, ``latestOffset``, ``partitions``,
-``commit``); workers ``read`` a :class:`QueueRange` by asking the store for Arrow
+``commit``); workers ``read`` a :class:`QueueRange` by asking the client for Arrow
 record batches of that range, so no row is ever a Python tuple.
 
 Offsets are the next ConsumeQueue offset to read per queue (see ``offsets``).
@@ -15,24 +15,17 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from rocketspark.datasource.offsets import (
-    EARLIEST,
-    LATEST,
-    MessageQueue,
-    Positions,
-    from_json,
-    to_json,
-)
+from rocketspark.client import ARROW_SCHEMA, Client, ClientRef, MessageQueue, validate_group
+from rocketspark.datasource.offsets import EARLIEST, LATEST, Positions, from_json, to_json
 from rocketspark.datasource.options import ParsedOptions
-from rocketspark.datasource.stores import StoreRef
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
-from rocketspark.store import MessageStore
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -62,13 +55,21 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
 
 log = logging.getLogger(__name__)
 
-SCHEMA_DDL = (
-    "topic string, brokerName string, queueId int, queueOffset long, msgId string, "
-    "uniqKey string, tags string, keys array<string>, body binary, "
-    "properties map<string,string>, bornTimestamp timestamp, storeTimestamp timestamp, "
-    "bornHost string, storeHost string, reconsumeTimes int, commitLogOffset long, flag int, "
-    "sysFlag int"
-)
+
+def _spark_type(t: pa.DataType) -> str:
+    """An Arrow type of the row schema as Spark's DDL spells it."""
+    if pa.types.is_map(t):
+        return f"map<{_spark_type(t.key_type)},{_spark_type(t.item_type)}>"
+    if pa.types.is_list(t):
+        return f"array<{_spark_type(t.value_type)}>"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    names = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
+    return names[t]
+
+
+# The rows' schema: the Arrow batches the client reads, in Spark's DDL.
+SCHEMA_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in ARROW_SCHEMA)
 # SCHEMA_DDL as (name, type) pairs, types as Spark's simpleString() spells them.
 SCHEMA_FIELDS = [
     (f.split(" ", 1)[0], f.split(" ", 1)[1].replace("long", "bigint"))
@@ -87,22 +88,22 @@ _ENDS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 class QueueRange(InputPartition):
     """Offsets [start, end) of one MessageQueue: what one task reads."""
 
-    store: StoreRef
+    client: ClientRef
     mq: MessageQueue
     start: int
     end: int
     expression: str
     fail_on_data_loss: bool
-    check_crc: bool | None = None  # None: the store's checkCRCOnRead
+    check_crc: bool | None = None  # None: the client's (embedded: checkCRCOnRead)
 
 
 @dataclass
 class SourcePlan:
     """Everything the driver needs to turn options into queues and offsets."""
 
-    store: StoreRef
+    client: ClientRef
     options: ParsedOptions
-    broker: str = ""
+    broker: str = ""  # the brokerName option: relabels the queues (embedded)
     streaming: bool = False
     _topics_checked: bool = field(default=False, repr=False)
 
@@ -140,14 +141,12 @@ class SourcePlan:
                 f"minOffsetsPerTrigger ({lo}) is larger than maxOffsetsPerTrigger ({hi})"
             )
         if options.get("group"):
-            from rocketspark.message.names import validate_group
-
             validate_group(options["group"])
-        ref = StoreRef.resolve(options.get("store"), options.store_overrides).require()
+        ref = ClientRef.embedded(options.get("store"), options.store_overrides).require()
         plan = cls(ref, options, streaming=bool(streaming))
-        store = ref.open()
-        plan.broker = options.get("brokerName") or store.config.broker_name
-        queues = plan.queues(store)  # unknown topics and queues fail here, at load()
+        client = ref.connect()
+        plan.broker = options.get("brokerName") or ""
+        queues = plan.queues(client)  # unknown topics and queues fail here, at load()
         if not pattern:  # (a pattern's topics may appear later)
             for key in (
                 "startingOffsets",
@@ -157,72 +156,82 @@ class SourcePlan:
             ):
                 spec = options.get(key)
                 if isinstance(spec, Mapping):
-                    plan.check_given(store, queues, from_json(spec), key)
+                    plan.check_given(client, queues, from_json(spec), key)
         return plan
 
     # -- queues --------------------------------------------------------------------------
 
-    def queues(self, store: MessageStore) -> list[MessageQueue]:
+    def queues(self, client: Client) -> list[MessageQueue]:
         """Return the MessageQueues to read now (a pattern picks up new topics)."""
         topics: Sequence[str]
         assigned = self.options.get("assign")
         if assigned:
-            return self._assigned(store, assigned)
+            return self._assigned(client, assigned)
         if self.options.get("topic"):
             topics = self.options["topic"]
             for t in topics:
-                if not store.has_topic(t):
+                if not client.has_topic(t):
+                    there = sorted(x.name for x in client.topics()) or ["none"]
                     raise UnknownTopicError(
-                        f"option topic: topic {t!r} does not exist in store {store.root} "
-                        f"(topics there: {', '.join(sorted(x.name for x in store.list_topics()) or ['none'])})"
+                        f"option topic: topic {t!r} does not exist in {client.where} "
+                        f"(topics there: {', '.join(there)})"
                     )
         else:
             pattern = self.options["topicPattern"]
             topics = [
                 t.name
-                for t in store.list_topics()
+                for t in client.topics()
                 if not is_system_topic(t.name) and pattern.fullmatch(t.name)
             ]
         out = []
         for t in topics:
-            info = store.topic(t)
-            out.extend(MessageQueue(t, self.broker, q) for q in range(info.read_queue_nums))
+            out.extend(self._topic_queues(client, t))
         return out
 
+    def _topic_queues(self, client: Client, topic: str) -> list[MessageQueue]:
+        """The topic's queues, named by the brokerName option when it is given."""
+        queues = client.queues(topic)
+        if self.broker:
+            return [replace(mq, broker=self.broker) for mq in queues]
+        return queues
+
     def _assigned(
-        self, store: MessageStore, assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
+        self, client: Client, assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
     ) -> list[MessageQueue]:
         """The queues of the assign option, each checked to exist (Kafka's assign)."""
         out = []
         for topic, (broker, ids) in assigned.items():
-            if not store.has_topic(topic):
+            if not client.has_topic(topic):
                 raise UnknownTopicError(
-                    f"option assign: topic {topic!r} does not exist in store {store.root}"
+                    f"option assign: topic {topic!r} does not exist in {client.where}"
                 )
-            if broker is not None and broker != self.broker:
+            queues = self._topic_queues(client, topic)
+            brokers = sorted({mq.broker for mq in queues})
+            if broker is not None and broker not in brokers:
                 raise ConfigError(
                     f"option assign: broker {broker!r} of topic {topic!r} is not "
-                    f"this store's broker {self.broker!r}"
+                    f"this store's broker {_one_or_all(brokers)}"
                 )
-            n = store.topic(topic).read_queue_nums
-            missing = [q for q in ids if q >= n]
-            if missing:
-                raise ConfigError(
-                    f"option assign: topic {topic!r} has no queue "
-                    f"{missing[0]} (it has {n} read queues, 0-{n - 1})"
-                )
-            out.extend(MessageQueue(topic, self.broker, q) for q in ids)
+            for b in [broker] if broker is not None else brokers:
+                n = sum(1 for mq in queues if mq.broker == b)
+                missing = [q for q in ids if q >= n]
+                if missing:
+                    raise ConfigError(
+                        f"option assign: topic {topic!r} has no queue "
+                        f"{missing[0]} (it has {n} read queues, 0-{n - 1})"
+                    )
+                out.extend(MessageQueue(topic, b, q) for q in ids)
         return sorted(out)
 
-    def latest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
-        return {mq: store.max_offset(mq.topic, mq.queue_id) for mq in queues}
+    def latest(self, client: Client, queues: Sequence[MessageQueue]) -> Positions:
+        return {mq: client.max_offset(mq) for mq in queues}
 
-    def earliest(self, store: MessageStore, queues: Sequence[MessageQueue]) -> Positions:
-        return {mq: store.min_offset(mq.topic, mq.queue_id) for mq in queues}
+    def earliest(self, client: Client, queues: Sequence[MessageQueue]) -> Positions:
+        return {mq: client.min_offset(mq) for mq in queues}
 
     def resolve(
         self,
-        store: MessageStore,
+        client: Client,
         queues: Sequence[MessageQueue],
         default: str,
         key: str,
@@ -241,19 +250,15 @@ class SourcePlan:
         if timestamp is not None or by_queue is not None:
             stamps = from_json(by_queue) if by_queue is not None else {}
             if by_queue is not None:
-                self.check_given(store, queues, stamps, f"{side}OffsetsByTimestamp")
+                self.check_given(client, queues, stamps, f"{side}OffsetsByTimestamp")
             out: Positions = {}
             for mq in queues:
                 ts = stamps.get(mq, timestamp)
                 if ts is None:  # a queue the JSON leaves out: as in startingOffsets JSON
-                    out[mq] = (
-                        store.min_offset(mq.topic, mq.queue_id)
-                        if side == "starting"
-                        else store.max_offset(mq.topic, mq.queue_id)
-                    )
+                    out[mq] = client.min_offset(mq) if side == "starting" else client.max_offset(mq)
                     continue
-                out[mq] = store.offset_for_timestamp(mq.topic, mq.queue_id, ts)
-                if side == "starting" and out[mq] == store.max_offset(mq.topic, mq.queue_id):
+                out[mq] = client.offset_for_timestamp(mq, ts)
+                if side == "starting" and out[mq] == client.max_offset(mq):
                     if self.options["startingOffsetsByTimestampStrategy"] == "error":
                         raise ConfigError(
                             f"queue {mq} has no message stored at or after timestamp {ts} "
@@ -267,32 +272,30 @@ class SourcePlan:
         spec = self.options.get(key)
         spec = default if spec is None else spec
         if spec == "earliest":
-            return self.earliest(store, queues)
+            return self.earliest(client, queues)
         if spec == "latest":
-            return {mq: LATEST for mq in queues} if symbolic_latest else self.latest(store, queues)
+            return {mq: LATEST for mq in queues} if symbolic_latest else self.latest(client, queues)
         if spec == "group":
             group = self.options["group"]
             out: Positions = {}
             for mq in queues:
-                committed = store.committed_offset(group, mq.topic, mq.queue_id)
-                out[mq] = (
-                    committed if committed is not None else store.min_offset(mq.topic, mq.queue_id)
-                )
+                committed = client.committed_offset(group, mq)
+                out[mq] = committed if committed is not None else client.min_offset(mq)
             return out
         given = from_json(spec)
-        self.check_given(store, queues, given, key)
+        self.check_given(client, queues, given, key)
         out = {}
         for mq in queues:
             off = given.get(mq, EARLIEST if key == "startingOffsets" else LATEST)
             if off == EARLIEST:
-                off = store.min_offset(mq.topic, mq.queue_id)
+                off = client.min_offset(mq)
             elif off == LATEST and not symbolic_latest:
-                off = store.max_offset(mq.topic, mq.queue_id)
+                off = client.max_offset(mq)
             out[mq] = off
         return out
 
     def check_given(
-        self, store: MessageStore, queues: Sequence[MessageQueue], given: Positions, key: str
+        self, client: Client, queues: Sequence[MessageQueue], given: Positions, key: str
     ) -> None:
         """Offsets (or timestamps) a user gave in JSON: subscribed queues, and no offset
         past a queue's end."""
@@ -301,11 +304,11 @@ class SourcePlan:
             if mq not in known:
                 raise ConfigError(
                     f"option {key}: queue {mq} is not one of the subscribed queues "
-                    f"(broker {self.broker!r}, topics "
+                    f"(broker {_one_or_all(sorted({q.broker for q in queues}))}, topics "
                     f"{sorted({q.topic for q in queues})})"
                 )
             if off >= 0 and "Timestamp" not in key:
-                end = store.max_offset(mq.topic, mq.queue_id)
+                end = client.max_offset(mq)
                 if off > end:
                     raise ConfigError(
                         f"option {key}: offset {off} for queue {mq} is past the queue's end "
@@ -315,11 +318,11 @@ class SourcePlan:
     # -- partitions ----------------------------------------------------------------------
 
     def check_range(
-        self, store: MessageStore, mq: MessageQueue, start: int, end: int
+        self, client: Client, mq: MessageQueue, start: int, end: int
     ) -> tuple[int, int]:
         """Apply failOnDataLoss to a planned range; return the range to read."""
-        lo = store.min_offset(mq.topic, mq.queue_id)
-        hi = store.max_offset(mq.topic, mq.queue_id)
+        lo = client.min_offset(mq)
+        hi = client.max_offset(mq)
         if start < lo or end > hi:
             what = (
                 f"queue {mq}: offset {start} was requested but the earliest offset is {lo}"
@@ -327,12 +330,7 @@ class SourcePlan:
                 else f"queue {mq}: offsets up to {end} were planned but the queue ends at {hi} "
                 "(was the store replaced?)"
             )
-            if self.options["failOnDataLoss"]:
-                raise OffsetOutOfRangeError(
-                    f"{what}; some data may have been lost. Set failOnDataLoss=false to skip "
-                    "ahead instead of failing."
-                )
-            log.warning("%s; skipping ahead (failOnDataLoss=false)", what)
+            report_data_loss(what, self.options["failOnDataLoss"], instead="skip ahead")
             start = max(start, lo)
             if start > hi:
                 start = lo
@@ -340,7 +338,7 @@ class SourcePlan:
         return start, end
 
     def split(
-        self, store: MessageStore, ranges: dict[MessageQueue, tuple[int, int]]
+        self, client: Client, ranges: dict[MessageQueue, tuple[int, int]]
     ) -> list[QueueRange]:
         """Cut ranges into partitions (maxRecordsPerPartition, minPartitions)."""
         sizes = {mq: e - s for mq, (s, e) in ranges.items() if e > s}
@@ -365,43 +363,41 @@ class SourcePlan:
                 pieces = max(pieces, math.ceil(size / max(1, cap)))
             for k in range(pieces):  # nearly equal pieces, none over the cap
                 a, b = s + size * k // pieces, s + size * (k + 1) // pieces
-                out.append(QueueRange(self.store, mq, a, b, expr, fail, check_crc))
+                out.append(QueueRange(self.client, mq, a, b, expr, fail, check_crc))
         return out
 
 
 def read_range(part: QueueRange) -> Iterator[Any]:
     """Yield the Arrow record batches of one partition (runs in a worker)."""
-    store = part.store.open()
+    client = part.client.connect()
     mq = part.mq
     start, end = part.start, part.end
-    lo = store.min_offset(mq.topic, mq.queue_id)
+    lo = client.min_offset(mq)
     if start < lo:
-        if part.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"queue {mq}: offset {start} was requested but the earliest offset is {lo}; "
-                "some data may have been lost. Set failOnDataLoss=false to skip ahead."
-            )
-        log.warning("queue %s: offsets [%d, %d) are gone; skipping them", mq, start, lo)
+        report_data_loss(
+            f"queue {mq}: offset {start} was requested but the earliest offset is {lo}",
+            part.fail_on_data_loss,
+            instead="skip ahead",
+        )
         start = lo
     pos = start
     while pos < end:
-        batches, nxt = store.read_batches(
-            mq.topic,
-            mq.queue_id,
+        batches, nxt = client.read_batches(
+            mq,
             pos,
             min(end, pos + READ_CHUNK),
-            part.expression,
-            broker_name=mq.broker,
+            expression=part.expression,
             check_crc=part.check_crc,
         )
         for b in batches:
             if b.num_rows:
                 yield b
         if nxt <= pos:
-            if part.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"queue {mq}: offsets [{pos}, {end}) were planned but the queue ends at {nxt}"
-                )
+            report_data_loss(
+                f"queue {mq}: offsets [{pos}, {end}) were planned but the queue ends at {nxt}",
+                part.fail_on_data_loss,
+                instead="skip them",
+            )
             break
         pos = nxt
 
@@ -475,10 +471,10 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         plan, pushed = self.plan, self.pushed
-        store = plan.store.open()
-        subscribed = plan.queues(store)
-        start = plan.resolve(store, subscribed, "earliest", "startingOffsets")
-        end = plan.resolve(store, subscribed, "latest", "endingOffsets")
+        client = plan.client.connect()
+        subscribed = plan.queues(client)
+        start = plan.resolve(client, subscribed, "earliest", "startingOffsets")
+        end = plan.resolve(client, subscribed, "latest", "endingOffsets")
         queues = [
             mq
             for mq in subscribed
@@ -492,17 +488,17 @@ class RocketMQBatchReader(DataSourceReader):
                 raise ConfigError(
                     f"queue {mq}: the ending offset {e} is before the starting offset {s}"
                 )
-            s, e = plan.check_range(store, mq, s, e)
+            s, e = plan.check_range(client, mq, s, e)
             s = max(s, pushed.offset_lo)
             if pushed.offset_hi is not None:
                 e = min(e, pushed.offset_hi)
             if pushed.time_lo is not None:
-                s = max(s, store.offset_for_timestamp(mq.topic, mq.queue_id, pushed.time_lo))
+                s = max(s, client.offset_for_timestamp(mq, pushed.time_lo))
             if pushed.time_hi is not None:
-                e = min(e, store.offset_for_timestamp(mq.topic, mq.queue_id, pushed.time_hi))
+                e = min(e, client.offset_for_timestamp(mq, pushed.time_hi))
             if e > s:
                 ranges[mq] = (s, e)
-        return plan.split(store, ranges)
+        return plan.split(client, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # With no partitions planned, Spark still runs one task, with no partition value.
@@ -565,10 +561,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._initial is None:
             plan = self.plan
-            store = plan.store.open()
-            queues = plan.queues(store)
+            client = plan.client.connect()
+            queues = plan.queues(client)
             self._initial = to_json(
-                plan.resolve(store, queues, "latest", "startingOffsets", symbolic_latest=True)
+                plan.resolve(client, queues, "latest", "startingOffsets", symbolic_latest=True)
             )
         return self._initial
 
@@ -581,12 +577,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        store = self.plan.store.open()
-        self._target = self.plan.latest(store, self.plan.queues(store))
+        client = self.plan.client.connect()
+        self._target = self.plan.latest(client, self.plan.queues(client))
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         plan, opts = self.plan, self.plan.options
-        store = plan.store.open()
+        client = plan.client.connect()
         if start is None:
             # Spark 4.0/4.1 call it without arguments: no start, no read limit. Only
             # Spark knows where a restarted query resumes, so there is no admission
@@ -602,21 +598,21 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 self._legacy_warned = True
             if self._last_end is not None:
-                self._commit_group(store, self._last_end)
+                self._commit_group(client, self._last_end)
             start = self._last_end if self._last_end is not None else self.initialOffset()
             limit = ReadAllAvailable()
         else:
             # Spark asks for the next batch only once the previous one is committed, so
             # ``start`` is processed: the group's offsets follow it now (commit() comes
             # one batch late, and never for the last batch of Trigger.AvailableNow).
-            self._commit_group(store, start)
+            self._commit_group(client, start)
         begin = from_json(start)
-        queues = plan.queues(store)
+        queues = plan.queues(client)
         if any(mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) for mq in queues):
             # Retries wait in SCHEDULE_TOPIC_XXXX until due; with no broker daemon, the
             # reader of a retry topic delivers the due ones before looking for new data.
-            store.run_schedule()
-        latest = plan.latest(store, queues)
+            client.tick()
+        latest = plan.latest(client, queues)
         for mq in [mq for mq, off in begin.items() if off == LATEST and mq in latest]:
             # The initial offset's "latest": batch 0 starts (and ends) the queue where it
             # is now, or at Trigger.AvailableNow's target, taken before.
@@ -625,15 +621,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [mq for mq in queues if mq not in begin]
         if new:  # queues or topics that appeared since: from their earliest
             log.info("new queues %s start at their earliest offset", [str(q) for q in new])
-            begin.update(plan.earliest(store, new))
+            begin.update(plan.earliest(client, new))
         for mq in [mq for mq in latest if latest[mq] < begin[mq]]:
             # The queue ends before where the stream is: the store was replaced (or a
             # topic re-created). partitions() plans such a queue from its earliest.
-            what = _shrunk(mq, begin[mq], latest[mq])
-            if opts["failOnDataLoss"]:
-                raise OffsetOutOfRangeError(f"{what}; {_SHRUNK_ADVICE}")
-            log.warning("%s; restarting it at its earliest offset (failOnDataLoss=false)", what)
-            begin[mq] = store.min_offset(mq.topic, mq.queue_id)
+            report_data_loss(
+                _shrunk(mq, begin[mq], latest[mq]), opts["failOnDataLoss"], instead=_RESTART
+            )
+            begin[mq] = client.min_offset(mq)
         if self._target is not None:
             # (a start past the target, as a starting timestamp resolved after it: empty)
             latest = {
@@ -668,54 +663,51 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return result
 
     def reportLatestOffset(self) -> dict | None:
-        store = self.plan.store.open()
-        return to_json(self.plan.latest(store, self.plan.queues(store)))
+        client = self.plan.client.connect()
+        return to_json(self.plan.latest(client, self.plan.queues(client)))
 
     # -- partitions and reading ------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         plan = self.plan
-        store = plan.store.open()
+        client = plan.client.connect()
         begin, stop = from_json(start), from_json(end)
         ranges = {}
         for mq, e in stop.items():
             s = begin.get(mq)
             if s is None:
-                s = store.min_offset(mq.topic, mq.queue_id)
+                s = client.min_offset(mq)
             elif s == LATEST:  # batch 0 of a queue that starts at its latest offset
                 s = e
             elif e < s:
                 # latestOffset found the queue ending before the stream's position and
                 # (failOnDataLoss=false) restarted it at its earliest: read up to e.
                 # (Spark 4.0/4.1 do not tell latestOffset where a restarted query is.)
-                if plan.options["failOnDataLoss"]:
-                    raise OffsetOutOfRangeError(f"{_shrunk(mq, s, e)}; {_SHRUNK_ADVICE}")
-                s = min(store.min_offset(mq.topic, mq.queue_id), e)
+                report_data_loss(
+                    _shrunk(mq, s, e), plan.options["failOnDataLoss"], instead=_RESTART
+                )
+                s = min(client.min_offset(mq), e)
             if e > s:
-                ranges[mq] = plan.check_range(store, mq, s, e)
-        return plan.split(store, ranges)
+                ranges[mq] = plan.check_range(client, mq, s, e)
+        return plan.split(client, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # With no partitions planned, Spark still runs one task, with no partition value.
         return read_range(partition) if isinstance(partition, QueueRange) else iter(())
 
     def commit(self, end: dict) -> None:
-        self._commit_group(self.plan.store.open(), end)
+        self._commit_group(self.plan.client.connect(), end)
 
-    def _commit_group(self, store: MessageStore, processed: dict) -> None:
+    def _commit_group(self, client: Client, processed: dict) -> None:
         """Commit the group's offsets of the queues still read (as RocketMQ's consumer,
         which drops a queue it no longer has): not a queue of a topic that shrank."""
         group = self.plan.options.get("group")
         if not group or processed == self._group_committed:
             return
-        live = set(self.plan.queues(store))
-        store.commit_offsets(
+        live = set(self.plan.queues(client))
+        client.commit_offsets(
             group,
-            {
-                (mq.topic, mq.queue_id): off
-                for mq, off in from_json(processed).items()
-                if mq in live and off >= 0
-            },
+            {mq: off for mq, off in from_json(processed).items() if mq in live and off >= 0},
         )
         self._group_committed = processed
 
@@ -723,10 +715,22 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
-_SHRUNK_ADVICE = (
-    "some data may have been lost. Set failOnDataLoss=false to restart such a "
-    "queue at its earliest offset instead of failing."
-)
+_RESTART = "restart such a queue at its earliest offset"
+
+
+def report_data_loss(message: str, fail: bool, *, instead: str) -> None:
+    """Fail the query, or warn and go on, over offsets that can no longer be read.
+
+    The one failOnDataLoss path, as Spark's Kafka connector has: ``message``
+    says what was planned and what the queue holds; ``instead`` what a query
+    with failOnDataLoss=false does (the caller then does it).
+    """
+    if fail:
+        raise OffsetOutOfRangeError(
+            f"{message}; some data may have been lost. Set failOnDataLoss=false to "
+            f"{instead} instead of failing."
+        )
+    log.warning("%s; going on: %s (failOnDataLoss=false)", message, instead)
 
 
 def _shrunk(mq: MessageQueue, position: int, end: int) -> str:
@@ -753,3 +757,10 @@ def _rate_limit(
         take = math.ceil(share) if share < 1 else math.floor(share)
         out[mq] = min(latest[mq], begin[mq] + take)
     return out
+
+
+def _one_or_all(brokers: Sequence[str]) -> str:
+    """Brokers for a message: ``'broker-a'`` or ``['broker-a', 'broker-b']``."""
+    if not brokers:
+        return "none"
+    return repr(brokers[0]) if len(brokers) == 1 else repr(list(brokers))

@@ -502,3 +502,34 @@ def normalise_keys(keys: Iterable[str] | str | None) -> tuple[str, ...]:
 def is_system_topic(name: str) -> bool:
     """Is ``name`` one of RocketMQ's own topics (transactions, delays, ...)?"""
     return name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """A queue of a topic on a broker: RocketMQ's MessageQueue (what one input partition reads)."""
+
+    topic: str
+    broker: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker}/{self.queue_id}"
+
+
+# Our own properties of the Spark side (not RocketMQ's): the exactly-once sink that wrote
+# a half message, and the local property Spark's stream execution gives a micro-batch's
+# tasks: the query id, which the checkpoint keeps across restarts (a new checkpoint, a
+# new id).
+PROPERTY_SINK_ID = "RS_SINK"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+class TransactionState(enum.Enum):
+    """A producer's answer about one of its transactions (RocketMQ's LocalTransactionState).
+
+    The values are the names END_TRANSACTION and the check-back carry on the wire.
+    """
+
+    COMMIT = "COMMIT_MESSAGE"
+    ROLLBACK = "ROLLBACK_MESSAGE"
+    UNKNOWN = "UNKNOW"

@@ -393,6 +393,11 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        """Has :meth:`close` been called?"""
+        return self._closed
+
     def replaced(self) -> bool:
         """Has this store been deleted, or another store put at its path, while open?
 

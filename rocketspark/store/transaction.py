@@ -42,6 +42,7 @@ from rocketspark.message.model import (
     Message,
     MessageExt,
     SysFlag,
+    TransactionState,
     check_extra_properties,
 )
 from rocketspark.store.half_commit import final_columns
@@ -74,14 +75,6 @@ CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queu
 DEFAULT_PRODUCER_GROUP = "rocketspark"
 OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
 PROGRESS_LAG = 1 << 20  # resolved halves kept above the check progress (_advance_progress)
-
-
-class TransactionState(enum.Enum):
-    """What the check callback answers (LocalTransactionState)."""
-
-    COMMIT = "COMMIT_MESSAGE"
-    ROLLBACK = "ROLLBACK_MESSAGE"
-    UNKNOWN = "UNKNOW"
 
 
 class HalfState(enum.IntEnum):

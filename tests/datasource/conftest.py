@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocketspark.datasource.stores import close_all
+from rocketspark.client import close_all
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from rocketspark.client import ClientRef, close_all
+from rocketspark.client.embedded import EmbeddedClient
 from rocketspark.datasource.options import parse_options
 from rocketspark.datasource.sink import (
     RocketMQBatchWriter,
@@ -27,7 +29,6 @@ from rocketspark.datasource.sink import (
     SinkPlan,
     write_task,
 )
-from rocketspark.datasource.stores import StoreRef, close_all
 from rocketspark.errors import SinkJobEndedError
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.transaction import TransactionService
@@ -35,7 +36,7 @@ from rocketspark.store.transaction import TransactionService
 
 def _plan(path: str, sink_id: str = "s1") -> SinkPlan:
     return SinkPlan(
-        StoreRef.resolve(path, {}), ("body",), "out", True, sink_id, f"rocketspark-sink-{sink_id}"
+        ClientRef.embedded(path), ("body",), "out", True, sink_id, f"rocketspark-sink-{sink_id}"
     )
 
 
@@ -176,14 +177,14 @@ def test_each_batch_write_plans_a_sink_id_of_its_own(out_store):
 
 
 def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
-    from rocketspark.datasource.sink import roll_back_abandoned_batch_writes
+    from rocketspark.datasource.ledger import roll_back_abandoned_batch_writes
 
     killed_job = _plan(out_store, "batch-dead")
     write_task(killed_job, iter([pa.record_batch({"body": pa.array(["orphan"])})]))
     stream = _plan(out_store)
     pending = _task(stream, ["s"], "q1")
     with MessageStore.open(out_store) as s:
-        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 0  # not old enough
+        assert roll_back_abandoned_batch_writes(EmbeddedClient(s), 3_600_000) == 0  # not old enough
         assert len(s.open_transactions()) == 2
         now = s.clock
         # another producer's half that carries a batch write's RS_SINK (copied along
@@ -193,16 +194,18 @@ def test_abandoned_batch_writes_are_rolled_back_by_age(out_store):
             producer_group="someone",
         )
         s.clock = lambda: now() + 7_200_000  # two hours later
-        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
+        assert roll_back_abandoned_batch_writes(EmbeddedClient(s), 3_600_000) == 1
         assert sorted(h.body for h in s.open_transactions()) == [b"copied", b"s"]
-        assert roll_back_abandoned_batch_writes(s, 0, producer_groups=["someone"]) == 1
+        assert (
+            roll_back_abandoned_batch_writes(EmbeddedClient(s), 0, producer_groups=["someone"]) == 1
+        )
         assert [h.body for h in s.open_transactions()] == [b"s"]  # the stream's: untouched
     RocketMQStreamWriter(stream).commit([pending], 0)
     assert _bodies(out_store) == ["s"]
 
 
 def test_a_checkpoint_location_names_one_sink_however_it_is_spelled(tmp_path, monkeypatch):
-    from rocketspark.datasource.stores import location_key as _location_key
+    from rocketspark.datasource.locations import location_key as _location_key
 
     monkeypatch.chdir(tmp_path)
     local = {
@@ -343,13 +346,13 @@ def test_a_task_killed_in_the_middle_of_a_chunk_does_not_hold_up_the_abort(out_s
 
 
 def test_abandoned_jobs_are_ended_before_their_halves_are_rolled_back(out_store):
-    from rocketspark.datasource.sink import roll_back_abandoned_batch_writes
+    from rocketspark.datasource.ledger import roll_back_abandoned_batch_writes
 
     plan = _batch_plan(out_store)  # its driver dies: no commit, no abort
     write_task(plan, iter([_batch("orphan")]))
     live = _batch_plan(out_store)
     with MessageStore.open(out_store) as s:
-        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 0
+        assert roll_back_abandoned_batch_writes(EmbeddedClient(s), 3_600_000) == 0
         assert len(_job_files(out_store)) == 2
         now = s.clock
         s.clock = lambda: now() + 7_200_000
@@ -357,7 +360,7 @@ def test_abandoned_jobs_are_ended_before_their_halves_are_rolled_back(out_store)
             os.path.join(out_store, "config", "rocketsparkSinkJobs", f"{live.job}.lock"),
             (now() / 1000 + 7_200, now() / 1000 + 7_200),
         )  # created "just now"
-        assert roll_back_abandoned_batch_writes(s, 3_600_000) == 1
+        assert roll_back_abandoned_batch_writes(EmbeddedClient(s), 3_600_000) == 1
     assert _job_files(out_store) == [f"{live.job}.lock"]
     with pytest.raises(SinkJobEndedError):  # a task of it that was still running
         write_task(plan, iter([_batch("late")]))

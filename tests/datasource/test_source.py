@@ -700,8 +700,8 @@ def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
 def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
     """rocketmq.storePathRootDir beside store was dropped silently; it is refused as the
     store API refuses a path given twice, before any store is opened."""
+    from rocketspark.client import ClientRef
     from rocketspark.datasource.options import parse_options
-    from rocketspark.datasource.stores import StoreRef
     from rocketspark.errors import ConfigError
 
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
@@ -721,12 +721,12 @@ def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
         "storePathRootDir": b
     }
     with pytest.raises(ConfigError, match="given twice"):
-        StoreRef.resolve(a, {"storePathRootDir": b})
+        ClientRef.embedded(a, {"storePathRootDir": b})
     assert not tmp_path.joinpath("a").exists() and not tmp_path.joinpath("b").exists()
 
 
 def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
-    from rocketspark.datasource.stores import StoreRef
+    from rocketspark.client import ClientRef
     from rocketspark.errors import StorePathError
 
     other = tmp_path / "project"
@@ -735,16 +735,16 @@ def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
     for path in (other, tmp_path / "empty"):
         path.mkdir(exist_ok=True)
         with pytest.raises(StorePathError, match="not a store|no store"):
-            StoreRef.resolve(str(path), {}).require()
+            ClientRef.embedded(str(path), {}).require()
         with pytest.raises(StorePathError, match="not a store|no store"):
-            StoreRef.resolve(str(path), {}).open()
+            ClientRef.embedded(str(path), {}).connect()
     assert os.listdir(other) == ["notes.txt"] and os.listdir(tmp_path / "empty") == []
 
 
 def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_changes(tmp_path):
     """.option("rocketmq.mappedFileSizeConsumeQueue", ...) grew every ConsumeQueue file of
     the store it read, which then could not be read with its own settings."""
-    from rocketspark.datasource.stores import StoreRef, close_all
+    from rocketspark.client import ClientRef, close_all
     from rocketspark.errors import ConfigError
 
     root = str(tmp_path / "store")
@@ -758,7 +758,7 @@ def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_change
     }
     sizes = {p: os.path.getsize(p) for p in stamps}
     with pytest.raises(ConfigError, match="mappedFileSizeConsumeQueue=12000000"):
-        StoreRef.resolve(root, {"mappedFileSizeConsumeQueue": "12000000"}).require().open()
+        ClientRef.embedded(root, {"mappedFileSizeConsumeQueue": "12000000"}).require().connect()
     assert {p: os.stat(p).st_mtime_ns for p in stamps} == stamps
     assert {p: os.path.getsize(p) for p in stamps} == sizes
     close_all()
@@ -783,8 +783,8 @@ def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_p
 def test_a_refused_geometry_option_is_named_as_the_option_given(tmp_path):
     """Spark lower-cases the key and the store sees keyword arguments: the error still
     names the option the user wrote, not a keyword argument they never passed."""
+    from rocketspark.client import ClientRef, close_all
     from rocketspark.datasource.options import parse_options
-    from rocketspark.datasource.stores import StoreRef, close_all
     from rocketspark.errors import ConfigError
 
     root = str(tmp_path / "store")
@@ -794,7 +794,7 @@ def test_a_refused_geometry_option_is_named_as_the_option_given(tmp_path):
         {"store": root, "topic": "orders", "rocketmq.mappedfilesizecommitlog": "8192"}, "read"
     )
     with pytest.raises(ConfigError) as info:
-        StoreRef.resolve(opts.get("store"), opts.store_overrides).require().open()
+        ClientRef.embedded(opts.get("store"), opts.store_overrides).require().connect()
     assert "option rocketmq.mappedFileSizeCommitLog" in str(info.value)
     assert "keyword argument" not in str(info.value)
     close_all()

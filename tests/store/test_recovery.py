@@ -518,13 +518,13 @@ def test_store_recover_rebuilds_entries_a_consumequeue_lost(tmp_path):
 
 _CHILD = """
 import os, sys
-from rocketspark.datasource.stores import StoreRef
+from rocketspark.client import ClientRef
 from rocketspark.store import Message, MessageStore
 root, how = sys.argv[1], sys.argv[2]
 conf = dict(mappedFileSizeCommitLog="65536", mappedFileSizeConsumeQueue="10240",
             maxHashSlotNum="512", maxIndexNum="4096")
 if how == "worker":
-    s = StoreRef(root, tuple(sorted(conf.items()))).open()
+    s = ClientRef("embedded", root, tuple(sorted(conf.items()))).connect().store
 else:
     s = MessageStore.open(root, **conf)
 s.put(Message("t", b"from-" + how.encode()))
