@@ -96,11 +96,9 @@ from rocketspark.store import layout
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
     MAGIC_PREFIX,
-    SMALL_BATCH,
     Appended,
     ColumnBatch,
     CommitLog,
-    Placement,
     PreparedRecord,
     data_ranges,
 )
@@ -112,12 +110,8 @@ from rocketspark.store.config import (
 )
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
-from rocketspark.store.index_file import (
-    IndexService,
-    hex_suffixed_hash,
-    java_hash_hex_suffixed,
-    java_hash_many,
-)
+from rocketspark.store.dispatch import DirtyQueues, Dispatcher
+from rocketspark.store.index_file import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
     DelayOffsetTable,
@@ -441,10 +435,7 @@ class MessageStore:
             self._queues: dict[tuple[str, int], ConsumeQueue] = {}
             self._queues_guard = threading.Lock()
             self._qo: dict[tuple[str, int], int] = {}
-            # First unflushed ConsumeQueue offset per queue this process wrote to. The
-            # background flusher swaps the dict under this guard while writers add.
-            self._dirty_queues: dict[tuple[str, int], int] = {}
-            self._dirty_guard = threading.Lock()
+            self._dirty = DirtyQueues()
             self._known_commit_pos = -1
             self._round_robin: dict[str, int] = {}
             self._ids = UniqueIdGenerator(
@@ -455,15 +446,21 @@ class MessageStore:
             self._delay_ms = config.delay_levels_ms()
             # The columnar put needs IPv4 hosts (one fixed header layout).
             self._columnar = not (self.store_host.is_v6 or self.born_host.is_v6)
-            self._uniq_hash_cache: list[Any] = [None, 0]
             self._topic_cache: dict[str, tuple[int, bytes, int]] = {}
             self._topic_cache_until = 0.0
             self.recovery_report: RecoveryReport | None = None
             self._schedule = ScheduleService(self)
             self._transactions = TransactionService(self)
-            # Queues whose ConsumeQueue lacks entries a redispatch met records for:
-            # (topic, queue id) -> first missing entry (see _rebuild_queues).
-            self._gaps: dict[tuple[str, int], int] = {}
+            self._dispatcher = Dispatcher(
+                root=self.root,
+                commit_log=self.commit_log,
+                index=self.index,
+                queue=self._cq,
+                opened=self._queues,
+                may_have_queue=self._may_have_queue,
+                dirty=self._dirty,
+                delay_ms=self._delay_ms,
+            )
             if first:
                 try:
                     self.recovery_report = self._recover(truncate_at, full=full_recovery)
@@ -874,17 +871,19 @@ class MessageStore:
                 self._give_back_queue_offsets()
                 raise
             state.commit_pos = end
-            self._cq(topic, queue_id).put(
-                queue_offset, (pos,), (total,), (tags_code(tags) if tags else 0,)
+            self._dispatcher.one(
+                topic,
+                queue_id,
+                queue_offset,
+                pos,
+                total,
+                tags_code(tags) if tags else 0,
+                store_ts,
+                uniq_prefix,
+                counter,
+                own,
+                keys,
             )
-            self._mark_dirty((topic, queue_id), queue_offset)
-            hashes = [
-                hex_suffixed_hash(self._uniq_hash_base(topic, uniq_prefix), counter)
-                if own is None
-                else java_string_hash(f"{topic}#{own}")
-            ]
-            hashes += [java_string_hash(f"{topic}#{k}") for k in keys]
-            self.index.put_hashes(hashes, [pos] * len(hashes), [store_ts] * len(hashes))
             state.dispatched_pos = end
             state.write_seq = state.write_seq + 1
             self._known_commit_pos = end
@@ -1602,13 +1601,7 @@ class MessageStore:
             self._give_back_queue_offsets()
             raise
         state.commit_pos = end
-        for topic, qid, idx in placed.groups:
-            first = int(placed.queue_offsets[idx[0]])
-            self._cq(topic, qid).put(
-                first, placed.phys[idx], placed.sizes[idx], batch.tags_codes[idx]
-            )
-            self._mark_dirty((topic, qid), first)
-        self._index_columns(
+        self._dispatcher.columns(
             batch,
             placed,
             store_ts,
@@ -1620,7 +1613,7 @@ class MessageStore:
             uniq_hashes,
         )
         if then:
-            self._dispatch(then, placed_then, store_ts)
+            self._dispatcher.records(then, placed_then, store_ts)
         state.dispatched_pos = end
         state.write_seq = state.write_seq + 1
         self._known_commit_pos = end
@@ -1638,80 +1631,6 @@ class MessageStore:
             uniq_given,
         )
         return results, self._record_results(then, placed_then, store_ts)
-
-    def _index_columns(
-        self,
-        batch: ColumnBatch,
-        placed: Placement,
-        store_ts: int,
-        uniq_prefix: str,
-        uniq_start: int,
-        uniq_given: dict[int, str],
-        keyed: list[int],
-        key_strings: list[str],
-        uniq_hashes: np.ndarray | None = None,
-    ) -> None:
-        """Index topic#UNIQ_KEY then topic#key of each record, in record order.
-
-        ``uniq_hashes``: the topic#UNIQ_KEY hashCodes, when the caller has them.
-        """
-        n = len(batch)
-        if uniq_hashes is not None:
-            hashes = uniq_hashes
-        elif n <= SMALL_BATCH and not keyed and not uniq_given:
-            hashes_small = []
-            for i in range(n):
-                base = self._uniq_hash_base(batch.topic_of(i), uniq_prefix)
-                hashes_small.append(hex_suffixed_hash(base, uniq_start + i))
-            self.index.put_hashes(hashes_small, placed.phys.tolist(), [store_ts] * n)
-            return
-        else:
-            counters = uniq_start + np.arange(n, dtype=np.int64)
-            if isinstance(batch.topics, str):
-                hashes = java_hash_hex_suffixed(f"{batch.topics}#{uniq_prefix}", counters)
-            else:
-                hashes = np.empty(n, dtype=np.int32)
-                topics_arr = np.asarray(batch.topics, dtype=object)
-                for t in set(batch.topics):
-                    sel = np.flatnonzero(topics_arr == t)
-                    hashes[sel] = java_hash_hex_suffixed(f"{t}#{uniq_prefix}", counters[sel])
-        owners = np.arange(n, dtype=np.int64)
-        if uniq_given and uniq_hashes is None:
-            at = np.fromiter(uniq_given, dtype=np.int64, count=len(uniq_given))
-            hashes[at] = java_hash_many(
-                [f"{batch.topic_of(int(i))}#{uniq_given[int(i)]}" for i in at]
-            )
-        if keyed:
-            strings: list[str] = []
-            owner_list: list[int] = []
-            for i, joined in zip(keyed, key_strings):
-                prefix = batch.topic_of(i) + "#"
-                parts = [prefix + k for k in joined.split(" ") if k]
-                strings.extend(parts)
-                owner_list.extend([i] * len(parts))
-            key_owner = np.asarray(owner_list, dtype=np.int64)
-            # Each record's UNIQ_KEY entry comes before its key entries.
-            owners = np.concatenate((owners, key_owner))
-            order = np.argsort(
-                owners * 2
-                + np.concatenate(
-                    (np.zeros(n, dtype=np.int64), np.ones(len(key_owner), dtype=np.int64))
-                ),
-                kind="stable",
-            )
-            hashes = np.concatenate((hashes, java_hash_many(strings)))[order]
-            owners = owners[order]
-        self.index.put_hashes(
-            hashes, placed.phys[owners], np.full(len(owners), store_ts, dtype=np.int64)
-        )
-
-    def _uniq_hash_base(self, topic: str, uniq_prefix: str) -> int:
-        """hashCode of ``topic#<uniq_prefix>``, cached: it changes once a millisecond."""
-        key = (topic, uniq_prefix)
-        cached = self._uniq_hash_cache
-        if cached[0] != key:
-            cached[:] = [key, java_string_hash(f"{topic}#{uniq_prefix}") & 0xFFFFFFFF]
-        return cached[1]
 
     def _select_queue(self, msg: Message, write_queues: int) -> int:
         if msg.queue_id is not None:
@@ -1854,7 +1773,7 @@ class MessageStore:
             self._give_back_queue_offsets()
             raise
         state.commit_pos = end
-        self._dispatch(prepared, placed, store_ts)
+        self._dispatcher.records(prepared, placed, store_ts)
         state.dispatched_pos = end
         state.write_seq = state.write_seq + 1
         self._known_commit_pos = end
@@ -2015,42 +1934,8 @@ class MessageStore:
             following=report.following,
         )
 
-    def _dispatch(
-        self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended], store_ts: int
-    ) -> None:
-        groups: dict[tuple[str, int], tuple[int, list[int], list[int], list[int]]] = {}
-        index_topics: list[str] = []
-        index_uniq: list[str | None] = []
-        index_keys: list[tuple[str, ...]] = []
-        index_phy: list[int] = []
-        for r, a in zip(prepared, placed):
-            if r.dispatch:
-                key = (r.topic, r.queue_id)
-                g = groups.get(key)
-                if g is None:
-                    g = groups[key] = (a.queue_offset, [], [], [])
-                g[1].append(a.physical_offset)
-                g[2].append(a.size)
-                g[3].append(store_ts + r.delay_ms if r.delay_ms else r.tags_code)
-            if transaction_type(r.sys_flag) != SysFlag.TRANSACTION_ROLLBACK and (
-                r.uniq_key or r.keys
-            ):
-                index_topics.append(r.topic)
-                index_uniq.append(r.uniq_key)
-                index_keys.append(r.keys)
-                index_phy.append(a.physical_offset)
-        for key, (first, offs, sizes, tags) in groups.items():
-            self._cq(*key).put(first, offs, sizes, tags)
-            self._mark_dirty(key, first)
-        if index_phy:
-            self.index.build_index_batch(
-                index_topics, index_uniq, index_keys, index_phy, [store_ts] * len(index_phy)
-            )
-
     def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
-        with self._dirty_guard:
-            if key not in self._dirty_queues:
-                self._dirty_queues[key] = first
+        self._dirty.mark(key, first)
 
     def _redispatch(
         self,
@@ -2060,84 +1945,18 @@ class MessageStore:
         index_from: int | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> tuple[int, str]:
-        """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end).
+        """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end)."""
+        return self._dispatcher.scan(start, end, index_from=index_from, progress=progress)
 
-        With ``end`` None, goes on until the data ends (recovery) and returns
-        where the last valid record ends and why the scan stopped.
-        """
-        scan_from = start if index_from is None else min(start, index_from)
-        pos = scan_from
-        reason = ""
-        for pos, check in self.commit_log.scan(scan_from, verify_crc=True):
-            if end is not None and pos >= end:
-                break
-            if check.size <= 0:
-                if check.size == RECORD_INVALID:
-                    reason = check.reason
-                break
-            if progress is not None:
-                progress(pos)
-            self._dispatch_check(pos, check, cq=pos >= start, reindex_from=index_from)
-        else:  # pragma: no cover - scan always ends with an END/INVALID check
-            pass
-        return pos, reason
+    @property
+    def _gaps(self) -> dict[tuple[str, int], int]:
+        """Queues whose ConsumeQueue lacks entries a redispatch met records for:
+        (topic, queue id) -> first missing entry (see _rebuild_queues)."""
+        return self._dispatcher.gaps
 
-    def _dispatch_check(
-        self, pos: int, check: RecordCheck, *, cq: bool = True, reindex_from: int | None = None
-    ) -> None:
-        tran = transaction_type(check.sys_flag)
-        key = (check.topic, check.queue_id)
-        if cq and key not in self._queues and not self._may_have_queue(*key):
-            # QUEUEID is outside every check (BODYCRC covers the body only): a flipped
-            # bit there must not make a queue the topic does not have.
-            log.error(
-                "store %s: the record at CommitLog %d names queue %d of %r, which "
-                "the topic does not have; not dispatched",
-                self.root,
-                pos,
-                check.queue_id,
-                check.topic,
-            )
-            cq = False
-        if cq and tran in (0, SysFlag.TRANSACTION_COMMIT):
-            q = self._cq(*key)
-            have = q.max_offset()
-            if key in self._gaps:
-                pass  # rebuilt from its first missing entry (_rebuild_queues)
-            elif (
-                check.queue_offset > have
-                and check.topic != TRANS_HALF_TOPIC
-                and have > 0
-                and q.entry(have - 1) is not None
-            ):
-                # Entries missing before this record: a hole (a put refused after it
-                # took its queue offset), or entries lost. Never written at its own
-                # offset: an empty entry would hide it and every later one. (A queue
-                # with no entry yet starts at the record's offset, as RocketMQ's does:
-                # the records before it may have expired.)
-                log.warning(
-                    "ConsumeQueue %s/%d: entries %d to %d missing before the record "
-                    "at CommitLog %d; rebuilding the queue",
-                    check.topic,
-                    check.queue_id,
-                    have,
-                    check.queue_offset - 1,
-                    pos,
-                )
-                self._gaps[key] = have
-            elif check.queue_offset >= have:
-                q.put(check.queue_offset, [pos], [check.size], [self._queue_code(check)])
-                self._mark_dirty(key, check.queue_offset)
-        if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
-            keys = tuple(k for k in (check.keys or "").split(" ") if k)
-            self.index.build_index_batch(
-                [check.topic],
-                [check.uniq_key],
-                [keys],
-                [pos],
-                [check.store_timestamp],
-                reindex_from=reindex_from,
-            )
+    @_gaps.setter
+    def _gaps(self, gaps: dict[tuple[str, int], int]) -> None:
+        self._dispatcher.gaps = gaps
 
     # -- expiry ----------------------------------------------------------------------
 
@@ -2224,9 +2043,7 @@ class MessageStore:
             if end <= start:
                 return
             self.commit_log.flush(min(start, state.synced_pos), end)
-            with self._dirty_guard:
-                dirty, self._dirty_queues = self._dirty_queues, {}
-            for (topic, qid), first in dirty.items():
+            for (topic, qid), first in self._dirty.take().items():
                 q = self._queues.get((topic, qid))
                 if q is not None:
                     q.flush(first, q.max_offset())
@@ -3252,11 +3069,7 @@ class MessageStore:
 
     def _queue_code(self, check: RecordCheck) -> int:
         """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
-        if check.topic == SCHEDULE_TOPIC:
-            level = int((check.properties or {}).get(PROPERTY_DELAY_TIME_LEVEL, "1"))
-            level = min(max(level, 1), len(self._delay_ms))
-            return check.store_timestamp + self._delay_ms[level - 1]
-        return tags_code(check.tags)
+        return self._dispatcher.queue_code(check)
 
     def _truncate_queues(self, end: int) -> int:
         dropped = 0
