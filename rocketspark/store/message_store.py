@@ -73,8 +73,6 @@ from rocketspark.message.model import (
     user_properties,
 )
 from rocketspark.message.record import (
-    BLANK,
-    BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     HALF_SIZE_NOTE,
     HEADER_V4,
@@ -93,10 +91,10 @@ from rocketspark.message.record import (
     message_id,
 )
 from rocketspark.store import layout
+from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
     MAGIC_PREFIX,
-    Appended,
     ColumnBatch,
     CommitLog,
     PreparedRecord,
@@ -108,7 +106,7 @@ from rocketspark.store.config import (
     validate_group,
     validate_topic,
 )
-from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import DirtyQueues, Dispatcher
 from rocketspark.store.index_file import IndexService
@@ -122,11 +120,9 @@ from rocketspark.store.metadata import (
 from rocketspark.store.schedule import ScheduleService
 from rocketspark.store.store_state import (
     ABORT_FILE,
-    FLUSH_LOCK_FILE,
     STATE_FORMAT_VERSION,
     StoreLock,
     StoreState,
-    WriteLock,
 )
 from rocketspark.store.transaction import TransactionService
 
@@ -395,7 +391,6 @@ class MessageStore:
                 config.disk_space_clean_forcibly_ratio,
                 config.disk_max_used_space_ratio,
             )
-            self._touched: list[tuple[str, int, int, int]] = []  # queue offsets an append took
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
@@ -431,18 +426,13 @@ class MessageStore:
             self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
             self.delay_offsets = DelayOffsetTable(config_dir)
             self.sink_ledger = SinkLedgerTable(config_dir)
-            self._write_lock = WriteLock(self.root)
             self._queues: dict[tuple[str, int], ConsumeQueue] = {}
             self._queues_guard = threading.Lock()
-            self._qo: dict[tuple[str, int], int] = {}
             self._dirty = DirtyQueues()
-            self._known_commit_pos = -1
             self._round_robin: dict[str, int] = {}
             self._ids = UniqueIdGenerator(
                 self.store_host.ip if not self.store_host.is_v6 else b"\x7f\x00\x00\x01"
             )
-            self._arrivals = threading.Condition()
-            self._flush_lock = WriteLock(self.root, FLUSH_LOCK_FILE)
             self._delay_ms = config.delay_levels_ms()
             # The columnar put needs IPv4 hosts (one fixed header layout).
             self._columnar = not (self.store_host.is_v6 or self.born_host.is_v6)
@@ -451,7 +441,7 @@ class MessageStore:
             self.recovery_report: RecoveryReport | None = None
             self._schedule = ScheduleService(self)
             self._transactions = TransactionService(self)
-            self._dispatcher = Dispatcher(
+            self.dispatcher = Dispatcher(
                 root=self.root,
                 commit_log=self.commit_log,
                 index=self.index,
@@ -461,6 +451,27 @@ class MessageStore:
                 dirty=self._dirty,
                 delay_ms=self._delay_ms,
             )
+            self.appender = Appender(
+                root=self.root,
+                config=config,
+                state=self.state,
+                commit_log=self.commit_log,
+                index=self.index,
+                checkpoint=self.checkpoint,
+                queue=self._cq,
+                opened=self._queues,
+                dispatcher=self.dispatcher,
+                dirty=self._dirty,
+                guard=self._guard,
+                write_refused=self._write_refused,
+                clock=clock,
+                store_host=self.store_host,
+                born_host=self.born_host,
+                damage_error=self._damage_error,
+                rebuild_queues=self._rebuild_queues,
+            )
+            self._write_lock = self.appender.write_lock  # (the transaction service's)
+            self._arrivals = self.appender.arrivals
             if first:
                 try:
                     self.recovery_report = self._recover(truncate_at, full=full_recovery)
@@ -484,10 +495,8 @@ class MessageStore:
                 with self._write_lock:
                     self.state.holders = self.state.holders + 1
             self._closed = False
-            self._flusher: _Flusher | None = None
             if config.flush_disk_type == "ASYNC_FLUSH":
-                self._flusher = _Flusher(self, config.flush_interval_commit_log / 1000.0)
-                self._flusher.start()
+                self.appender.start_flusher(config.flush_interval_commit_log / 1000.0)
         except BaseException:
             self._lock.release()
             self._lock.release_final()
@@ -575,8 +584,7 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
-        if self._flusher is not None:
-            self._flusher.stop()
+        self.appender.stop_flusher()
         try:
             self.flush()
             if self._counted:
@@ -605,8 +613,7 @@ class MessageStore:
             self.index.close()
             self.checkpoint.close()
             self.state.close()
-            self._write_lock.close()
-            self._flush_lock.close()
+            self.appender.close()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -821,84 +828,27 @@ class MessageStore:
                 f"{seg_size} bytes (mappedFileSizeCommitLog)"
             )
         crc = zlib.crc32(body) & 0x7FFFFFFF
-        born, store = self.born_host, self.store_host
-        with self._write_lock:
-            self._sync_with_writers()
-            state = self.state
-            pos = state.commit_pos
-            store_ts = max(now, self.clock())
-            seg_end = (pos // seg_size + 1) * seg_size
-            writes = []
-            if total + END_FILE_MIN_BLANK_LENGTH > seg_end - pos:
-                writes.append((pos, [BLANK.pack(seg_end - pos, BLANK_MAGIC_CODE)]))
-                pos = seg_end
-            try:
-                queue_offset = self._reserve_queue_offsets(topic, queue_id, 1)
-                writes.append(
-                    (
-                        pos,
-                        [
-                            HEADER_V4.pack(
-                                total,
-                                magic,
-                                crc,
-                                queue_id,
-                                msg.flag,
-                                queue_offset,
-                                pos,
-                                0,
-                                msg.born_timestamp or now,
-                                born.ip,
-                                born.port,
-                                store_ts,
-                                store.ip,
-                                store.port,
-                                msg.reconsume_times,
-                                0,
-                                len(body),
-                            ),
-                            body,
-                            rest,
-                        ],
-                    )
-                )
-                end = pos + total
-                self._make_room(writes[0][0], end, 1 + len(keys))
-                state.pending_end = end
-                self.commit_log.warm(writes[0][0], end)
-                self.commit_log._write(writes)
-            except BaseException:
-                self._give_back_queue_offsets()
-                raise
-            state.commit_pos = end
-            self._dispatcher.one(
+        with self.appender.locked() as append:
+            result = append.one(
                 topic,
                 queue_id,
-                queue_offset,
-                pos,
+                body,
+                rest,
                 total,
+                magic,
+                crc,
+                msg.flag,
+                msg.born_timestamp or now,
+                msg.reconsume_times,
                 tags_code(tags) if tags else 0,
-                store_ts,
+                now,
+                uniq,
                 uniq_prefix,
                 counter,
                 own,
                 keys,
             )
-            state.dispatched_pos = end
-            state.write_seq = state.write_seq + 1
-            self._known_commit_pos = end
-        result = PutResult(
-            PutStatus.PUT_OK,
-            topic,
-            queue_id,
-            queue_offset,
-            pos,
-            message_id(store, pos),
-            uniq,
-            store_ts,
-            total,
-        )
-        return self._after_append([result])[0]
+        return self.appender.after([result])[0]
 
     def put_batch(self, messages: Sequence[Message] | Iterable[Message]) -> Sequence[PutResult]:
         """Store several messages under one lock and one flush; all or none are validated.
@@ -1059,12 +1009,11 @@ class MessageStore:
         uniform = self._uniform_batch(cols, now, uniq_prefix, uniq_start, half)
         if uniform is not None:
             batch, keyed_rows, keys_text = uniform
-            with self._write_lock:
-                self._sync_with_writers()
-                results = self._append_columns_locked(
+            with self.appender.locked() as append:
+                results, _ = append.columns(
                     batch, now, uniq_prefix, uniq_start, {}, keyed_rows, keys_text
                 )
-            return self._after_append(results)  # type: ignore[return-value]
+            return self.appender.after(results)  # type: ignore[no-any-return]
         cache: dict[str, tuple[int, bytes, int, str]] = {}
         last_topic = None
         write_queues = 0
@@ -1281,12 +1230,11 @@ class MessageStore:
             batch.flags = np.asarray(flags, dtype=np.int64)
             batch.reconsume = np.asarray(reconsume, dtype=np.int64)
             batch.born_ts = np.asarray([b or now for b in born], dtype=np.int64)
-        with self._write_lock:
-            self._sync_with_writers()
-            results = self._append_columns_locked(
+        with self.appender.locked() as append:
+            results, _ = append.columns(
                 batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
             )
-        return self._after_append(results)  # type: ignore[return-value]
+        return self.appender.after(results)  # type: ignore[no-any-return]
 
     def _uniform_batch(
         self,
@@ -1544,20 +1492,6 @@ class MessageStore:
             MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
         )
 
-    def _append_columns_locked(
-        self,
-        batch: ColumnBatch,
-        now: int,
-        uniq_prefix: str,
-        uniq_start: int,
-        uniq_given: dict[int, str],
-        keyed: list[int],
-        key_strings: list[str],
-    ) -> PutResults:
-        return self._append_columns_then_locked(
-            batch, (), now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
-        )[0]
-
     def _append_columns_then_locked(
         self,
         batch: ColumnBatch,
@@ -1570,67 +1504,18 @@ class MessageStore:
         key_strings: list[str],
         uniq_hashes: np.ndarray | None = None,
     ) -> tuple[PutResults, list[PutResult]]:
-        """Append ``batch`` and then the records ``then`` as ONE append.
-
-        COMMIT_POS moves once, after both are copied: a writer killed between
-        them leaves an unfinished append that the next writer or recovery wipes
-        whole (a transaction commit's final records never outlive its op record).
-        """
-        state = self.state
-        start = state.commit_pos
-        store_ts = max(now, self.clock())
-        index_entries = (
-            len(batch) + sum(s.count(" ") + 1 for s in key_strings) + _index_entries(then)
-        )
-
-        def set_pending(end: int) -> None:
-            self._make_room(start, end, index_entries)
-            state.pending_end = end
-
-        try:
-            placed = self.commit_log.append_columns(
-                start, batch, store_ts, self._reserve_queue_offsets, set_pending
-            )
-            end = placed.end
-            placed_then: list[Appended] = []
-            if then:
-                placed_then, end = self.commit_log.append(
-                    end, then, store_ts, self._reserve_queue_offsets, set_pending
-                )
-        except BaseException:
-            self._give_back_queue_offsets()
-            raise
-        state.commit_pos = end
-        self._dispatcher.columns(
+        """Append.columns for the transaction service (the caller holds the write lock)."""
+        return self.appender.locked().columns(
             batch,
-            placed,
-            store_ts,
+            now,
             uniq_prefix,
             uniq_start,
             uniq_given,
             keyed,
             key_strings,
-            uniq_hashes,
+            then=then,
+            uniq_hashes=uniq_hashes,
         )
-        if then:
-            self._dispatcher.records(then, placed_then, store_ts)
-        state.dispatched_pos = end
-        state.write_seq = state.write_seq + 1
-        self._known_commit_pos = end
-        results = PutResults(
-            PutStatus.PUT_OK,
-            batch.topics,
-            batch.queue_ids,
-            placed.queue_offsets,
-            placed.phys,
-            placed.sizes,
-            store_ts,
-            self.store_host,
-            uniq_prefix,
-            uniq_start,
-            uniq_given,
-        )
-        return results, self._record_results(then, placed_then, store_ts)
 
     def _select_queue(self, msg: Message, write_queues: int) -> int:
         if msg.queue_id is not None:
@@ -1750,132 +1635,31 @@ class MessageStore:
         )
 
     def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
-        with self._write_lock:
-            self._sync_with_writers()
-            results = self._append_locked(prepared, now)
-        return self._after_append(results)
+        with self.appender.locked() as append:
+            results = append.records(prepared, now)
+        return self.appender.after(results)  # type: ignore[no-any-return]
+
+    # The transaction service's way to the appender (until it is given the appender).
 
     def _append_locked(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
-        """Append and dispatch ``prepared`` (the caller holds the write lock and synced)."""
-        state = self.state
-        start = state.commit_pos
-        store_ts = max(now, self.clock())
+        return self.appender.locked().records(prepared, now)
 
-        def set_pending(end: int) -> None:
-            self._make_room(start, end, _index_entries(prepared))
-            state.pending_end = end
-
-        try:
-            placed, end = self.commit_log.append(
-                start, prepared, store_ts, self._reserve_queue_offsets, set_pending
-            )
-        except BaseException:
-            self._give_back_queue_offsets()
-            raise
-        state.commit_pos = end
-        self._dispatcher.records(prepared, placed, store_ts)
-        state.dispatched_pos = end
-        state.write_seq = state.write_seq + 1
-        self._known_commit_pos = end
-        return self._record_results(prepared, placed, store_ts)
-
-    def _record_results(
-        self, prepared: Sequence[PreparedRecord], placed: Sequence[Appended], store_ts: int
-    ) -> list[PutResult]:
-        host = self.store_host
-        return [
-            PutResult(
-                PutStatus.PUT_OK,
-                r.topic,
-                r.queue_id,
-                a.queue_offset,
-                a.physical_offset,
-                message_id(host, a.physical_offset),
-                r.uniq_key or "",
-                store_ts,
-                a.size,
-            )
-            for r, a in zip(prepared, placed)
-        ]
-
-    def _after_append(self, results: list[PutResult]) -> list[PutResult]:
-        """Wake long polls and, under SYNC_FLUSH, wait for the group commit."""
-        with self._arrivals:
-            self._arrivals.notify_all()
-        if results and self.config.flush_disk_type == "SYNC_FLUSH":
-            last = results[-1]
-            end = last.commitlog_offset + last.store_size
-            if not self._flush_commit_log(end, self.config.sync_flush_timeout / 1000.0):
-                if isinstance(results, PutResults):
-                    results.status = PutStatus.FLUSH_DISK_TIMEOUT
-                    return results
-                results = [
-                    dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results
-                ]
-        return results
+    def _after_append(self, results: Any) -> Any:
+        return self.appender.after(results)
 
     def _next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next append gives the queue (caller holds the write lock)."""
-        n = self._qo.get((topic, queue_id))
-        return self._cq(topic, queue_id).max_offset() if n is None else n
+        return self.appender.next_queue_offset(topic, queue_id)
 
-    def _reserve_queue_offsets(self, topic: str, queue_id: int, count: int) -> int:
-        n = self._next_queue_offset(topic, queue_id)
-        self._qo[(topic, queue_id)] = n + count
-        self._touched.append((topic, queue_id, n, count))
-        return n
+    def _sync_with_writers(self) -> None:
+        self.appender.sync()
 
-    def _make_room(self, start: int, end: int, index_entries: int) -> None:
-        """Reserve the blocks an append of CommitLog [start, end) writes, or refuse it.
+    @property
+    def _known_commit_pos(self) -> int:
+        return self.appender.known_commit_pos
 
-        Called holding the write lock once the append has reserved its queue
-        offsets (``_touched``) and before it writes a byte, so a refused append
-        (DiskFullError: the disk guard, or no blocks for its writes; its caller
-        gives the queue offsets back) leaves nothing behind but, at most,
-        ConsumeQueue blocks or files past their queue's end, which hold
-        nothing. Blocks are reserved a chunk ahead (MappedFile.reserve): most
-        appends cost a comparison per file. The ConsumeQueue entries first,
-        then the index entries, the CommitLog last (a segment past an
-        unfinished one would be left empty). An index file the append will
-        start is only checked for room: it is created, with the blocks of its
-        slot table and first entries, when the append's entries reach it.
-        """
-        touched = self._touched
-        if touched:
-            self._touched = []
-        if self._write_refused is not None:
-            raise self._write_refused
-        self._guard.check()
-        for topic, qid, first, count in touched:
-            q = self._cq(topic, qid)
-            q_files = q.files.files
-            if q_files:  # the hot path, inlined: within the last file's reserved blocks
-                last = q_files[-1]
-                pos = first * CQ_STORE_UNIT_SIZE - last.start_offset
-                if pos >= 0 and pos + count * CQ_STORE_UNIT_SIZE <= last.reserved:
-                    continue
-            q.reserve(first, count)
-        need = self.index.reserve(index_entries)
-        if need:
-            self._guard.require(need, "the new index files of this put")
-        cl = self.commit_log.files
-        files = cl.files
-        if (
-            not files
-            or start < files[-1].start_offset
-            or end - files[-1].start_offset > files[-1].reserved
-        ):
-            cl.reserve(start, end)
-
-    def _give_back_queue_offsets(self) -> None:
-        """Forget reserved queue offsets after an append failed before COMMIT_POS moved.
-
-        A kept reservation would make the next append skip offsets: a
-        ConsumeQueue hole, behind which readers never see a record. The next
-        append reads each queue's end from its ConsumeQueue again.
-        """
-        self._qo.clear()
-        self._touched = []
+    @_known_commit_pos.setter
+    def _known_commit_pos(self, pos: int) -> None:
+        self.appender.known_commit_pos = pos
 
     def _check_delay_level(self, level: int, where: str = "") -> int:
         """Return ``level`` if it is one of the configured delay levels (1..n)."""
@@ -1886,35 +1670,6 @@ class MessageStore:
                 "(messageDelayLevel)"
             )
         return level
-
-    def _sync_with_writers(self) -> None:
-        """Catch up with what other processes wrote (call holding the write lock)."""
-        state = self.state
-        commit = state.commit_pos
-        if commit == self._known_commit_pos and state.pending_end <= commit:
-            return
-        if state.damage_following:
-            raise self._damage_error()
-        self._qo.clear()
-        self.index.sync_tail()  # another writer may have started an index file
-        if state.pending_end > commit:
-            # A writer died mid-append: its bytes past COMMIT_POS were never acknowledged.
-            log.warning(
-                "store %s: wiping an unfinished append at CommitLog [%d, %d)",
-                self.root,
-                commit,
-                state.pending_end,
-            )
-            self.commit_log.wipe(commit, state.pending_end)
-            state.pending_end = commit
-        if state.dispatched_pos < commit:
-            # The writer died before dispatching all it committed, maybe inside an
-            # index update: relink the index before the records are indexed again.
-            self.index.repair_tail()
-            self._redispatch(state.dispatched_pos, commit)
-            self._rebuild_queues(commit)
-            state.dispatched_pos = commit
-        self._known_commit_pos = commit
 
     def _damage_error(self) -> StoreDamagedError:
         state = self.state
@@ -1946,17 +1701,17 @@ class MessageStore:
         progress: Callable[[int], None] | None = None,
     ) -> tuple[int, str]:
         """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end)."""
-        return self._dispatcher.scan(start, end, index_from=index_from, progress=progress)
+        return self.dispatcher.scan(start, end, index_from=index_from, progress=progress)
 
     @property
     def _gaps(self) -> dict[tuple[str, int], int]:
         """Queues whose ConsumeQueue lacks entries a redispatch met records for:
         (topic, queue id) -> first missing entry (see _rebuild_queues)."""
-        return self._dispatcher.gaps
+        return self.dispatcher.gaps
 
     @_gaps.setter
     def _gaps(self, gaps: dict[tuple[str, int], int]) -> None:
-        self._dispatcher.gaps = gaps
+        self.dispatcher.gaps = gaps
 
     # -- expiry ----------------------------------------------------------------------
 
@@ -2006,56 +1761,9 @@ class MessageStore:
 
     # -- flushing ----------------------------------------------------------------------
 
-    def _flush_commit_log(self, end: int, timeout: float) -> bool:
-        """Group commit: force the CommitLog up to at least ``end``; False on timeout.
-
-        A put covered by an earlier sync returns at once; otherwise this process
-        syncs everything committed so far, its own put and any other's. Syncs of
-        several processes run side by side, without a lock: an msync of pages
-        another msync is writing back waits for that write rather than writing
-        them again, so concurrent syncs share their I/O. (Behind a lock, waiters
-        queued one sync after another: 4 single-put producers reached 5.9k
-        puts/s with it, 8.3k without, here.) SYNCED_POS only ever holds a
-        position a finished sync covered: two processes racing to write it can
-        move it back to the smaller of theirs, never past what is on disk, which
-        at worst makes a later put sync again.
-        """
-        state = self.state
-        if state.synced_pos >= end:
-            return True
-        deadline = time.monotonic() + timeout
-        synced = state.synced_pos
-        upto = state.commit_pos  # one fsync covers every put committed so far
-        self.commit_log.flush(synced, upto)
-        if upto > state.synced_pos:
-            state.synced_pos = upto
-        return time.monotonic() <= deadline
-
     def flush(self) -> None:
         """Force the CommitLog, the ConsumeQueues, the index and the checkpoint to disk."""
-        state = self.state
-        with self._flush_lock:
-            # Below DISPATCHED_POS every ConsumeQueue entry is written and marked dirty
-            # (COMMIT_POS moves before the dispatch): FLUSHED_POS may only claim that.
-            dispatched = state.dispatched_pos
-            end = state.commit_pos
-            start = state.flushed_pos
-            if end <= start:
-                return
-            self.commit_log.flush(min(start, state.synced_pos), end)
-            for (topic, qid), first in self._dirty.take().items():
-                q = self._queues.get((topic, qid))
-                if q is not None:
-                    q.flush(first, q.max_offset())
-            self.index.flush()
-            now = self.clock()
-            self.checkpoint.update(physic=now, logics=now, index=now)
-            self.checkpoint.flush()
-            if end > state.synced_pos:
-                state.synced_pos = end
-            flushed = min(end, dispatched)
-            if flushed > state.flushed_pos:
-                state.flushed_pos = flushed
+        self.appender.flush()
 
     # -- pull ----------------------------------------------------------------------
 
@@ -3069,7 +2777,7 @@ class MessageStore:
 
     def _queue_code(self, check: RecordCheck) -> int:
         """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
-        return self._dispatcher.queue_code(check)
+        return self.dispatcher.queue_code(check)
 
     def _truncate_queues(self, end: int) -> int:
         dropped = 0
@@ -3217,37 +2925,10 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
     return out
 
 
-def _index_entries(records: Sequence[PreparedRecord]) -> int:
-    """At most how many index entries ``records`` add (UNIQ_KEY and each key)."""
-    return sum(1 + len(r.keys) for r in records)
-
-
 def _parse_host(text: str) -> HostAddress:
     host, _, port = text.rpartition(":")
     host = host.strip("[]")
     return HostAddress.parse(host, int(port))
-
-
-class _Flusher(threading.Thread):
-    """ASYNC_FLUSH: force dirty pages every flushIntervalCommitLog ms."""
-
-    def __init__(self, store: MessageStore, interval: float):
-        super().__init__(name=f"rocketspark-flush-{os.path.basename(store.root)}", daemon=True)
-        self.store = store
-        self.interval = interval
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
-            try:
-                self.store.flush()
-            except Exception:  # keep flushing; the next put or close will report
-                log.exception("background flush of %s failed", self.store.root)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout=10)
 
 
 __all__ = [

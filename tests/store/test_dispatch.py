@@ -95,7 +95,7 @@ def _check(topic: str, delay: str | None) -> RecordCheck:
 
 def test_scanned_level_as_rocketmq_reads_it(tmp_path, clock):
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
-        d = s._dispatcher
+        d = s.dispatcher
         delays = s.config.delay_levels_ms()
         assert d.level_delay(_check(SCHEDULE_TOPIC, "2")) == delays[1]
         assert d.level_delay(_check(SCHEDULE_TOPIC, "99")) == delays[-1]  # capped at the last
