@@ -77,19 +77,22 @@ class Append:
     def __init__(self, appender: Appender):
         self._appender = appender
         self.state = appender.state
+        # bound once: every put takes and releases the lock
+        self._lock = appender.write_lock.acquire
+        self._unlock = appender.write_lock.__exit__
+        self._sync = appender.sync
 
     def __enter__(self) -> Append:
-        ap = self._appender
-        ap.write_lock.acquire()
+        self._lock()
         try:
-            ap.sync()
+            self._sync()
         except BaseException:
-            ap.write_lock.release()
+            self._unlock()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._appender.write_lock.release()
+        self._unlock()
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next append gives the queue."""
