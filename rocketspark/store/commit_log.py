@@ -257,7 +257,7 @@ class CommitLog:
             writes.append((chunk_start, chunks))
         set_pending_end(pos)
         self.warm(start, pos)
-        self._write(writes)
+        self.write(writes)
         return placed, pos
 
     def warm(self, start: int, end: int) -> None:
@@ -283,7 +283,7 @@ class CommitLog:
             pos = stop
         self._warm_end = pos
 
-    def _write(self, writes: list[tuple[int, list[Any]]]) -> None:
+    def write(self, writes: list[tuple[int, list[Any]]]) -> None:
         """Copy each (CommitLog offset, byte pieces) into its segment, pieces joined once."""
         for at, parts in writes:
             data = b"".join(parts)
@@ -545,7 +545,7 @@ class CommitLog:
         writes.append((chunk_start, chunk))
         set_pending_end(pos)
         self.warm(start, pos)
-        self._write(writes)
+        self.write(writes)
         groups = [(t, q, np.asarray(idx, dtype=np.int64)) for (t, q), idx in order.items()]
         return Placement(
             np.asarray(phys, dtype=np.int64),

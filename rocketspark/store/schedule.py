@@ -17,6 +17,7 @@ at the record at that position and knows whether the range was delivered.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rocketspark.message.model import (
@@ -29,8 +30,11 @@ from rocketspark.message.model import (
 from rocketspark.message.record import RECORD_END, RECORD_INVALID
 
 if TYPE_CHECKING:
-    from rocketspark.store.commit_log import PreparedRecord
-    from rocketspark.store.message_store import MessageStore
+    from rocketspark.store.appender import Append, Appender
+    from rocketspark.store.commit_log import CommitLog, PreparedRecord
+    from rocketspark.store.consume_queue import ConsumeQueue
+    from rocketspark.store.encoder import Encoder
+    from rocketspark.store.metadata import DelayOffsetTable, TopicConfigTable
 
 log = logging.getLogger(__name__)
 
@@ -38,41 +42,63 @@ MAX_DELIVER_PER_LEVEL = 10_000
 
 
 class ScheduleService:
-    """Delivers due messages of SCHEDULE_TOPIC_XXXX for one open store."""
+    """Delivers due messages of SCHEDULE_TOPIC_XXXX for one open store.
 
-    def __init__(self, store: MessageStore):
-        self.store = store
+    ``queue`` opens a ConsumeQueue; ``levels`` is how many delay levels the
+    store has (messageDelayLevel).
+    """
+
+    def __init__(
+        self,
+        *,
+        appender: Appender,
+        encoder: Encoder,
+        queue: Callable[[str, int], ConsumeQueue],
+        commit_log: CommitLog,
+        topics: TopicConfigTable,
+        delay_offsets: DelayOffsetTable,
+        clock: Callable[[], int],
+        levels: int,
+    ):
+        self.appender = appender
+        self.encoder = encoder
+        self.queue = queue
+        self.commit_log = commit_log
+        self.topics = topics
+        self.delay_offsets = delay_offsets
+        self.clock = clock
+        self.levels = levels
+
+    def _has_topic(self, topic: str) -> bool:
+        return self.topics.get(topic) is not None
 
     def run(
         self, now_ms: int | None = None, *, limit_per_level: int = MAX_DELIVER_PER_LEVEL
     ) -> int:
-        """Deliver every message due at ``now_ms`` (the store clock by default); return the count."""
-        store = self.store
-        now = store.clock() if now_ms is None else now_ms
-        if not store.has_topic(SCHEDULE_TOPIC):
+        """Deliver what is due at ``now_ms`` (the store clock by default); return the count."""
+        now = self.clock() if now_ms is None else now_ms
+        if not self._has_topic(SCHEDULE_TOPIC):
             return 0
         delivered = 0
         results = []
-        with store._write_lock:
-            store._sync_with_writers()
-            self._resolve_intent()
-            for level in range(1, len(store._delay_ms) + 1):
-                results += self._deliver_level(level, now, limit_per_level)
+        with self.appender.locked() as append:
+            self._resolve_intent(append)
+            for level in range(1, self.levels + 1):
+                results += self._deliver_level(append, level, now, limit_per_level)
             delivered = len(results)
-        store._after_append(results)
+        self.appender.after(results)
         return delivered
 
-    def _start_offset(self, level: int) -> int:
-        store = self.store
-        cq = store._cq(SCHEDULE_TOPIC, level - 1)
-        done = store.delay_offsets.get(level)
-        low = cq.min_offset(store.commit_log.min_offset)
+    def start_offset(self, level: int) -> int:
+        """The first entry of a level's queue not yet delivered."""
+        cq = self.queue(SCHEDULE_TOPIC, level - 1)
+        done = self.delay_offsets.get(level)
+        low = cq.min_offset(self.commit_log.min_offset)
         return low if done is None or done < low else done
 
-    def _deliver_level(self, level: int, now: int, limit: int) -> list:
-        store = self.store
-        cq = store._cq(SCHEDULE_TOPIC, level - 1)
-        start = self._start_offset(level)
+    def _deliver_level(self, append: Append, level: int, now: int, limit: int) -> list:
+        cq = self.queue(SCHEDULE_TOPIC, level - 1)
+        start = self.start_offset(level)
         entries = cq.read(start, limit)
         if not len(entries):
             return []
@@ -87,18 +113,17 @@ class ScheduleService:
             return []
         prepared: list[PreparedRecord] = []
         for phy in entries["offset"][:due].tolist():
-            rec = self._rebuild(store.commit_log.read(int(phy)), now)
+            rec = self._rebuild(self.commit_log.read(int(phy)), now)
             if rec is not None:
                 prepared.append(rec)
-        state = store.state
+        state = append.state
         state.set_intent(level, start, start + due, state.commit_pos)
-        results = store._append_locked(prepared, now) if prepared else []
-        store.delay_offsets.set(level, start + due)
+        results = append.records(prepared, now) if prepared else []
+        self.delay_offsets.set(level, start + due)
         state.clear_intent()
         return results
 
     def _rebuild(self, msg: MessageExt, now: int) -> PreparedRecord | None:
-        store = self.store
         props = dict(msg.properties)
         topic = props.get(PROPERTY_REAL_TOPIC)
         try:
@@ -110,7 +135,7 @@ class ScheduleService:
                 "scheduled message at offset %d has no REAL_TOPIC; dropped", msg.commitlog_offset
             )
             return None
-        if not store.has_topic(topic):
+        if not self._has_topic(topic):
             log.error(
                 "scheduled message at offset %d is due for topic %r, which no longer "
                 "exists; dropped",
@@ -119,7 +144,7 @@ class ScheduleService:
             )
             return None
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        return store._prepare_raw(
+        return self.encoder.record(
             topic,
             queue_id,
             msg.body,
@@ -132,24 +157,23 @@ class ScheduleService:
             reconsume_times=msg.reconsume_times,
         )
 
-    def _resolve_intent(self) -> None:
+    def _resolve_intent(self, append: Append) -> None:
         """Finish the bookkeeping of a step that died between its put and its progress write."""
-        store = self.store
-        state = store.state
+        state = append.state
         level, start, end, commit_before = state.intent()
         if level == 0:
             return
         delivered = False
         if state.commit_pos > commit_before:
-            for pos, check in store.commit_log.scan(commit_before, verify_crc=False):
+            for pos, check in self.commit_log.scan(commit_before, verify_crc=False):
                 if check.size not in (RECORD_END, RECORD_INVALID):
                     # The step's put is one append: it landed if the record where it
                     # would start is the delivery of the first message the step kept.
                     first = self._first_kept(level, start, end)
-                    delivered = first is not None and _delivers(store.commit_log.read(pos), first)
+                    delivered = first is not None and _delivers(self.commit_log.read(pos), first)
                 break
         if delivered:
-            store.delay_offsets.set(level, end)
+            self.delay_offsets.set(level, end)
         log.warning(
             "schedule step of level %d [%d, %d) was interrupted; %s",
             level,
@@ -168,12 +192,11 @@ class ScheduleService:
         :meth:`_rebuild` does); topics created or deleted since the step make
         this guess wrong, and the step then runs again (duplicates, never loss).
         """
-        store = self.store
-        entries = store._cq(SCHEDULE_TOPIC, level - 1).read(start, end - start)
+        entries = self.queue(SCHEDULE_TOPIC, level - 1).read(start, end - start)
         for phy in entries["offset"].tolist():
-            msg = store.commit_log.read(int(phy))
+            msg = self.commit_log.read(int(phy))
             topic = msg.properties.get(PROPERTY_REAL_TOPIC)
-            if topic and store.has_topic(topic):
+            if topic and self._has_topic(topic):
                 return msg
         return None
 

@@ -37,8 +37,8 @@ def _pinned_store(root: str, clock, topics: dict[str, int], counter: int = 0) ->
     """A store whose generated UNIQ_KEYs start at a fixed value (the same in both stores
     a test compares), with ``topics`` created."""
     s = MessageStore.open(root, clock=clock, **SMALL)
-    s._ids._prefix = "7F000001" + "0" * 12
-    s._ids._counter = counter
+    s.encoder.ids._prefix = "7F000001" + "0" * 12
+    s.encoder.ids._counter = counter
     for t, q in topics.items():
         s.create_topic(t, queues=q)
     return s
@@ -94,7 +94,7 @@ def test_columnar_and_per_record_paths_write_identical_stores(tmp_path, clock, c
     for columnar in (True, False):
         root = str(tmp_path / ("col" if columnar else "rec"))
         with _pinned_store(root, clock, THREE_TOPICS) as s:
-            s._columnar = columnar
+            s.encoder.columnar = columnar
             for b in batches:
                 rs = s.put_batch(b)
                 assert isinstance(rs, PutResults) == columnar
@@ -159,7 +159,7 @@ def test_single_puts_write_the_same_bytes_as_one_batch(tmp_path, clock, mixed):
             if single:
                 results = [s.put(m) for m in msgs]
             else:
-                s._columnar = False
+                s.encoder.columnar = False
                 results = s.put_batch(msgs)
         roots.append(root)
         if single:
@@ -228,7 +228,7 @@ def test_put_columns_and_prepare_columns_write_what_the_message_paths_write(
                     **cols,
                 )
             else:  # the per-record paths all the way, commit included
-                s._columnar = False
+                s.encoder.columnar = False
                 s.put_batch(msgs)
                 hs = s.prepare_batch(msgs, producer_group="pg", properties={"RS_SINK": "x"})
             assert [h.queue_offset for h in hs] == list(range(40))
@@ -266,7 +266,7 @@ def test_uniform_batches_write_what_the_message_paths_write(tmp_path, clock, cop
         # (the UNIQ_KEY counter wraps inside a batch)
         with _pinned_store(root, clock, {"uniform": queues, "t" * 127: 2}, 65500) as s:
             if not columnar:
-                s._columnar = False
+                s.encoder.columnar = False
             varied = [None, "a", "bb", "é", "created"]
             for tag, topic, keyed in (
                 (None, "uniform", False),
@@ -377,7 +377,7 @@ def test_fast_commit_writes_what_the_record_commit_writes(tmp_path, clock, seed)
                     extra_properties=extra,
                 )
             else:  # the per-record prepare, and the per-record commit
-                s._columnar = False
+                s.encoder.columnar = False
                 hs = s.prepare_batch(msgs, producer_group="pg", properties=extra)
             for g, c in zip(groups, commit, strict=True):
                 if c:
@@ -418,8 +418,8 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
     for columnar in (True, False):
         root = str(tmp_path / ("fast" if columnar else "record"))
         with MessageStore.open(root, clock=clock, mappedFileSizeCommitLog=1 << 20) as s:
-            s._ids._prefix = "7F000001" + "0" * 12
-            s._ids._counter = 65400  # the UNIQ_KEY counter wraps inside the batch
+            s.encoder.ids._prefix = "7F000001" + "0" * 12
+            s.encoder.ids._counter = 65400  # the UNIQ_KEY counter wraps inside the batch
             s.create_topic(topic, queues=queues)
             msgs = [
                 Message(
@@ -446,7 +446,7 @@ def test_commits_of_halves_of_a_few_layouts_write_what_the_record_commit_writes(
                     extra_properties={"rocketsparkSinkId": "s-1"},
                 )
             else:
-                s._columnar = False
+                s.encoder.columnar = False
                 hs = s.prepare_batch(
                     msgs, producer_group="pg", properties={"rocketsparkSinkId": "s-1"}
                 )

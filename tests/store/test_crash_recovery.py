@@ -143,13 +143,13 @@ def _put_then_die_inside_an_append(store_dir: str) -> None:
     store.create_topic("t", queues=1)
     store.put(Message("t", b"m1", keys=["k1"]))  # index entries 1-2 of the first file
     store.put(Message("t", b"m2", keys=["k2"]))  # UNIQ_KEY: entry 3 (full); k2: next file
-    write = commit_log.CommitLog._write
+    write = commit_log.CommitLog.write
 
     def write_then_die(self, writes):
         write(self, writes)
         os.kill(os.getpid(), signal.SIGKILL)  # copied, never published (COMMIT_POS)
 
-    commit_log.CommitLog._write = write_then_die
+    commit_log.CommitLog.write = write_then_die
     store.put(Message("t", b"m3", keys=["k3"]))
 
 

@@ -62,12 +62,12 @@ def test_a_false_but_wrong_column_entry_is_refused_on_every_path(
             )
             is InvalidMessageError
         )
-        store._columnar = False  # the per-record path (IPv6 hosts) builds Messages
+        store.encoder.columnar = False  # the per-record path (IPv6 hosts) builds Messages
         assert (
             _outcome(lambda: store.put_columns([b"x"] * rows, topic="t", **{field: column}))
             is InvalidMessageError
         )
-        store._columnar = True
+        store.encoder.columnar = True
         assert store.put(Message("t", b"after")).queue_offset == 0
         assert [m.body for m in store.pull("t", 0, 0, 1000).messages] == [b"after"]
         assert store.open_transactions() == []
@@ -272,7 +272,7 @@ def test_an_empty_topic_name_is_refused_not_sent_to_the_default_topic(tmp_path, 
     with MessageStore.open(tmp_path) as store:
         store.create_topic("t", queues=1)
         store.create_topic("default", queues=1)
-        store._columnar = columnar
+        store.encoder.columnar = columnar
         with pytest.raises(UnknownTopicError, match="topic ''"):
             store.put(Message("", b"x"))
         with pytest.raises(UnknownTopicError, match="topic ''"):

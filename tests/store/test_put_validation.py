@@ -258,7 +258,7 @@ def test_an_out_of_range_field_is_refused_and_the_next_put_is_seen_everywhere(
 
 def _fail_after_reserving(store, monkeypatch):
     """Make the next append fail right after it reserved its queue offsets."""
-    reserve = store._reserve_queue_offsets
+    reserve = store.appender.reserve_queue_offsets
     calls = []
 
     def reserve_then_fail(topic, queue_id, count):
@@ -268,7 +268,7 @@ def _fail_after_reserving(store, monkeypatch):
             raise RuntimeError("injected failure after the reservation")
         return first
 
-    monkeypatch.setattr(store, "_reserve_queue_offsets", reserve_then_fail)
+    monkeypatch.setattr(store.appender, "reserve_queue_offsets", reserve_then_fail)
     return calls
 
 

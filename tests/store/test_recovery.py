@@ -399,9 +399,8 @@ def _put_after_a_refused_put(s, n_before, n_after, queue_id=0, holes=1):
     """Old code's refused put: a queue offset taken, nothing written."""
     for i in range(n_before):
         s.put(Message("t", b"a%d" % i, queue_id=queue_id))
-    with s._write_lock:
-        s._sync_with_writers()
-        s._reserve_queue_offsets("t", queue_id, holes)
+    with s.appender.locked() as append:
+        append.reserve_queue_offsets("t", queue_id, holes)
     for i in range(n_after):
         s.put(Message("t", b"b%d" % i, queue_id=queue_id))
 
@@ -568,10 +567,10 @@ def test_a_sigkilled_worker_inside_an_append_is_still_a_crash(tmp_path):
         "s = MessageStore.open(sys.argv[1], exit_without_close=True,"
         " mappedFileSizeCommitLog='65536', mappedFileSizeConsumeQueue='10240',"
         " maxHashSlotNum='512', maxIndexNum='4096')\n"
-        "w = commit_log.CommitLog._write\n"
+        "w = commit_log.CommitLog.write\n"
         "def die(self, writes):\n"
         "    w(self, writes); os.kill(os.getpid(), signal.SIGKILL)\n"
-        "commit_log.CommitLog._write = die\n"
+        "commit_log.CommitLog.write = die\n"
         "s.put_batch([Message('t', b'lost%d' % i) for i in range(3)])\n"
     )
     child = subprocess.run(
@@ -634,7 +633,7 @@ def copied_but_the_first_bytes(self, writes):
         data = b"".join(parts)
         f.mm[at - f.start_offset + 32:at - f.start_offset + len(data)] = data[32:]
     os.kill(os.getpid(), signal.SIGKILL)  # memcpy stores its first vector last
-commit_log.CommitLog._write = copied_but_the_first_bytes
+commit_log.CommitLog.write = copied_but_the_first_bytes
 s.put_batch([Message("t", b"unacked%d" % i) for i in range(5)])
 """
 
@@ -728,9 +727,8 @@ def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
     with MessageStore.open(root, **SMALL) as s:
         s.create_topic("t", queues=1)
         results = list(s.put_batch([Message("t", b"m%03d" % i) for i in range(50)]))
-        with s._write_lock:
-            s._sync_with_writers()
-            s._reserve_queue_offsets("t", 0, 1)
+        with s.appender.locked() as append:
+            append.reserve_queue_offsets("t", 0, 1)
         s.put(Message("t", b"after-hole"))
     _flip(_segment(root), results[20].commitlog_offset + 89, 0x04)
     os.unlink(os.path.join(root, "rocketspark.state"))
@@ -757,7 +755,7 @@ def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_en
         if not reopen:
             # As a refused put leaves it: its offsets given back, the end read anew.
             s._existing_cq("t", 0)._max = -1
-            s._qo.pop(("t", 0), None)
+            s.appender.give_back_queue_offsets()
             assert s.put(Message("t", b"next", queue_id=0)).queue_offset == 5
     if reopen:
         with MessageStore.open(root, **SMALL) as s:

@@ -6,6 +6,7 @@ import pytest
 
 from rocketspark.message.model import SCHEDULE_TOPIC
 from rocketspark.store import Message, MessageStore, PullStatus
+from rocketspark.store.appender import Append
 
 SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
 
@@ -149,11 +150,11 @@ def test_another_writers_record_where_an_interrupted_step_would_start_is_not_its
             ]
         )
         clock.advance(1000)
-        real_append = s._append_locked
-        s._append_locked = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
+        real_append = Append.records
+        Append.records = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("killed"))
         with pytest.raises(RuntimeError):
             s.run_schedule()
-        s._append_locked = real_append
+        Append.records = real_append
         for uniq in ("order-0", "order-2"):  # the step's first id, then a later one
             s.put(Message("t", b"other", properties={"UNIQ_KEY": uniq}))
         assert s.run_schedule() == 3

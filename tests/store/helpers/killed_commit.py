@@ -39,13 +39,13 @@ def main() -> None:
 
         log.append = die
     else:
-        write = log._write
+        write = log.write
 
         def write_then_die(writes):
             write(writes)
             os.kill(os.getpid(), signal.SIGKILL)
 
-        log._write = write_then_die
+        log.write = write_then_die
     store.commit_transaction(halves)
     raise SystemExit("the commit returned: it was meant to be killed")
 
