@@ -78,7 +78,11 @@ PROGRESS_LAG = 1 << 20  # resolved halves kept above the check progress (_advanc
 
 
 class HalfState(enum.IntEnum):
-    """Where a half queue offset stands (one byte each in the resolution table)."""
+    """Where a half queue offset stands (one byte each in the resolution table).
+
+    Arrays of states are compared with ``.value``: numpy compares a uint8
+    array with an int as uint8, but with an IntEnum member as int64 (~7x slower).
+    """
 
     OPEN = 0
     COMMITTED = 1
@@ -182,12 +186,13 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             states = self._resolved.get_many(wanted)
-            if bool(((states == HalfState.MOVED) | (states == HalfState.RESOLVED)).any()):
+            put_back = (states == HalfState.MOVED.value) | (states == HalfState.RESOLVED.value)
+            if bool(put_back.any()):
                 # Halves a check put back: the transaction lives on in the copy.
                 wanted = _sorted_unique(self._live(wanted, states))
                 states = self._resolved.get_many(wanted)
             other = HalfState.ROLLED_BACK if commit else HalfState.COMMITTED
-            clash = np.flatnonzero(states == other)
+            clash = np.flatnonzero(states == other.value)
             if len(clash):
                 off = int(wanted[clash[0]])
                 raise TransactionError(
@@ -195,7 +200,7 @@ class TransactionService:
                     f"{'committed' if not commit else 'rolled back'}; cannot "
                     f"{'commit' if commit else 'roll back'} it"
                 )
-            todo = wanted[states == HalfState.OPEN]
+            todo = wanted[states == HalfState.OPEN.value]
             if not len(todo):
                 return []
             half_cq = store._cq(TRANS_HALF_TOPIC, 0)
@@ -295,7 +300,7 @@ class TransactionService:
         if upto <= floor:
             return
         states = self._resolved.get_many(np.arange(floor, upto, dtype=np.int64))
-        still_open = np.flatnonzero(states == HalfState.OPEN)
+        still_open = np.flatnonzero(states == HalfState.OPEN.value)
         progress = floor + int(still_open[0]) if len(still_open) else upto
         if progress > floor:
             self._commit_progress(progress)
@@ -389,7 +394,7 @@ class TransactionService:
         if end <= start:
             return []
         offsets = np.arange(start, end, dtype=np.int64)
-        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN]
+        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN.value]
         # Everything below the first open half is resolved: later scans (and the
         # check step) start there.
         progress = int(offsets[0]) if len(offsets) else end
@@ -517,7 +522,7 @@ class TransactionService:
             store._sync_with_writers()
             self._read_ops()
             old = np.asarray(sorted(prepared), dtype=np.int64)
-            old = old[self._resolved.get_many(old) == HalfState.OPEN]
+            old = old[self._resolved.get_many(old) == HalfState.OPEN.value]
             if not len(old):
                 return
             first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
@@ -547,12 +552,12 @@ class TransactionService:
         FEW_RESOLVED), not for a sink batch's thousands.
         """
         out = offsets.copy()
-        for i in np.flatnonzero(states == HalfState.MOVED).tolist():
+        for i in np.flatnonzero(states == HalfState.MOVED.value).tolist():
             o = int(out[i])
             while self._resolved.get(o) == HalfState.MOVED and o in self._moved:
                 o = self._moved[o]
             out[i] = o
-        gone = np.flatnonzero(states == HalfState.RESOLVED)
+        gone = np.flatnonzero(states == HalfState.RESOLVED.value)
         if 0 < len(gone) <= FEW_RESOLVED:
             copies = self._open_copies()
             for i in gone.tolist():
@@ -566,7 +571,7 @@ class TransactionService:
         start = self._resolved.floor
         offsets = np.arange(start, half_cq.max_offset(), dtype=np.int64)
         copies = {}
-        for off in offsets[self._resolved.get_many(offsets) == HalfState.OPEN].tolist():
+        for off in offsets[self._resolved.get_many(offsets) == HalfState.OPEN.value].tolist():
             entry = half_cq.entry(off)
             if entry is None:
                 break
@@ -618,7 +623,7 @@ class _ResolutionTable:
         out = np.zeros(len(offs), dtype=np.uint8)
         inside = offs < len(self._b)
         out[inside] = self._b[offs[inside]]
-        out[(out == HalfState.OPEN) & (offs < self.floor)] = HalfState.RESOLVED
+        out[(out == HalfState.OPEN.value) & (offs < self.floor)] = HalfState.RESOLVED
         return out
 
     def set_many(self, offs: np.ndarray, state: int) -> None:
@@ -631,7 +636,7 @@ class _ResolutionTable:
         if len(offs):
             a = np.asarray(offs, dtype=np.int64)
             self._grow(int(a.max()) + 1)
-            a = a[self._b[a] == HalfState.OPEN]
+            a = a[self._b[a] == HalfState.OPEN.value]
             self._b[a] = state
 
 
