@@ -230,7 +230,6 @@ FORBIDDEN = {
 KNOWN_EDGES: frozenset[tuple[str, str]] = frozenset(
     {
         # removed by the layout work (schedule and transaction given the store's parts)
-        ("rocketspark/store/schedule.py", "rocketspark.store.message_store"),
         ("rocketspark/store/transaction.py", "rocketspark.store.message_store"),
     }
 )
@@ -412,17 +411,7 @@ ALL_REACHES = [reach for module in MODULES for reach in private_reaches(module)]
 KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
     {
         # removed by the layout work (ConsumeQueue, CommitLog and ScheduleService seams)
-        ("rocketspark/store/message_store.py", "_start_offset"),
-        ("rocketspark/store/message_store.py", "_write"),
         ("rocketspark/store/message_store.py", "_zero"),
-        # removed by the layout work (schedule.py re-pointed at the store's components)
-        ("rocketspark/store/schedule.py", "_after_append"),
-        ("rocketspark/store/schedule.py", "_append_locked"),
-        ("rocketspark/store/schedule.py", "_cq"),
-        ("rocketspark/store/schedule.py", "_delay_ms"),
-        ("rocketspark/store/schedule.py", "_prepare_raw"),
-        ("rocketspark/store/schedule.py", "_sync_with_writers"),
-        ("rocketspark/store/schedule.py", "_write_lock"),
         # removed by the layout work (transaction.py given the parts it needs)
         ("rocketspark/store/transaction.py", "_after_append"),
         ("rocketspark/store/transaction.py", "_append"),
