@@ -371,4 +371,4 @@ class ConsumeQueue:
 def _entries_with_data(f: MappedFile, rel: int) -> int:
     """How many entries from byte ``rel`` of ``f`` lie where data is: reads stop before
     a hole past the queue's end (see MappedFile.data_limit)."""
-    return (f.data_limit(rel) - rel) // CQ_STORE_UNIT_SIZE
+    return (f.data_limit(rel, CQ_STORE_UNIT_SIZE) - rel) // CQ_STORE_UNIT_SIZE

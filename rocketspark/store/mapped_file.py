@@ -289,15 +289,18 @@ class MappedFile:
         """The segment's open file descriptor (for SEEK_DATA / SEEK_HOLE scans)."""
         return self._fd
 
-    def data_limit(self, pos: int) -> int:
+    def data_limit(self, pos: int, need: int = 1) -> int:
         """Return how far from file position ``pos`` the file holds data (``pos``: a hole).
 
         Readers read no further: a hole reads as zeros (nothing written), and
         reading one through a mapping allocates a page on tmpfs, which kills
-        the process when it is full. A range already seen costs no syscall.
+        the process when it is full. A range already seen costs no syscall
+        when it holds ``need`` bytes from ``pos``; otherwise the file is asked
+        again, since writers reserve further blocks as they go (a range seen
+        earlier may end inside the record or entry a reader wants next).
         """
         lo, hi = self._data
-        if lo <= pos < hi:
+        if lo <= pos and pos + need <= hi:
             return hi
         try:
             lo = os.lseek(self._fd, pos, os.SEEK_DATA)
