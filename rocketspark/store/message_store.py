@@ -110,7 +110,13 @@ from rocketspark.store.config import (
     validate_group,
     validate_topic,
 )
-from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.consume_queue import (
+    CQ_ENTRY_DTYPE,
+    CQ_STORE_UNIT_SIZE,
+    ConsumeQueue,
+    ConsumeQueues,
+    check_queue,
+)
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.index_file import (
     IndexService,
@@ -438,13 +444,17 @@ class MessageStore:
             self.delay_offsets = DelayOffsetTable(config_dir)
             self.sink_ledger = SinkLedgerTable(config_dir)
             self._write_lock = WriteLock(self.root)
-            self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-            self._queues_guard = threading.Lock()
+            self.queues = ConsumeQueues(
+                self.root,
+                config.mapped_file_size_consume_queue,
+                self.topics,
+                writable=self._files_writable,
+            )
+            # The names the write side, schedule.py and transaction.py reach them by.
+            self._queues = self.queues
+            self._cq = self.queues.queue
+            self._may_have_queue = self.queues.may_have
             self._qo: dict[tuple[str, int], int] = {}
-            # First unflushed ConsumeQueue offset per queue this process wrote to. The
-            # background flusher swaps the dict under this guard while writers add.
-            self._dirty_queues: dict[tuple[str, int], int] = {}
-            self._dirty_guard = threading.Lock()
             self._known_commit_pos = -1
             self._round_robin: dict[str, int] = {}
             self._ids = UniqueIdGenerator(
@@ -602,8 +612,7 @@ class MessageStore:
                 finally:
                     self._lock.release_final()
         finally:
-            for q in self._queues.values():
-                q.close()
+            self.queues.close()
             self.commit_log.close()
             self.index.close()
             self.checkpoint.close()
@@ -639,7 +648,8 @@ class MessageStore:
             current = max(
                 int(existing.get("readQueueNums", 0)), int(existing.get("writeQueueNums", 0))
             )
-            holding = [q for q in range(n, current) if self._queue_holds_messages(topic, q)]
+            cl_min = self.commit_log.min_offset
+            holding = [q for q in range(n, current) if self.queues.holds_messages(topic, q, cl_min)]
             if n < current:
                 holding = sorted(set(holding) | self._queues_awaited(topic, n))
             if holding:
@@ -673,12 +683,6 @@ class MessageStore:
         """Return every topic, sorted by name."""
         return [self.topic(name) for name in sorted(self.topics.names())]
 
-    def _queue_holds_messages(self, topic: str, queue_id: int) -> bool:
-        if not os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
-            return False
-        q = self._cq(topic, queue_id)
-        return q.max_offset() > q.min_offset(self.commit_log.min_offset)
-
     def _queues_awaited(self, topic: str, first: int) -> set[int]:
         """Queues from ``first`` on of ``topic`` that a delayed message not yet due or an
         open half message is bound for (its REAL_QID): delivered there after a shrink, it
@@ -693,7 +697,9 @@ class MessageStore:
 
         if self.has_topic(SCHEDULE_TOPIC):
             for level in range(1, len(self._delay_ms) + 1):
-                if not self._queue_holds_messages(SCHEDULE_TOPIC, level - 1):
+                if not self.queues.holds_messages(
+                    SCHEDULE_TOPIC, level - 1, self.commit_log.min_offset
+                ):
                     continue
                 cq = self._cq(SCHEDULE_TOPIC, level - 1)
                 start, end = self._schedule._start_offset(level), cq.max_offset()
@@ -715,36 +721,15 @@ class MessageStore:
 
     # -- queues ----------------------------------------------------------------------
 
-    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        key = (topic, queue_id)
-        q = self._queues.get(key)
-        if q is None:
-            with self._queues_guard:
-                q = self._queues.get(key)
-                if q is None:
-                    q = ConsumeQueue(
-                        self.root,
-                        topic,
-                        queue_id,
-                        self.config.mapped_file_size_consume_queue,
-                        writable=self._files_writable,
-                    )
-                    self._queues[key] = q
-        return q
-
-    def _existing_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        _check_queue(self.topic(topic), queue_id)
-        return self._cq(topic, queue_id)
-
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Return the next offset to be written in the queue (its message count so far)."""
         self._check_open()
-        return self._existing_cq(topic, queue_id).max_offset()
+        return self.queues.existing(topic, queue_id).max_offset()
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Return the first offset still readable in the queue."""
         self._check_open()
-        return self._existing_cq(topic, queue_id).min_offset(self.commit_log.min_offset)
+        return self.queues.existing(topic, queue_id).min_offset(self.commit_log.min_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """Return the first offset whose store timestamp is >= ``timestamp_ms``.
@@ -753,7 +738,7 @@ class MessageStore:
         when every message is newer.
         """
         self._check_open()
-        cq = self._existing_cq(topic, queue_id)
+        cq = self.queues.existing(topic, queue_id)
         lo = cq.min_offset(self.commit_log.min_offset)
         hi = cq.max_offset()
         while lo < hi:
@@ -2048,9 +2033,7 @@ class MessageStore:
             )
 
     def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
-        with self._dirty_guard:
-            if key not in self._dirty_queues:
-                self._dirty_queues[key] = first
+        self.queues.mark_dirty(key, first)
 
     def _redispatch(
         self,
@@ -2176,11 +2159,7 @@ class MessageStore:
             # Queues and index are trimmed even when no segment went this time: a
             # clean cut short after deleting segments left them pointing below.
             new_min = files.min_offset
-            base = os.path.join(self.root, "consumequeue")
-            for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-                for qdir in sorted(os.listdir(os.path.join(base, topic))):
-                    if qdir.isdigit():
-                        done["consumequeue"] += self._cq(topic, int(qdir)).delete_below(new_min)
+            done["consumequeue"] = self.queues.delete_below(new_min)
             done["index"] = self.index.delete_below(new_min)
         log.info("store %s: deleted %s; CommitLog now starts at %d", self.root, done, new_min)
         return done
@@ -2224,12 +2203,7 @@ class MessageStore:
             if end <= start:
                 return
             self.commit_log.flush(min(start, state.synced_pos), end)
-            with self._dirty_guard:
-                dirty, self._dirty_queues = self._dirty_queues, {}
-            for (topic, qid), first in dirty.items():
-                q = self._queues.get((topic, qid))
-                if q is not None:
-                    q.flush(first, q.max_offset())
+            self.queues.flush()
             self.index.flush()
             now = self.clock()
             self.checkpoint.update(physic=now, logics=now, index=now)
@@ -2264,7 +2238,7 @@ class MessageStore:
         if max_msgs <= 0:
             raise ConfigError(f"max_msgs must be positive, got {max_msgs}")
         sub = SubscriptionExpression(expression)
-        cq = self._existing_cq(topic, queue_id)
+        cq = self.queues.existing(topic, queue_id)
         deadline = time.monotonic() + timeout_ms / 1000.0
         stepped = False  # over messages the expression does not match
         while True:
@@ -2369,7 +2343,7 @@ class MessageStore:
 
         self._check_open()
         sub = SubscriptionExpression(expression)
-        cq = self._existing_cq(topic, queue_id)
+        cq = self.queues.existing(topic, queue_id)
         lo = cq.min_offset(self.commit_log.min_offset)
         hi = cq.max_offset()
         if start < lo or start > hi:
@@ -2486,7 +2460,7 @@ class MessageStore:
         validate_group(group)
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset to commit must be >= 0, got {offset}")
-        self._existing_cq(topic, queue_id)
+        self.queues.existing(topic, queue_id)
         self.offsets.commit(group, topic, queue_id, offset)
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -2501,7 +2475,8 @@ class MessageStore:
                 raise OffsetOutOfRangeError(
                     f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}"
                 )
-            _check_queue(infos.get(topic) or infos.setdefault(topic, self.topic(topic)), queue_id)
+            info = infos.get(topic) or infos.setdefault(topic, self.topic(topic))
+            check_queue(info.name, queue_id, info.read_queue_nums, info.write_queue_nums)
         self.offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -2987,7 +2962,7 @@ class MessageStore:
                 self.commit_log.wipe(cut, garbage_end)
             if not (quick and cut == commit):  # else nothing lies past the end
                 self.commit_log.files.delete_from(self._segment_end(cut))
-                report.truncated_queue_entries = self._truncate_queues(cut)
+                report.truncated_queue_entries = self.queues.truncate(cut)
                 rebuild = self.index.truncate(cut)
                 if rebuild is not None and rebuild < cut:
                     self._redispatch(cut, None, index_from=rebuild)
@@ -3240,16 +3215,6 @@ class MessageStore:
         state.dispatched_pos = dispatched
         return done
 
-    def _may_have_queue(self, topic: str, queue_id: int) -> bool:
-        """Is (topic, queue_id) a queue: on disk already, or within the topic's queue count
-        (a topic not listed in topics.json may have any queue, as a broker's store does)."""
-        if queue_id < 0:
-            return False
-        if os.path.isdir(os.path.join(self.root, "consumequeue", topic, str(queue_id))):
-            return True
-        cfg = self.topics.get(topic)
-        return cfg is None or queue_id < max(int(cfg["readQueueNums"]), int(cfg["writeQueueNums"]))
-
     def _queue_code(self, check: RecordCheck) -> int:
         """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
         if check.topic == SCHEDULE_TOPIC:
@@ -3257,24 +3222,6 @@ class MessageStore:
             level = min(max(level, 1), len(self._delay_ms))
             return check.store_timestamp + self._delay_ms[level - 1]
         return tags_code(check.tags)
-
-    def _truncate_queues(self, end: int) -> int:
-        dropped = 0
-        base = os.path.join(self.root, "consumequeue")
-        if not os.path.isdir(base):
-            return 0
-        for topic in os.listdir(base):
-            tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in os.listdir(tdir):
-                if not qid.isdigit():
-                    continue
-                q = self._cq(topic, int(qid))
-                before = q.max_offset()
-                after = q.truncate_from_phy(end)
-                dropped += before - after
-        return dropped
 
 
 @dataclass(frozen=True)
@@ -3451,15 +3398,6 @@ __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
     "RETRY_GROUP_TOPIC_PREFIX",
 ]
-
-
-def _check_queue(info: TopicInfo, queue_id: int) -> None:
-    """Raise OffsetOutOfRangeError unless the topic has queue ``queue_id``."""
-    if not 0 <= queue_id < max(info.read_queue_nums, info.write_queue_nums):
-        raise OffsetOutOfRangeError(
-            f"queue {queue_id} of topic {info.name!r} does not exist "
-            f"(the topic has {info.read_queue_nums} queues)"
-        )
 
 
 def _utf8(text: str) -> bool:
