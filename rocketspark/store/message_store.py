@@ -24,7 +24,6 @@ import numpy as np
 
 from rocketspark.errors import (
     ConfigError,
-    CorruptRecordError,
     DiskFullError,
     FlushTimeoutError,
     InvalidMessageError,
@@ -146,9 +145,6 @@ log = logging.getLogger(__name__)
 
 DLQ_NUMS_PER_GROUP = 1
 RETRY_NUMS_PER_GROUP = 1
-# Entries read from a ConsumeQueue per pull when a tag filter skips many (RocketMQ reads
-# up to 16000 bytes of ConsumeQueue, i.e. 800 entries).
-MAX_FILTER_SCAN = 800
 Clock = Callable[[], int]
 
 
@@ -461,6 +457,12 @@ class MessageStore:
                 self.store_host.ip if not self.store_host.is_v6 else b"\x7f\x00\x00\x01"
             )
             self._arrivals = threading.Condition()
+            # (reader.py takes the pull results from this module: imported once it is loaded)
+            from rocketspark.store.reader import Reader
+
+            self.reader = Reader(
+                config, self.commit_log, self.queues, self.index, self.state, self._arrivals
+            )
             self._flush_lock = WriteLock(self.root, FLUSH_LOCK_FILE)
             self._delay_ms = config.delay_levels_ms()
             # The columnar put needs IPv4 hosts (one fixed header layout).
@@ -738,20 +740,7 @@ class MessageStore:
         when every message is newer.
         """
         self._check_open()
-        cq = self.queues.existing(topic, queue_id)
-        lo = cq.min_offset(self.commit_log.min_offset)
-        hi = cq.max_offset()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            if e is None:
-                hi = mid
-                continue
-            if self.commit_log.store_timestamp(e[0]) < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self.reader.offset_for_timestamp(topic, queue_id, timestamp_ms)
 
     # -- put -------------------------------------------------------------------------
 
@@ -2235,90 +2224,7 @@ class MessageStore:
         offsets; ``next_offset`` steps over them.
         """
         self._check_open()
-        if max_msgs <= 0:
-            raise ConfigError(f"max_msgs must be positive, got {max_msgs}")
-        sub = SubscriptionExpression(expression)
-        cq = self.queues.existing(topic, queue_id)
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        stepped = False  # over messages the expression does not match
-        while True:
-            result = self._pull_once(cq, offset, max_msgs, sub)
-            if timeout_ms <= 0 or result.status not in (
-                PullStatus.NO_NEW_MSG,
-                PullStatus.NO_MATCHED_MSG,
-            ):
-                return result
-            if result.status is PullStatus.NO_MATCHED_MSG:
-                offset, stepped = result.next_offset, True
-                if time.monotonic() < deadline:
-                    continue  # the rest, or wait at the end
-                return result
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if stepped:  # say how far it got
-                    return PullResult(
-                        PullStatus.NO_MATCHED_MSG, [], offset, result.min_offset, result.max_offset
-                    )
-                return result
-            self._wait_for_arrival(cq, offset, remaining)
-
-    def _wait_for_arrival(self, cq: ConsumeQueue, offset: int, remaining: float) -> None:
-        # Same-process puts notify the condition at once; puts from other processes
-        # bump WRITE_SEQ in the shared state, read every millisecond (one load; the
-        # queue's end is looked up only when it moved).
-        state = self.state
-        seq = None
-        end = time.monotonic() + remaining
-        with self._arrivals:
-            while True:
-                now_seq = state.write_seq
-                if now_seq != seq:
-                    seq = now_seq
-                    if cq.max_offset() > offset:
-                        return
-                left = end - time.monotonic()
-                if left <= 0:
-                    return
-                if self._arrivals.wait(min(left, 0.001)):
-                    seq = None  # notified: look at the queue again
-
-    def _pull_once(
-        self, cq: ConsumeQueue, offset: int, max_msgs: int, sub: SubscriptionExpression
-    ) -> PullResult:
-        lo = cq.min_offset(self.commit_log.min_offset)
-        hi = cq.max_offset()
-        if offset == hi:
-            return PullResult(PullStatus.NO_NEW_MSG, [], offset, lo, hi)
-        if offset < lo or offset > hi:
-            return PullResult(PullStatus.OFFSET_ILLEGAL, [], lo if offset < lo else hi, lo, hi)
-        scan = max_msgs if sub.matches_all else max(max_msgs, MAX_FILTER_SCAN)
-        entries = cq.read(offset, scan)
-        messages: list[MessageExt] = []
-        read = self.commit_log.read_reached
-        verify = self.config.check_crc_on_read
-        topic, queue_id = cq.topic, cq.queue_id
-        n = 0
-        for phy, size, code in zip(
-            entries["offset"].tolist(), entries["size"].tolist(), entries["tags"].tolist()
-        ):
-            n += 1
-            if not sub.matches_code(code):
-                continue
-            msg = read(
-                phy,
-                verify_crc=verify,
-                size=size,
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=offset + n - 1,
-            )
-            if not sub.matches_tags(msg.tags):
-                continue
-            messages.append(msg)
-            if len(messages) >= max_msgs:
-                break
-        status = PullStatus.FOUND if messages else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, messages, offset + n, lo, hi)
+        return self.reader.pull(topic, queue_id, offset, max_msgs, expression, timeout_ms)
 
     def read_batches(
         self,
@@ -2339,118 +2245,21 @@ class MessageStore:
         CorruptRecordError for a damaged record (a body CRC mismatch only when
         ``check_crc``, by default the store's checkCRCOnRead).
         """
-        from rocketspark.store import record_batch
-
         self._check_open()
-        sub = SubscriptionExpression(expression)
-        cq = self.queues.existing(topic, queue_id)
-        lo = cq.min_offset(self.commit_log.min_offset)
-        hi = cq.max_offset()
-        if start < lo or start > hi:
-            raise OffsetOutOfRangeError(
-                f"offset {start} of {topic}/{queue_id} is outside [{lo}, {hi}]"
-            )
-        stop = hi if end is None else min(end, hi)
-        if stop <= start:
-            return [], start
-        entries = cq.read(start, stop - start)
-        next_offset = start + len(entries)
-        qoffsets = np.arange(start, next_offset, dtype=np.int64)
-        if not sub.matches_all:
-            kept = np.isin(entries["tags"], np.fromiter(sub.codes, dtype=np.int64))
-            entries, qoffsets = entries[kept], qoffsets[kept]
-        if check_crc is None:
-            check_crc = self.config.check_crc_on_read
-        # Blocks of ARROW_BLOCK records: a million-row block is ~3x slower per row
-        # here (its arrays no longer fit in the caches) and holds more memory at once.
-        broker = broker_name or self.config.broker_name
-        batches = []
-        for at in range(0, len(entries), ARROW_BLOCK):
-            block = entries[at : at + ARROW_BLOCK]
-            batches += record_batch.records_to_batches(
-                self.commit_log,
-                topic,
-                broker,
-                block["offset"],
-                block["size"],
-                queue_id=queue_id,
-                queue_offsets=qoffsets[at : at + ARROW_BLOCK],
-                check_crc=check_crc,
-            )
-        if not sub.matches_all:
-            batches = [record_batch.filter_tags(b, sub.tags) for b in batches]
-        return batches, next_offset
+        return self.reader.read_batches(
+            topic,
+            queue_id,
+            start,
+            end,
+            expression,
+            broker_name=broker_name,
+            check_crc=check_crc,
+        )
 
     def get_message(self, commitlog_offset: int) -> MessageExt:
         """Return the message stored at ``commitlog_offset``."""
         self._check_open()
-        if not 0 <= commitlog_offset < self.state.commit_pos:
-            raise OffsetOutOfRangeError(
-                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})"
-            )
-        msg = self._read_live(commitlog_offset)
-        if msg is None:
-            raise OffsetOutOfRangeError(
-                f"commit log offset {commitlog_offset} was deleted (expired): the CommitLog "
-                f"now starts at {self.commit_log.files.min_offset}"
-            )
-        return msg
-
-    def _read_live(self, offset: int) -> MessageExt | None:
-        """The record at ``offset``, or None when its segment was deleted (delete_expired,
-        here or in another process).
-
-        Nothing led there but the offset: the record's header is checked against
-        that (PHYSICALOFFSET) and against its ConsumeQueue entry, when it has one.
-        """
-        files = self.commit_log.files
-        if offset >= files.min_offset:
-            try:
-                msg = self.commit_log.read_reached(offset, verify_crc=self.config.check_crc_on_read)
-                self._check_queue_entry(msg)
-                return msg
-            except CorruptRecordError:
-                files.refresh()  # another process may have deleted it meanwhile
-                if offset >= files.min_offset:
-                    raise
-        return None
-
-    def _check_queue_entry(self, msg: MessageExt) -> None:
-        """Raise CorruptRecordError unless the ConsumeQueue entry that the record's topic,
-        QUEUEID and QUEUEOFFSET name points back at it (those fields have no checksum).
-
-        Not judged: records no queue holds (half messages) and records not
-        dispatched yet (a put in another process).
-        """
-        if transaction_type(msg.sys_flag) not in (0, SysFlag.TRANSACTION_COMMIT):
-            return
-        phy = msg.commitlog_offset
-        if phy >= self.state.dispatched_pos:
-            return
-        where = f"ConsumeQueue {msg.topic!r} queue {msg.queue_id} offset {msg.queue_offset}"
-        try:
-            validate_topic(msg.topic, on_disk=True)
-        except ConfigError:
-            entry: tuple[int, int, int] | None = None  # (and no path is made of the name)
-        else:
-            key = (msg.topic, msg.queue_id)
-            entry = None
-            if key in self._queues or os.path.isdir(
-                os.path.join(self.root, "consumequeue", msg.topic, str(msg.queue_id))
-            ):
-                entry = self._cq(*key).entry(msg.queue_offset)
-                if entry is not None and entry[:2] == (phy, msg.store_size):
-                    return
-        raise CorruptRecordError(
-            f"record header damaged: its topic, QUEUEID and QUEUEOFFSET name {where}, which "
-            + (
-                f"points at offset {entry[0]} (size {entry[1]})"
-                if entry is not None
-                else "does not exist"
-            ),
-            file=self.commit_log.segment(phy).path,
-            offset=phy,
-        )
+        return self.reader.get_message(commitlog_offset)
 
     # -- consumer groups -------------------------------------------------------------
 
@@ -2720,27 +2529,7 @@ class MessageStore:
         """Return messages of ``topic`` whose KEYS or UNIQ_KEY equal ``key``, newest first."""
         self._check_open()
         self.topic(topic)
-        self.index.refresh()
-        hi = end_ms if end_ms is not None else (1 << 63) - 1
-        found: list[MessageExt] = []
-        # The index keeps seconds: ask it with a second of slack, then filter exactly.
-        for phy in self.index.query(topic, key, max_num * 4, max(0, begin_ms - 1000), hi):
-            if phy >= self.state.commit_pos:
-                continue
-            msg = self._read_live(phy)
-            if msg is None:  # an index file outlives some segments it points into
-                continue
-            if msg.topic != topic:
-                continue
-            if key not in msg.keys and msg.uniq_key != key:
-                continue
-            if not begin_ms <= msg.store_timestamp <= hi:
-                continue
-            found.append(msg)
-            if len(found) >= max_num:
-                break
-        found.sort(key=lambda m: m.commitlog_offset, reverse=True)
-        return found
+        return self.reader.query_by_key(topic, key, begin_ms, end_ms, max_num)
 
     # -- recovery --------------------------------------------------------------------
 
@@ -3605,7 +3394,6 @@ class _Columns:
 _HEX4 = tuple(f"{i:04X}" for i in range(65536))
 _HEX4_BYTES: list[np.ndarray] = []
 UNIFORM_MIN = 64  # rows from which a uniform batch is built without the row loop
-ARROW_BLOCK = 65536  # records per Arrow batch that read_batches builds at most
 UNIFORM_MAX_TAGS = 1024  # distinct tags a uniform batch may have (one piece each)
 
 
