@@ -23,7 +23,7 @@ _EXPORTS = {
     "PullStatus": "rocketspark.store.message_store",
     "PutResult": "rocketspark.store.message_store",
     "PutStatus": "rocketspark.store.message_store",
-    "RecoveryReport": "rocketspark.store.message_store",
+    "RecoveryReport": "rocketspark.store.recovery",
     "TopicInfo": "rocketspark.store.message_store",
     "MessageStoreConfig": "rocketspark.store.config",
 }
@@ -39,9 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
         PullStatus,
         PutResult,
         PutStatus,
-        RecoveryReport,
         TopicInfo,
     )
+    from rocketspark.store.recovery import RecoveryReport
 
 
 def __getattr__(name: str) -> Any:

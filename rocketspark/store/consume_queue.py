@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -259,7 +260,13 @@ class ConsumeQueue:
                 return
         self.files.reserve(pos, end)
 
-    def put(self, start: int, offsets: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+    def put(
+        self,
+        start: int,
+        offsets: Sequence[int] | np.ndarray,
+        sizes: Sequence[int] | np.ndarray,
+        tags: Sequence[int] | np.ndarray,
+    ) -> None:
         """Write entries for logical offsets start, start+1, ...
 
         The SIZE fields are written last and in ascending order so that
@@ -336,6 +343,16 @@ class ConsumeQueue:
         if n < end:
             self._zero(n, end)
         self._max = min(end, n)
+
+    def zero_from(self, n: int, end: int) -> None:
+        """Zero entries [n, end), holes among them or not, and end the queue at n.
+
+        ``truncate_to`` stops at the queue's end (its first empty entry); a
+        queue rebuilt from a hole at n also loses the entries behind the hole.
+        """
+        if end > n:
+            self._zero(n, end)
+        self._max = n
 
     def _zero(self, first: int, end: int) -> None:
         # Highest entries first so readers never see a gap below a written entry.
