@@ -547,7 +547,7 @@ class MessageStore:
         geometry override that differs from it is refused with a ConfigError.
 
         A store whose CommitLog is damaged where valid records follow opens for
-        reading only (writes raise StoreDamagedError, see ``_recover``);
+        reading only (writes raise StoreDamagedError, see ``Recovery.recover``);
         ``truncate_at`` (the damage offset it reports) discards everything from
         there on. ``exit_without_close``: this process may end without
         :meth:`close` (Spark's Python workers do); its exit then counts as clean
