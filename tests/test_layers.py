@@ -410,8 +410,6 @@ ALL_REACHES = [reach for module in MODULES for reach in private_reaches(module)]
 # Delete an entry when its reach is gone.
 KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
     {
-        # removed by the layout work (ConsumeQueue, CommitLog and ScheduleService seams)
-        ("rocketspark/store/message_store.py", "_zero"),
         # removed by the layout work (transaction.py given the parts it needs)
         ("rocketspark/store/transaction.py", "_after_append"),
         ("rocketspark/store/transaction.py", "_append"),

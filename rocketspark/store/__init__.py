@@ -24,7 +24,7 @@ _EXPORTS = {
     "PullStatus": "rocketspark.message.results",
     "PutResult": "rocketspark.message.results",
     "PutStatus": "rocketspark.message.results",
-    "RecoveryReport": "rocketspark.store.message_store",
+    "RecoveryReport": "rocketspark.store.recovery",
     "MessageStoreConfig": "rocketspark.store.config",
 }
 
@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from rocketspark.message.model import Message, MessageExt, SysFlag, TopicInfo
     from rocketspark.message.results import PullResult, PullStatus, PutResult, PutStatus
     from rocketspark.store.config import MessageStoreConfig
-    from rocketspark.store.message_store import MessageStore, RecoveryReport
+    from rocketspark.store.message_store import MessageStore
+    from rocketspark.store.recovery import RecoveryReport
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,9 +39,9 @@ from rocketspark.message.results import PutResult, PutResults, PutStatus
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import Appended, ColumnBatch, CommitLog, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueues
 from rocketspark.store.disk_guard import DiskGuard
-from rocketspark.store.dispatch import DirtyQueues, Dispatcher
+from rocketspark.store.dispatch import Dispatcher
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.store_state import FLUSH_LOCK_FILE, StoreState, WriteLock
 
@@ -313,10 +313,8 @@ class Appender:
         commit_log: CommitLog,
         index: IndexService,
         checkpoint: StoreCheckpoint,
-        queue: Callable[[str, int], ConsumeQueue],
-        opened: Mapping[tuple[str, int], ConsumeQueue],
+        queues: ConsumeQueues,
         dispatcher: Dispatcher,
-        dirty: DirtyQueues,
         guard: DiskGuard,
         write_refused: Exception | None,
         clock: Callable[[], int],
@@ -331,10 +329,9 @@ class Appender:
         self.commit_log = commit_log
         self.index = index
         self.checkpoint = checkpoint
-        self.queue = queue
-        self.opened = opened
+        self.queues = queues
+        self.queue = queues.queue
         self.dispatcher = dispatcher
-        self.dirty = dirty
         self.guard = guard
         self.write_refused = write_refused
         self.clock = clock
@@ -568,10 +565,7 @@ class Appender:
             if end <= start:
                 return
             self.commit_log.flush(min(start, state.synced_pos), end)
-            for (topic, qid), first in self.dirty.take().items():
-                q = self.opened.get((topic, qid))
-                if q is not None:
-                    q.flush(first, q.max_offset())
+            self.queues.flush()
             self.index.flush()
             now = self.clock()
             self.checkpoint.update(physic=now, logics=now, index=now)

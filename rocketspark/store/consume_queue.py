@@ -1,4 +1,5 @@
-"""The ConsumeQueue: one per (topic, queueId), 20-byte entries, O(1) lookup.
+"""The ConsumeQueue: one per (topic, queueId), 20-byte entries, O(1) lookup;
+ConsumeQueues: a store's queues by (topic, queueId) (RocketMQ's ConsumeQueueStore).
 
 Entry grammar (big-endian)::
 
@@ -17,16 +18,22 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rocketspark.errors import CorruptRecordError
+from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.store.mapped_file import (
     CONSUME_QUEUE_CHUNK,
     MappedFile,
     MappedFileQueue,
     data_end,
 )
+
+if TYPE_CHECKING:
+    from rocketspark.store.metadata import TopicConfigTable
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(
@@ -253,7 +260,13 @@ class ConsumeQueue:
                 return
         self.files.reserve(pos, end)
 
-    def put(self, start: int, offsets: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+    def put(
+        self,
+        start: int,
+        offsets: Sequence[int] | np.ndarray,
+        sizes: Sequence[int] | np.ndarray,
+        tags: Sequence[int] | np.ndarray,
+    ) -> None:
         """Write entries for logical offsets start, start+1, ...
 
         The SIZE fields are written last and in ascending order so that
@@ -331,6 +344,16 @@ class ConsumeQueue:
             self._zero(n, end)
         self._max = min(end, n)
 
+    def zero_from(self, n: int, end: int) -> None:
+        """Zero entries [n, end), holes among them or not, and end the queue at n.
+
+        ``truncate_to`` stops at the queue's end (its first empty entry); a
+        queue rebuilt from a hole at n also loses the entries behind the hole.
+        """
+        if end > n:
+            self._zero(n, end)
+        self._max = n
+
     def _zero(self, first: int, end: int) -> None:
         # Highest entries first so readers never see a gap below a written entry.
         n = end
@@ -366,6 +389,154 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+class ConsumeQueues:
+    """The ConsumeQueues of one store by (topic, queue id): RocketMQ's ConsumeQueueStore.
+
+    Opens each queue once per process, on first use (from any thread);
+    truncates and trims across queues; and tracks the queues this process
+    wrote entries to that are not flushed yet.
+    """
+
+    def __init__(
+        self, root: str, file_size: int, topics: TopicConfigTable, *, writable: bool = True
+    ):
+        self.root = root
+        self.directory = os.path.join(root, "consumequeue")
+        self.file_size = file_size
+        self.topics = topics
+        self.writable = writable
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._guard = threading.Lock()
+        # First unflushed ConsumeQueue offset per queue this process wrote to. The
+        # background flusher swaps the dict under this guard while writers add.
+        self._dirty: dict[tuple[str, int], int] = {}
+        self._dirty_guard = threading.Lock()
+
+    def __contains__(self, key: object) -> bool:
+        """Is the queue ``(topic, queue id)`` open in this process?"""
+        return key in self._queues
+
+    def __len__(self) -> int:
+        """How many queues this process has open."""
+        return len(self._queues)
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Return the queue, opening it (and making its directory on a write) if needed."""
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            with self._guard:
+                q = self._queues.get(key)
+                if q is None:
+                    q = ConsumeQueue(
+                        self.root, topic, queue_id, self.file_size, writable=self.writable
+                    )
+                    self._queues[key] = q
+        return q
+
+    def existing(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Return queue ``queue_id`` of a topic of topics.json.
+
+        Raises UnknownTopicError for an unknown topic, OffsetOutOfRangeError
+        for a queue id the topic does not have.
+        """
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
+        check_queue(
+            cfg["topicName"], queue_id, int(cfg["readQueueNums"]), int(cfg["writeQueueNums"])
+        )
+        return self.queue(topic, queue_id)
+
+    def on_disk(self, topic: str, queue_id: int) -> bool:
+        """Does the queue have a directory (made by this process or another)?"""
+        return os.path.isdir(os.path.join(self.directory, topic, str(queue_id)))
+
+    def may_have(self, topic: str, queue_id: int) -> bool:
+        """Is (topic, queue_id) a queue: on disk already, or within the topic's queue count
+        (a topic not listed in topics.json may have any queue, as a broker's store does)."""
+        if queue_id < 0:
+            return False
+        if self.on_disk(topic, queue_id):
+            return True
+        cfg = self.topics.get(topic)
+        return cfg is None or queue_id < max(int(cfg["readQueueNums"]), int(cfg["writeQueueNums"]))
+
+    def holds_messages(self, topic: str, queue_id: int, commitlog_min: int) -> bool:
+        """Does the queue hold entries whose records are at or above ``commitlog_min``?"""
+        if not self.on_disk(topic, queue_id):
+            return False
+        q = self.queue(topic, queue_id)
+        return q.max_offset() > q.min_offset(commitlog_min)
+
+    # -- across queues (callers hold the store's write lock) --------------------------
+
+    def truncate(self, end: int) -> int:
+        """Drop the entries of every queue whose record does not end by CommitLog ``end``.
+
+        Returns how many entries were dropped.
+        """
+        dropped = 0
+        base = self.directory
+        if not os.path.isdir(base):
+            return 0
+        for topic in os.listdir(base):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in os.listdir(tdir):
+                if not qid.isdigit():
+                    continue
+                q = self.queue(topic, int(qid))
+                before = q.max_offset()
+                after = q.truncate_from_phy(end)
+                dropped += before - after
+        return dropped
+
+    def delete_below(self, commitlog_min: int) -> int:
+        """Delete the files of every queue that only point below CommitLog ``commitlog_min``.
+
+        Returns how many files were deleted.
+        """
+        done = 0
+        base = self.directory
+        for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            for qdir in sorted(os.listdir(os.path.join(base, topic))):
+                if qdir.isdigit():
+                    done += self.queue(topic, int(qdir)).delete_below(commitlog_min)
+        return done
+
+    # -- flushing ------------------------------------------------------------------
+
+    def mark_dirty(self, key: tuple[str, int], first: int) -> None:
+        """Note that queue ``key`` has entries from ``first`` on that are not flushed."""
+        with self._dirty_guard:
+            if key not in self._dirty:
+                self._dirty[key] = first
+
+    def flush(self) -> None:
+        """Force the entries marked dirty to disk, and forget them."""
+        with self._dirty_guard:
+            dirty, self._dirty = self._dirty, {}
+        for (topic, qid), first in dirty.items():
+            q = self._queues.get((topic, qid))
+            if q is not None:
+                q.flush(first, q.max_offset())
+
+    def close(self) -> None:
+        for q in self._queues.values():
+            q.close()
+
+
+def check_queue(topic: str, queue_id: int, read_queue_nums: int, write_queue_nums: int) -> None:
+    """Raise OffsetOutOfRangeError unless ``topic``, with these queue counts, has ``queue_id``."""
+    if not 0 <= queue_id < max(read_queue_nums, write_queue_nums):
+        raise OffsetOutOfRangeError(
+            f"queue {queue_id} of topic {topic!r} does not exist "
+            f"(the topic has {read_queue_nums} queues)"
+        )
 
 
 def _entries_with_data(f: MappedFile, rel: int) -> int:

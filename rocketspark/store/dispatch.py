@@ -11,8 +11,7 @@ rebuilt queues hold the same bytes.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from rocketspark.store.commit_log import (
     Placement,
     PreparedRecord,
 )
-from rocketspark.store.consume_queue import ConsumeQueue
+from rocketspark.store.consume_queue import ConsumeQueues
 from rocketspark.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
@@ -55,35 +54,11 @@ def queue_tags_code(topic: str, tags: int, delay_ms: int, store_ts: int) -> int:
     return store_ts + delay_ms if delay_ms and topic == SCHEDULE_TOPIC else tags
 
 
-class DirtyQueues:
-    """The first unflushed ConsumeQueue entry of each queue this process wrote to.
-
-    Writers add under the write lock; the background flusher takes the whole
-    map at once, under this object's own guard.
-    """
-
-    def __init__(self) -> None:
-        self._first: dict[tuple[str, int], int] = {}
-        self._guard = threading.Lock()
-
-    def mark(self, key: tuple[str, int], first: int) -> None:
-        """Note that queue ``key`` has unflushed entries from ``first`` on."""
-        with self._guard:
-            if key not in self._first:
-                self._first[key] = first
-
-    def take(self) -> dict[tuple[str, int], int]:
-        """Return the queues marked so far and forget them."""
-        with self._guard:
-            dirty, self._first = self._first, {}
-        return dirty
-
-
 class Dispatcher:
     """CommitLog records -> ConsumeQueue and index entries; live, catch-up and recovery alike.
 
-    ``queue`` opens (or returns) a ConsumeQueue; ``opened`` holds the queues
-    already open; ``may_have_queue`` says whether a record's queue may exist.
+    ``queues`` opens the ConsumeQueues, says whether a record's queue may exist
+    and keeps which queues hold entries not yet flushed.
     ``gaps`` (queue -> first missing entry) collects the queues a scan found
     entries missing in, for recovery to rebuild.
     """
@@ -94,19 +69,14 @@ class Dispatcher:
         root: str,
         commit_log: CommitLog,
         index: IndexService,
-        queue: Callable[[str, int], ConsumeQueue],
-        opened: Container[tuple[str, int]],
-        may_have_queue: Callable[[str, int], bool],
-        dirty: DirtyQueues,
+        queues: ConsumeQueues,
         delay_ms: Sequence[int],
     ):
         self.root = root
         self.commit_log = commit_log
         self.index = index
-        self.queue = queue
-        self.opened = opened
-        self.may_have_queue = may_have_queue
-        self.dirty = dirty
+        self.queues = queues
+        self.queue = queues.queue
         self.delay_ms = list(delay_ms)
         self.gaps: dict[tuple[str, int], int] = {}
         self._uniq_hash_cache: list[object] = [None, 0]
@@ -141,7 +111,7 @@ class Dispatcher:
                 index_phy.append(a.physical_offset)
         for key, (first, offs, sizes, tags) in groups.items():
             self.queue(*key).put(first, offs, sizes, tags)
-            self.dirty.mark(key, first)
+            self.queues.mark_dirty(key, first)
         if index_phy:
             self.index.build_index_batch(
                 index_topics, index_uniq, index_keys, index_phy, [store_ts] * len(index_phy)
@@ -164,7 +134,7 @@ class Dispatcher:
         """Dispatch the one record of a single put (no delay; generated or own UNIQ_KEY)."""
         # Hot path: every single put. Plain ints, no numpy.
         self.queue(topic, queue_id).put(queue_offset, (pos,), (size,), (code,))
-        self.dirty.mark((topic, queue_id), queue_offset)
+        self.queues.mark_dirty((topic, queue_id), queue_offset)
         hashes = [
             hex_suffixed_hash(self.uniq_hash_base(topic, uniq_prefix), counter)
             if own_uniq is None
@@ -191,7 +161,7 @@ class Dispatcher:
             self.queue(topic, qid).put(
                 first, placed.phys[idx], placed.sizes[idx], batch.tags_codes[idx]
             )
-            self.dirty.mark((topic, qid), first)
+            self.queues.mark_dirty((topic, qid), first)
         self.index_columns(
             batch,
             placed,
@@ -348,7 +318,7 @@ class Dispatcher:
         """
         tran = transaction_type(check.sys_flag)
         key = (check.topic, check.queue_id)
-        if queues and key not in self.opened and not self.may_have_queue(*key):
+        if queues and key not in self.queues and not self.queues.may_have(*key):
             # QUEUEID is outside every check (BODYCRC covers the body only): a flipped
             # bit there must not make a queue the topic does not have.
             log.error(
@@ -388,7 +358,7 @@ class Dispatcher:
                 self.gaps[key] = have
             elif check.queue_offset >= have:
                 q.put(check.queue_offset, [pos], [check.size], [self.queue_code(check)])
-                self.dirty.mark(key, check.queue_offset)
+                self.queues.mark_dirty(key, check.queue_offset)
         if tran != SysFlag.TRANSACTION_ROLLBACK and (check.uniq_key or check.keys):
             keys = tuple(k for k in (check.keys or "").split(" ") if k)
             self.index.build_index_batch(

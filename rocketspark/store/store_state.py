@@ -31,7 +31,7 @@ aligned 8-byte write: a writer killed at any instant leaves every field whole,
 and concurrent writers of different fields (a flusher, an appender) never
 race on a shared checksum. A field whose check fails (a flipped bit, a torn
 page) makes the whole file untrusted: recovery then finds the end of the data
-from the CommitLog alone (see ``MessageStore._recover``). Positions are only
+from the CommitLog alone (see ``recovery.Recovery.recover``). Positions are only
 ever hints; the CommitLog is the truth.
 
 Appends are serialised by ``flock`` on ``<root>/rocketspark.write.lock``. A

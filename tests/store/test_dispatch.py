@@ -10,7 +10,7 @@ import pytest
 from rocketspark.message.model import SCHEDULE_TOPIC
 from rocketspark.message.record import RecordCheck
 from rocketspark.store import Message, MessageStore
-from rocketspark.store.dispatch import DirtyQueues, queue_tags_code
+from rocketspark.store.dispatch import queue_tags_code
 
 SMALL = dict(mappedFileSizeCommitLog=1 << 20, maxHashSlotNum=64, maxIndexNum=4096)
 
@@ -104,12 +104,3 @@ def test_scanned_level_as_rocketmq_reads_it(tmp_path, clock):
         assert d.level_delay(_check(SCHEDULE_TOPIC, None)) == 0
         assert d.level_delay(_check("t", "2")) == 0
         assert d.queue_code(_check(SCHEDULE_TOPIC, "2")) == 1000 + delays[1]
-
-
-def test_dirty_queues_keep_the_first_entry_until_taken():
-    dirty = DirtyQueues()
-    dirty.mark(("t", 0), 5)
-    dirty.mark(("t", 0), 9)
-    dirty.mark(("t", 1), 2)
-    assert dirty.take() == {("t", 0): 5, ("t", 1): 2}
-    assert dirty.take() == {}

@@ -439,7 +439,7 @@ def test_an_open_after_a_clean_shutdown_maps_no_consumequeue(tmp_path):
             s.put_batch([Message(f"t{t}", b"x", queue_id=q) for q in range(4)])
     with MessageStore.open(root, **SMALL) as s:
         assert s.recovery_report.scanned_from is None
-        assert not s._queues
+        assert not s.queues
         assert s.max_offset("t7", 3) == 1
 
 
@@ -734,8 +734,8 @@ def test_a_damaged_store_leaves_its_queues_as_they_are(tmp_path):
     os.unlink(os.path.join(root, "rocketspark.state"))
     with MessageStore.open(root, **SMALL) as s:
         assert s.recovery_report.damage.offset == results[20].commitlog_offset
-        assert s._cq("t", 0).entry(51) is not None
-        assert s.get_message(s._cq("t", 0).entry(51)[0]).body == b"after-hole"
+        assert s.queues.queue("t", 0).entry(51) is not None
+        assert s.get_message(s.queues.queue("t", 0).entry(51)[0]).body == b"after-hole"
 
 
 @pytest.mark.parametrize("reopen", [False, True])
@@ -754,7 +754,7 @@ def test_consumequeue_files_made_ahead_of_their_entries_do_not_move_the_queue_en
                 f.truncate(size)
         if not reopen:
             # As a refused put leaves it: its offsets given back, the end read anew.
-            s._existing_cq("t", 0)._max = -1
+            s.queues.existing("t", 0)._max = -1
             s.appender.give_back_queue_offsets()
             assert s.put(Message("t", b"next", queue_id=0)).queue_offset == 5
     if reopen:
