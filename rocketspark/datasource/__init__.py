@@ -98,7 +98,9 @@ class _RefusedStreamReader(DataSourceStreamReader):
     def _refuse(self, *args: Any) -> Any:
         raise self.error
 
-    initialOffset = latestOffset = partitions = read = commit = _refuse
+    # One refusing function for every call: pyspark's stubs give each method its own
+    # signature, which a catch-all ``*args`` does not match.
+    initialOffset = latestOffset = partitions = read = commit = _refuse  # type: ignore[assignment]
 
     def stop(self) -> None:
         pass

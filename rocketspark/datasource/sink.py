@@ -85,7 +85,10 @@ from rocketspark.message.model import (
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
 except ImportError:  # pragma: no cover - Spark 4.0: rows, converted below
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+    # the other base class under the same name: mypy checks against Spark 4.1+'s
+    from pyspark.sql.datasource import (  # type: ignore[assignment]
+        DataSourceStreamWriter as _StreamWriterBase,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +375,7 @@ def check_columns(cols: dict[str, list[Any]]) -> None:
                 raise ConfigError(
                     f"column topic: {t!r} is a RocketMQ system topic; the sink does not write there"
                 )
-    column = cols.get("properties") or ()
+    column: list[Any] = cols.get("properties") or []
     for i, props in enumerate(column):
         if not props:
             continue
@@ -439,7 +442,8 @@ def _messages(
             raise ConfigError(f"row {i} of a batch has a null body; RocketMQ messages need one")
         out.append(
             Message(
-                t or plan.default_topic,
+                # None (a null topic, no option topic): Message refuses it by name
+                t or plan.default_topic,  # type: ignore[arg-type]
                 b,
                 tags=tg,
                 keys=k or (),

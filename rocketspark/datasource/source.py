@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -199,7 +200,7 @@ class SourcePlan:
         self, client: Client, assigned: Mapping[str, tuple[str | None, tuple[int, ...]]]
     ) -> list[MessageQueue]:
         """The queues of the assign option, each checked to exist (Kafka's assign)."""
-        out = []
+        out: list[MessageQueue] = []
         for topic, (broker, ids) in assigned.items():
             if not client.has_topic(topic):
                 raise UnknownTopicError(
@@ -269,19 +270,22 @@ class SourcePlan:
                     if symbolic_latest:  # no message at or after it yet: the queue's latest
                         out[mq] = LATEST
             return out
-        spec = self.options.get(key)
-        spec = default if spec is None else spec
+        value = self.options.get(key)
+        spec: str | Mapping[str, Mapping[str, Mapping[str, int]]] = (
+            default if value is None else value
+        )
         if spec == "earliest":
             return self.earliest(client, queues)
         if spec == "latest":
             return {mq: LATEST for mq in queues} if symbolic_latest else self.latest(client, queues)
         if spec == "group":
             group = self.options["group"]
-            out: Positions = {}
+            out = {}
             for mq in queues:
                 committed = client.committed_offset(group, mq)
                 out[mq] = committed if committed is not None else client.min_offset(mq)
             return out
+        assert not isinstance(spec, str)  # the option parsers allow no other word
         given = from_json(spec)
         self.check_given(client, queues, given, key)
         out = {}
@@ -525,7 +529,7 @@ def called_for_filter_pushdown() -> bool:
     """True inside Spark's filter-pushdown planning step (Spark 4.1+)."""
     import sys
 
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "pyspark.sql.worker.data_source_pushdown_filters":
             return True

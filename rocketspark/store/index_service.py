@@ -234,13 +234,19 @@ class IndexService:
             np.asarray(store_timestamps, dtype=np.int64)[at],
         )
 
-    def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, stamps: np.ndarray) -> int:
+    def put_hashes(
+        self,
+        hashes: Sequence[int] | np.ndarray,
+        phys: Sequence[int] | np.ndarray,
+        stamps: Sequence[int] | np.ndarray,
+    ) -> int:
         """Index keys given their Java hashCodes (``topic#key`` hashed), in order.
 
         The fast path of a put: the caller holds the store's write lock, has
         called :meth:`refresh` since another process last wrote, and passes
         records above :attr:`max_phy_offset` only. Rolls to a new file when
-        one fills up; returns the entries written.
+        one fills up; returns the entries written. Lists or arrays: a single
+        put passes lists of plain ints (no numpy).
         """
         self._check_writable()
         if len(hashes) <= 4:  # a single put: struct beats numpy's per-call cost

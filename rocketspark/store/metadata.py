@@ -621,7 +621,7 @@ class DelayOffsetTable(_JsonTable):
 
 
 class SinkLedgerTable(_JsonTable):
-    """rocketsparkSinks.json: what each exactly-once Spark sink has committed (ours, not RocketMQ's).
+    """rocketsparkSinks.json: what each exactly-once Spark sink committed (ours, not RocketMQ's).
 
     Per sink id: ``committed``, the highest Spark batch id whose half messages
     are committed, ``pending``, a batch being committed: its id and the
@@ -679,7 +679,7 @@ class SinkLedgerTable(_JsonTable):
     def begin(
         self, sink_id: str, batch_id: int, runs: list[tuple[int, int]], query: str | None = None
     ) -> None:
-        """Record that ``batch_id`` (of ``query``) is being committed with these half-offset runs."""
+        """Record ``batch_id`` (of ``query``) as being committed with these half-offset runs."""
 
         def change(data: dict[str, Any]) -> bool:
             entry = data["sinks"].setdefault(sink_id, _new_sink())

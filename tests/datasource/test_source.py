@@ -267,7 +267,8 @@ def test_large_ranges_are_split_into_partitions(spark, store_path, store):
         ),
         (
             {"topic": "orders", "endingOffsets": '{"orders": {"broker-a": {"0": 50}}}'},
-            "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's end (1)",
+            "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's "
+            "end (1)",
         ),
         (
             {"topic": "orders", "endingOffsets": "latest", "endingTimestamp": "1700000000000"},
@@ -627,7 +628,7 @@ def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
     path = str(tmp_path / "lossy")
     with MessageStore.open(path, **small) as s:
         s.create_topic("orders", queues=1)
-        for i in range(60):
+        for _ in range(60):
             s.put(Message("orders", os.urandom(200)))
         s.flush()
         for name in sorted(os.listdir(os.path.join(path, "commitlog")))[:2]:

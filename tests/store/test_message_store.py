@@ -261,7 +261,7 @@ def test_read_batches_matches_pull(store):
         pulled += [m for m in res.messages if m.queue_offset < 250]
         off = res.next_offset
     assert len(table_rows) == len(pulled) == 240
-    for row, m in zip(table_rows, pulled):
+    for row, m in zip(table_rows, pulled, strict=True):
         assert row["body"] == m.body and row["msgId"] == m.msg_id
         assert row["queueOffset"] == m.queue_offset and row["tags"] == m.tags
         assert row["keys"] == m.keys and dict(row["properties"]) == {"n": m.properties["n"]}
@@ -336,13 +336,13 @@ def test_writers_in_turn_share_index_files_as_they_fill(tmp_path):
     with MessageStore.open(tmp_path, **kw) as a, MessageStore.open(tmp_path, **kw) as b:
         a.create_topic("t", queues=1)
         for i in range(40):
-            (a if i % 3 else b).put(Message("t", b"x", keys=["k%d" % i]))
+            (a if i % 3 else b).put(Message("t", b"x", keys=[f"k{i}"]))
         names = sorted(os.listdir(tmp_path / "index"))
         assert len(names) >= 40 * 2 // 5  # a key and a UNIQ_KEY each: 5 entries a file
         for s in (a, b):
             assert [f.name for f in s.index._files] == names[-len(s.index._files) :]
             for i in range(40):
-                assert [m.keys for m in s.query_by_key("t", "k%d" % i)] == [["k%d" % i]]
+                assert [m.keys for m in s.query_by_key("t", f"k{i}")] == [[f"k{i}"]]
 
 
 def test_the_async_flush_thread_never_trips_a_put_that_creates_a_segment(tmp_path):
