@@ -397,3 +397,94 @@ def test_an_absent_store_read_under_an_unwritable_directory_is_no_store(tmp_path
     assert problems and "cannot create" not in problems[0] and "not a store" in problems[0]
     with pytest.raises(StorePathError, match="cannot create store directory.*not writable"):
         MessageStore.open(path)
+
+
+# --- the module's own functions, without opening a store ------------------------------
+
+
+def test_directory_kind_tells_absent_empty_store_and_foreign(tmp_path):
+    from rocketspark.store.layout import directory_kind
+
+    assert directory_kind(str(tmp_path / "absent")) == "absent"
+    (tmp_path / "empty").mkdir()
+    assert directory_kind(str(tmp_path / "empty")) == "empty"
+    for marker in ("commitlog", "consumequeue"):
+        (tmp_path / marker / marker).mkdir(parents=True)
+        assert directory_kind(str(tmp_path / marker)) == "store"
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "lock").write_bytes(b"")
+    (cut / "config").mkdir()
+    assert directory_kind(str(cut)) == "store"
+    (cut / "notes.txt").write_text("mine")
+    assert directory_kind(str(cut)) == "foreign"
+    filled_store(str(tmp_path / "s"), n=3, **SMALL)
+    assert directory_kind(str(tmp_path / "s")) == "store"
+
+
+def test_directory_kind_refuses_paths_that_cannot_hold_a_store(tmp_path):
+    from rocketspark.errors import StorePathError
+    from rocketspark.store.layout import directory_kind
+
+    afile = tmp_path / "f"
+    afile.write_text("")
+    for path, match in (
+        (str(afile), "is a file"),
+        (str(afile / "s"), "which is a file"),
+        (str(tmp_path / "a\x00b"), "NUL"),
+    ):
+        with pytest.raises(StorePathError, match=match) as info:
+            directory_kind(path)
+        assert info.value.path == path
+
+
+def test_the_geometry_is_recorded_once_and_read_back(tmp_path):
+    from rocketspark.store.config import MessageStoreConfig
+    from rocketspark.store.layout import GEOMETRY_FILE, read_geometry, record_geometry
+
+    root = str(tmp_path)
+    config = MessageStoreConfig(mapped_file_size_commit_log=8192, max_index_num=512)
+    fresh = read_geometry(root, config)
+    assert not fresh.recorded
+    assert fresh.values["mapped_file_size_commit_log"] == 8192
+    assert fresh.as_config() == dict(fresh.values)
+    assert record_geometry(root, fresh) is True
+    assert record_geometry(root, fresh) is False  # the first record stays
+    text = (tmp_path / GEOMETRY_FILE).read_text("ascii")
+    assert "mappedFileSizeCommitLog=8192\n" in text and "maxIndexNum=512\n" in text
+    assert not [n for n in os.listdir(root) if n.endswith(".tmp")]
+    again = read_geometry(root, MessageStoreConfig())  # defaults: the record wins
+    assert again.recorded and again.values == fresh.values
+    with pytest.raises(ConfigError, match="mappedFileSizeCommitLog=4096"):
+        read_geometry(
+            root,
+            MessageStoreConfig(mapped_file_size_commit_log=4096),
+            {"mappedFileSizeCommitLog": "a keyword"},
+        )
+
+
+def test_check_file_sizes_lists_the_files_and_names_a_wrong_size(tmp_path):
+    from rocketspark.errors import SegmentSizeError
+    from rocketspark.store.config import MessageStoreConfig
+    from rocketspark.store.layout import check_file_sizes, read_geometry, wrong_size_files
+
+    root = str(tmp_path / "s")
+    filled_store(root, **SMALL)
+    geometry = read_geometry(root, MessageStoreConfig())
+    assert geometry.recorded and geometry.values["mapped_file_size_commit_log"] == 4096
+    seen = check_file_sizes(root, geometry)
+    on_disk = [
+        os.path.join(d, n)
+        for sub in ("commitlog", "consumequeue", "index")
+        for d, _, names in os.walk(os.path.join(root, sub))
+        for n in names
+    ]
+    assert sorted(seen) == sorted(on_disk) and len(seen) > 3
+    assert wrong_size_files(root, geometry) == []
+    seg = os.path.join(root, "commitlog", f"{4096:020d}")
+    os.truncate(seg, 100)
+    (wrong,) = wrong_size_files(root, geometry)
+    assert wrong.file == seg and (wrong.expected, wrong.actual) == (4096, 100)
+    with pytest.raises(SegmentSizeError, match="100 bytes, expected 4096"):
+        check_file_sizes(root, geometry)
+    assert os.path.getsize(seg) == 100  # never padded
