@@ -115,3 +115,54 @@ def test_stamp_trusts_a_file_whose_fields_were_rewritten(tmp_path, state):
     finally:
         s.close()
     assert INTENT_OFFSET > WRITE_SEQ_OFFSET
+
+
+# --- the store lock and the write lock --------------------------------------------------
+
+
+def test_the_first_holder_recovers_later_ones_share_and_the_last_shuts_down(tmp_path):
+    from rocketspark.store.store_state import StoreLock
+
+    first, second = StoreLock(str(tmp_path)), StoreLock(str(tmp_path))
+    assert first.acquire() is True and first.first
+    first.downgrade()
+    assert second.acquire() is False and not second.first
+    assert not first.replaced() and not second.replaced()
+    assert first.release() is False  # another instance still holds the store
+    assert second.release() is True  # the last one: shut down cleanly
+    second.release_final()
+    assert second.release() is False  # released once only
+    again = StoreLock(str(tmp_path))
+    assert again.acquire() is True  # the next open recovers again
+    again.release()
+    again.release_final()
+
+
+def test_a_store_deleted_and_made_again_at_its_path_is_another_store(tmp_path):
+    from rocketspark.store.store_state import LOCK_FILE, StoreLock
+
+    lock = StoreLock(str(tmp_path))
+    assert lock.acquire()
+    os.unlink(tmp_path / LOCK_FILE)
+    (tmp_path / LOCK_FILE).write_bytes(b"")
+    assert lock.replaced()
+    assert lock.release() is True
+    lock.release_final()
+
+
+def test_the_write_lock_excludes_another_thread_until_released(tmp_path):
+    import threading
+
+    from rocketspark.store.store_state import WRITE_LOCK_FILE, WriteLock
+
+    lock = WriteLock(str(tmp_path))
+    assert lock.path == str(tmp_path / WRITE_LOCK_FILE)
+    got: list[bool] = []
+    with lock:
+        t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=0.05)))
+        t.start()
+        t.join()
+    assert got == [False]
+    assert lock.acquire(timeout=1.0) is True
+    lock.release()
+    lock.close()
