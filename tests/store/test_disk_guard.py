@@ -19,10 +19,9 @@ import pytest
 
 import rocketspark.store.commit_log as commit_log
 import rocketspark.store.disk_guard as disk_guard
-from rocketspark.errors import ConfigError, DiskFullError
+from rocketspark.errors import DiskFullError
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.checkpoint import StoreCheckpoint
-from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.index_file import IndexFile
 from rocketspark.store.mapped_file import (
     MappedFileQueue,
@@ -378,18 +377,6 @@ def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
         second = store.put(Message(TOPIC, b"e"))
         assert second.queue_offset == first.queue_offset + 1  # no offset was lost
         assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"e"]
-
-
-@pytest.mark.parametrize("value", ["0", "101", "-5"])
-def test_disk_ratios_are_percentages(value):
-    for key in (
-        "diskSpaceWarningLevelRatio",
-        "diskSpaceCleanForciblyRatio",
-        "diskMaxUsedSpaceRatio",
-    ):
-        with pytest.raises(ConfigError, match=key):
-            MessageStoreConfig.load(None, **{key: value})
-    assert MessageStoreConfig().disk_space_warning_level_ratio == 90
 
 
 # --- blocks reserved a chunk ahead of the writes -------------------------------------------

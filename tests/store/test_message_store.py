@@ -64,18 +64,6 @@ def test_round_robin_sharding_key_and_explicit_queue(store):
         store.put(Message("orders", b"q", queue_id=9))
 
 
-def test_consume_queue_entry_bytes(store, tmp_path):
-    r = store.put(Message("orders", b"abc", tags="TagA", queue_id=1))
-    raw = (tmp_path / "store" / "consumequeue" / "orders" / "1" / f"{0:020d}").read_bytes()
-    want = (
-        r.commitlog_offset.to_bytes(8, "big")
-        + r.store_size.to_bytes(4, "big")
-        + (2598919).to_bytes(8, "big", signed=True)
-    )
-    assert raw[:20] == want
-    assert raw[20:40] == bytes(20)
-
-
 def test_tag_filter_leaves_gaps(store):
     tags = ["a", "b", "c", "a", "b", "a"]
     store.put_batch([Message("orders", t.encode(), tags=t, queue_id=0) for t in tags])
@@ -510,34 +498,6 @@ def test_commit_offsets_checks_what_commit_offset_checks_and_lag_outlives_a_topi
 
 
 # --- segments made whole, the store path, topics that shrink ------------------------
-
-
-def test_segments_appear_whole_or_not_at_all(tmp_path, monkeypatch):
-    """A process killed while making a segment leaves no short file under a segment
-    name (a short one is damage); its hidden leftover is ignored, then removed by the
-    next process that opens the store first."""
-    from rocketspark.store import mapped_file
-
-    root = str(tmp_path / "s")
-    with MessageStore.open(root, **SMALL) as s:
-        s.create_topic("orders", queues=1)
-        s.put(Message("orders", b"first"))
-
-        def killed(fd, size):
-            raise OSError(28, "killed here")
-
-        monkeypatch.setattr(mapped_file.os, "ftruncate", killed)
-        with pytest.raises(OSError, match="killed here"):
-            s.put_batch([Message("orders", bytes(3000)) for _ in range(3)])
-        monkeypatch.undo()
-    assert os.listdir(os.path.join(root, "commitlog")) == ["0" * 20]
-    leftover = os.path.join(root, "commitlog", f".{4096:020d}.99999.1.tmp")
-    with open(leftover, "wb") as f:
-        f.write(b"x" * 10)
-    with MessageStore.open(root) as s:
-        assert not os.path.exists(leftover)
-        s.put_batch([Message("orders", bytes(3000)) for _ in range(3)])
-        assert s.max_offset("orders", 0) == 4
 
 
 def test_the_store_path_is_given_once(tmp_path):
