@@ -289,3 +289,15 @@ def test_delay_levels_with_every_unit_and_extra_blanks():
 def test_bad_delay_levels_name_messagedelaylevel(bad):
     with pytest.raises(ConfigError, match="messageDelayLevel"):
         MessageStoreConfig.load(None, messageDelayLevel=bad)
+
+
+@pytest.mark.parametrize("value", ["0", "101", "-5"])
+def test_disk_ratios_are_percentages(value):
+    for key in (
+        "diskSpaceWarningLevelRatio",
+        "diskSpaceCleanForciblyRatio",
+        "diskMaxUsedSpaceRatio",
+    ):
+        with pytest.raises(ConfigError, match=key):
+            MessageStoreConfig.load(None, **{key: value})
+    assert MessageStoreConfig().disk_space_warning_level_ratio == 90

@@ -1,4 +1,5 @@
-"""ConsumeQueues: a store's queues by (topic, queue id), on real files, without a store."""
+"""ConsumeQueues: a store's queues by (topic, queue id), on real files, without a store;
+and the bytes of an entry a store's put writes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import threading
 import pytest
 
 from rocketspark.errors import OffsetOutOfRangeError, UnknownTopicError
+from rocketspark.store import Message, MessageStore
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueues
 from rocketspark.store.metadata import TopicConfigTable
+from tests.store.helpers.stores import SMALL
 
 FILE = CQ_STORE_UNIT_SIZE * 4  # four entries a file
 
@@ -109,3 +112,22 @@ def test_flush_forces_each_dirty_queue_from_its_first_marked_entry(queues, monke
     flushed.clear()
     queues.flush()
     assert flushed == []  # forgotten once flushed
+
+
+@pytest.fixture
+def store(tmp_path):
+    with MessageStore.open(tmp_path / "store", **SMALL) as s:
+        s.create_topic("orders", queues=4)
+        yield s
+
+
+def test_consume_queue_entry_bytes(store, tmp_path):
+    r = store.put(Message("orders", b"abc", tags="TagA", queue_id=1))
+    raw = (tmp_path / "store" / "consumequeue" / "orders" / "1" / f"{0:020d}").read_bytes()
+    want = (
+        r.commitlog_offset.to_bytes(8, "big")
+        + r.store_size.to_bytes(4, "big")
+        + (2598919).to_bytes(8, "big", signed=True)
+    )
+    assert raw[:20] == want
+    assert raw[20:40] == bytes(20)

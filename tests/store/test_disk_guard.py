@@ -19,10 +19,9 @@ import pytest
 
 import rocketspark.store.commit_log as commit_log
 import rocketspark.store.disk_guard as disk_guard
-from rocketspark.errors import ConfigError, DiskFullError
+from rocketspark.errors import DiskFullError
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.checkpoint import StoreCheckpoint
-from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.index_file import IndexFile
 from rocketspark.store.mapped_file import (
     MappedFileQueue,
@@ -380,18 +379,6 @@ def test_disk_guard_refuses_past_the_ratio_and_resumes(tmp_path, monkeypatch):
         assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"e"]
 
 
-@pytest.mark.parametrize("value", ["0", "101", "-5"])
-def test_disk_ratios_are_percentages(value):
-    for key in (
-        "diskSpaceWarningLevelRatio",
-        "diskSpaceCleanForciblyRatio",
-        "diskMaxUsedSpaceRatio",
-    ):
-        with pytest.raises(ConfigError, match=key):
-            MessageStoreConfig.load(None, **{key: value})
-    assert MessageStoreConfig().disk_space_warning_level_ratio == 90
-
-
 # --- blocks reserved a chunk ahead of the writes -------------------------------------------
 
 
@@ -451,3 +438,67 @@ def test_write_crossing_a_chunk_on_a_full_disk_is_refused_whole(small_disk, monk
         assert [m.body for m in store.pull(TOPIC, 0, 0).messages] == [b"a", b"b", b"c"]
     report = check_store(store_dir)
     assert report.ok, report.render()
+
+
+# --- the guard on its own ------------------------------------------------------------------
+
+
+def test_the_guard_refuses_past_the_warning_ratio_and_rechecks_at_every_refused_put(
+    tmp_path, monkeypatch
+):
+    usage = [(0.5, 1 << 30)]
+    calls = []
+
+    def fake(path):
+        calls.append(path)
+        return usage[0]
+
+    monkeypatch.setattr(disk_guard, "disk_usage", fake)
+    guard = disk_guard.DiskGuard(str(tmp_path), 90, 95, 95)
+    guard.check()
+    guard.check()  # within CHECK_INTERVAL: no second statvfs
+    assert calls == [str(tmp_path)]
+    usage[0] = (0.95, 1 << 20)
+    with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio=90%") as info:
+        guard.require(1, "a new segment")  # require always asks the disk
+    assert len(calls) == 2
+    assert info.value.file == str(tmp_path)
+    with pytest.raises(DiskFullError):
+        guard.check()  # refused: asks again at once
+    usage[0] = (0.5, 1 << 30)
+    guard.check()
+
+
+def test_the_guard_refuses_new_files_the_free_space_cannot_hold(tmp_path, monkeypatch):
+    monkeypatch.setattr(disk_guard, "disk_usage", lambda path: (0.2, 4096))
+    guard = disk_guard.DiskGuard(str(tmp_path), 90, 85, 75)
+    guard.require(4096, "index files")
+    with pytest.raises(DiskFullError, match="index files need 8192 bytes") as info:
+        guard.require(8192, "index files")
+    assert info.value.needed == 8192 and info.value.retriable
+
+
+def test_disk_usage_is_a_fraction_and_free_bytes(tmp_path):
+    ratio, free = disk_guard.disk_usage(str(tmp_path))
+    assert 0.0 <= ratio <= 1.0 and free >= 0
+
+
+def test_reserve_sparse_files_fills_holes_among_the_data_only(tmp_path):
+    root = tmp_path / "s"
+    (root / "commitlog").mkdir(parents=True)
+    seg = root / "commitlog" / f"{0:020d}"
+    with open(seg, "wb") as f:
+        f.seek(600_000)
+        f.write(b"data")
+        f.truncate(1 << 20)
+    assert disk_guard.reserve_sparse_files(str(root)) is None
+    with open(seg, "rb") as f:
+        data = f.read()
+    assert len(data) == 1 << 20 and data[600_000:600_004] == b"data"
+    assert data.count(0) == len(data) - 4
+    fd = os.open(seg, os.O_RDONLY)
+    try:
+        end = data_end(fd, 1 << 20)
+        assert os.lseek(fd, 0, os.SEEK_HOLE) >= end  # no hole left among the data
+    finally:
+        os.close(fd)

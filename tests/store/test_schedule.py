@@ -159,3 +159,37 @@ def test_another_writers_record_where_an_interrupted_step_would_start_is_not_its
             s.put(Message("t", b"other", properties={"UNIQ_KEY": uniq}))
         assert s.run_schedule() == 3
         assert [m.body for m in only(s, "t")] == [b"other", b"other", b"d0", b"d1", b"d2"]
+
+
+# --- the service over a store's parts --------------------------------------------------------
+
+
+def test_a_schedule_service_over_the_stores_parts_delivers_what_is_due_level_by_level(
+    tmp_path, clock
+):
+    from rocketspark.store.schedule import ScheduleService
+
+    with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
+        s.create_topic("t", queues=1)
+        s.put_batch([Message("t", b"one-%d" % i, delay_level=1) for i in range(3)])
+        s.put_batch([Message("t", b"two-%d" % i, delay_level=2) for i in range(2)])
+        service = ScheduleService(
+            appender=s.appender,
+            encoder=s.encoder,
+            queue=s.queues.queue,
+            commit_log=s.commit_log,
+            topics=s.topics,
+            delay_offsets=s.delay_offsets,
+            clock=clock,
+            levels=len(s.config.delay_levels_ms()),
+        )
+        assert service.start_offset(1) == 0 and service.start_offset(2) == 0
+        assert service.run() == 0  # nothing due yet
+        assert service.run(clock.now + 1000, limit_per_level=2) == 2  # level 1 (1s), two at most
+        assert service.start_offset(1) == 2 and s.delay_offsets.get(1) == 2
+        assert service.run(clock.now + 1000) == 1
+        assert [m.body for m in only(s, "t")] == [b"one-0", b"one-1", b"one-2"]
+        clock.advance(5000)  # level 2 is 5s
+        assert service.run() == 2 and service.run() == 0
+        assert service.start_offset(2) == 2
+        assert [m.body for m in only(s, "t")][3:] == [b"two-0", b"two-1"]
