@@ -247,10 +247,11 @@ def test_putting_halves_back_is_one_append(store, monkeypatch):
     crash between two appends left two open copies, both committed later."""
     halves = store.prepare_batch([Message("out", b"a"), Message("out", b"b")])
     appends = []
-    real = store._append_locked
+    append = store.appender.locked()  # the Append every locked append goes through
+    real = append.records
     monkeypatch.setattr(
-        store,
-        "_append_locked",
+        append,
+        "records",
         lambda prepared, now: appends.append(len(prepared)) or real(prepared, now),
     )
     assert store.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
