@@ -25,7 +25,6 @@ from rocketspark.errors import (
     InvalidMessageError,
     OffsetOutOfRangeError,
     StoreClosedError,
-    StoreDamagedError,
     StoreLockedError,
     StorePathError,
     TopicShrinkError,
@@ -58,7 +57,6 @@ from rocketspark.message.model import (
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.message.record import (
     HostAddress,
-    RecordCheck,
     body_crc,
 )
 from rocketspark.message.results import (
@@ -708,37 +706,6 @@ class MessageStore:
             results = append.records(prepared, now)
         return self.appender.after(results)  # type: ignore[no-any-return]
 
-    @property
-    def _known_commit_pos(self) -> int:
-        return self.appender.known_commit_pos
-
-    @_known_commit_pos.setter
-    def _known_commit_pos(self, pos: int) -> None:
-        self.appender.known_commit_pos = pos
-
-    def _damage_error(self) -> StoreDamagedError:
-        return self.recovery.damage_error()
-
-    def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
-        self.queues.mark_dirty(key, first)
-
-    def _redispatch(
-        self,
-        start: int,
-        end: int | None,
-        *,
-        index_from: int | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> tuple[int, str]:
-        """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end)."""
-        return self.dispatcher.scan(start, end, index_from=index_from, progress=progress)
-
-    @property
-    def _gaps(self) -> dict[tuple[str, int], int]:
-        """Queues whose ConsumeQueue lacks entries a redispatch met records for:
-        (topic, queue id) -> first missing entry (see Recovery.rebuild_queues)."""
-        return self.dispatcher.gaps
-
     # -- expiry ----------------------------------------------------------------------
 
     def delete_expired(
@@ -1140,15 +1107,6 @@ class MessageStore:
         self._check_open()
         self.topic(topic)
         return self.reader.query_by_key(topic, key, begin_ms, end_ms, max_num)
-
-    # -- recovery --------------------------------------------------------------------
-
-    def _rebuild_queues(self, upto: int) -> list[tuple[str, int, int, int]]:
-        return self.recovery.rebuild_queues(upto)
-
-    def _queue_code(self, check: RecordCheck) -> int:
-        """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
-        return self.dispatcher.queue_code(check)
 
 
 def _half_offsets(half: object) -> list[int] | np.ndarray:
