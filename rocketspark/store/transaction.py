@@ -487,6 +487,11 @@ class TransactionService:
         copy, no check count, so it is never discarded). Halves at the offsets
         in ``in_flight`` (ones the caller knows to be undecided, e.g. the batch
         it is committing) are left open without being read or asked.
+
+        The check progress moves over every half below the first one the check
+        leaves open; with ``unknown="keep"`` (as open_halves) only over those
+        resolved before it ran, so the halves it resolves keep their exact
+        status (not "resolved") until a later step moves past them.
         """
         if unknown not in ("put_back", "keep"):
             raise ConfigError(f"unknown must be 'put_back' or 'keep', got {unknown!r}")
@@ -497,6 +502,10 @@ class TransactionService:
         if not self._has_topic(TRANS_HALF_TOPIC):
             return counts
         half_cq, start, end, offsets = self._scan()
+        keep = unknown == "keep"
+        first_open = int(offsets[0]) if len(offsets) else end
+        if keep and first_open > start:
+            self._commit_progress(first_open)
         # The new check progress: the first half this check leaves open, or where it
         # stopped reading (every half below it is then resolved).
         progress = end
@@ -540,7 +549,7 @@ class TransactionService:
                 counts["rollback"] += 1
             else:
                 counts["unknown"] += 1
-                if unknown == "keep":
+                if keep:
                     progress = min(progress, off)
                 else:
                     put_back.append(half)
@@ -550,7 +559,7 @@ class TransactionService:
             self.end(to_rollback, False)
         if put_back:
             self._put_back(put_back)
-        if progress > start:
+        if not keep and progress > start:
             self._commit_progress(progress)
         return counts
 
