@@ -227,12 +227,7 @@ FORBIDDEN = {
 
 # Forbidden edges that exist today, as (importing file, imported module): each is
 # removed by the layout work; delete the entry when it goes.
-KNOWN_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {
-        # removed by the layout work (schedule and transaction given the store's parts)
-        ("rocketspark/store/transaction.py", "rocketspark.store.message_store"),
-    }
-)
+KNOWN_EDGES: frozenset[tuple[str, str]] = frozenset()
 
 
 def violations() -> dict[tuple[str, str], list[str]]:
@@ -410,22 +405,6 @@ ALL_REACHES = [reach for module in MODULES for reach in private_reaches(module)]
 # Delete an entry when its reach is gone.
 KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
     {
-        # removed by the layout work (transaction.py given the parts it needs)
-        ("rocketspark/store/transaction.py", "_after_append"),
-        ("rocketspark/store/transaction.py", "_append"),
-        ("rocketspark/store/transaction.py", "_append_columns_then_locked"),
-        ("rocketspark/store/transaction.py", "_append_locked"),
-        ("rocketspark/store/transaction.py", "_check_open"),
-        ("rocketspark/store/transaction.py", "_columnar"),
-        ("rocketspark/store/transaction.py", "_cq"),
-        ("rocketspark/store/transaction.py", "_ensure_system_topic"),
-        ("rocketspark/store/transaction.py", "_ids"),
-        ("rocketspark/store/transaction.py", "_next_queue_offset"),
-        ("rocketspark/store/transaction.py", "_prepare"),
-        ("rocketspark/store/transaction.py", "_prepare_raw"),
-        ("rocketspark/store/transaction.py", "_sync_with_writers"),
-        ("rocketspark/store/transaction.py", "_topic_info"),
-        ("rocketspark/store/transaction.py", "_write_lock"),
         # not yet owned by a change: consume_queue.py is to call MappedFile.fileno()
         ("rocketspark/store/consume_queue.py", "_fd"),
         # not yet owned by a change: config.py is to make read_properties public

@@ -22,15 +22,12 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from rocketspark.client.api import (
     Answer,
     ClientRef,
     MessageQueue,
     PutResult,
     TopicInfo,
-    TransactionState,
 )
 from rocketspark.errors import ConfigError, SinkJobEndedError, StorePathError
 from rocketspark.message.model import Message, MessageExt
@@ -281,31 +278,24 @@ class EmbeddedClient:
     ) -> dict[str, int]:
         """Run ``answer`` now over every open half of the group (not only old ones).
 
-        Built on open_transactions and the ends rather than the store's
-        check_transactions: that one asks about halves older than
-        transactionTimeOut only, of every group, and puts UNKNOWN ones back
-        (new copies), which would move other producers' halves under them.
-        Here UNKNOWN leaves a half where it is. The halves in ``in_flight``
+        The store's transaction check (the path a broker's CHECK_TRANSACTION_STATE
+        takes), run immediately over the group's halves; an UNKNOWN answer leaves
+        a half where it is (the check would otherwise put it back as a new copy,
+        moving other producers' halves under them). The halves in ``in_flight``
         are not read.
         """
-        skip = in_flight if isinstance(in_flight, np.ndarray) else np.fromiter(in_flight, np.int64)
-        decided: dict[TransactionState, list[int]] = {
-            TransactionState.COMMIT: [],
-            TransactionState.ROLLBACK: [],
+        counts = self.store.check_transactions(
+            answer,
+            producer_group=producer_group,
+            immediately=True,
+            unknown="keep",
+            in_flight=in_flight,
+        )
+        return {
+            "commit": counts["commit"],
+            "rollback": counts["rollback"],
+            "unknown": counts["unknown"],
         }
-        unknown = 0
-        for half in self.store.open_transactions(producer_group, exclude=skip):
-            state = answer(half)
-            if state in decided:
-                decided[state].append(half.queue_offset)
-            else:
-                unknown += 1
-        commit, rollback = decided[TransactionState.COMMIT], decided[TransactionState.ROLLBACK]
-        if commit:
-            self.store.commit_transaction(commit)
-        if rollback:
-            self.store.rollback_transaction(rollback)
-        return {"commit": len(commit), "rollback": len(rollback), "unknown": unknown}
 
     # -- retries and dead letters ----------------------------------------------------------
 

@@ -65,6 +65,12 @@ FIRST_HALF_ERROR = (
     "half message a transaction check put back; a prepare does not take it "
     "(drop it from properties copied from another message)"
 )
+# On a transaction op record (ours; RocketMQ ignores them, and its own op records lack
+# them): how the op resolved its halves (commit, rollback, or putback: closed by a
+# check that stored them again), and for a putback the half queue offset of the
+# first new copy (see transaction.py).
+PROPERTY_RESOLUTION = "RS_RESOLUTION"
+PROPERTY_MOVED_TO = "RS_MOVED_TO"
 
 
 # What a prepare sets on each half (see transaction.py).

@@ -30,20 +30,35 @@ import numpy as np
 
 from rocketspark.message.byte_gather import Pieces, byte_rows, gather_items
 from rocketspark.message.java_hash import java_hash_many, java_hash_rows, java_string_hash
-from rocketspark.message.model import TRANSACTION_TYPE_MASK, SysFlag
+from rocketspark.message.model import (
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    TRANSACTION_TYPE_MASK,
+    SysFlag,
+)
+from rocketspark.message.properties import (
+    HALF_COMMIT_MARKER,
+    PRODUCER_GROUP_PREFIX_BYTES,
+    PROPERTY_BYTE,
+    REAL_QUEUE_ID_SEPARATOR,
+    TRANSACTION_ID_PREFIX_BYTES,
+    UNIQ_KEY_PREFIX_BYTES,
+    decode_properties,
+)
 from rocketspark.message.record import HEADER_V4, HEADER_V4_DTYPE, MESSAGE_MAGIC_CODE
 from rocketspark.store.commit_log import ColumnBatch
 
 if TYPE_CHECKING:
     from rocketspark.message.record import HostAddress
     from rocketspark.store.commit_log import CommitLog
+    from rocketspark.store.encoder import TopicWriteInfo
 
 __all__ = ["UNIQ_HEX_LEN", "final_columns"]
 
-_FINAL_MARKER = b"TRAN_MSG\x01true\x02REAL_TOPIC\x01"
-_QID_SEP = b"\x02REAL_QID\x01"
-_UNIQ_HEAD = b"UNIQ_KEY\x01"
-_TXN_HEAD = b"__transactionId__\x01"
+# The byte templates of a half's properties, from message/properties.py.
+_SEP = PROPERTY_SEPARATOR.encode("ascii")  # ends each property (PROPERTY_BYTE)
+_GROUP_HEAD = _SEP + PRODUCER_GROUP_PREFIX_BYTES  # the property before the transaction id
 UNIQ_HEX_LEN = 32  # the UNIQ_KEYs we (and RocketMQ's clients) generate
 _ROWS = 16384  # rows per block of a 2-D byte comparison
 _REGION_GAP = 1 << 20
@@ -56,13 +71,13 @@ _COMMIT = int(SysFlag.TRANSACTION_COMMIT)
 def final_columns(
     entries: np.ndarray,
     commit_log: CommitLog,
-    topic_info: Callable[[str], tuple[int, bytes, int]],
+    topic_info: Callable[[str], TopicWriteInfo],
     born_host: HostAddress,
 ) -> tuple[Any, ...] | None:
     """The committed records of halves, as a ColumnBatch (None: not our layout).
 
     ``entries`` are the halves' ConsumeQueue entries, ascending; ``topic_info``
-    gives a real topic's (write queues, TOPIC field, magic) and ``born_host``
+    gives a real topic's TopicWriteInfo (its TOPIC field and magic) and ``born_host``
     is this process's host, the committed records' BORNHOST.
 
     A half whose properties end with TRAN_MSG, REAL_TOPIC, REAL_QID (as both
@@ -120,9 +135,9 @@ def final_columns(
     plen = cat["prefix_len"]
     rests = (
         Pieces(
-            [i[1] for i in infos],
+            [i.topic_field for i in infos],
             np.zeros(n, dtype=np.int64),
-            np.asarray([len(i[1]) for i in infos], dtype=np.int64)[tid],
+            np.asarray([len(i.topic_field) for i in infos], dtype=np.int64)[tid],
             tid if len(infos) > 1 else 0,
         ),
         Pieces.fixed(plen.astype(">u2"), 2, n),
@@ -133,7 +148,9 @@ def final_columns(
     )
     topics: list[str] | str = names[0] if len(names) == 1 else [names[t] for t in tid.tolist()]
     magics = (
-        infos[0][2] if len(infos) == 1 else np.asarray([i[2] for i in infos], dtype=np.int32)[tid]
+        infos[0].magic
+        if len(infos) == 1
+        else np.asarray([i.magic for i in infos], dtype=np.int32)[tid]
     )
     batch = ColumnBatch(
         topics=topics,
@@ -211,41 +228,30 @@ def _learn_uniq_template(p: bytes) -> tuple[bytes, np.ndarray, int, int] | None:
     caller's extra properties, up to the end of the prefix. Returns (template,
     mask of its fixed bytes, position of each 32-character slot), or None.
     """
-    j = p.rfind(b"\x02" + _TXN_HEAD)
+    txn_head = _SEP + TRANSACTION_ID_PREFIX_BYTES
+    j = p.rfind(txn_head)
     if j < 0:
         return None
-    u_end = j + 1 + len(_TXN_HEAD) + UNIQ_HEX_LEN
-    uniq = p[j + 1 + len(_TXN_HEAD) : u_end]
-    if len(uniq) != UNIQ_HEX_LEN or p[u_end : u_end + 1] != b"\x02" or b"\x02" in uniq:
+    u_end = j + len(txn_head) + UNIQ_HEX_LEN
+    uniq = p[j + len(txn_head) : u_end]
+    if len(uniq) != UNIQ_HEX_LEN or p[u_end : u_end + len(_SEP)] != _SEP or _SEP in uniq:
         return None
-    extra = p[u_end + 1 :]
-    k = p.rfind(b"\x02PGROUP\x01", 0, j)
+    extra = p[u_end + len(_SEP) :]
+    k = p.rfind(_GROUP_HEAD, 0, j)
     if k < 0:
         return None
-    group = p[k + 8 : j]
-    if b"\x02" in group or p[k - UNIQ_HEX_LEN - len(_UNIQ_HEAD) : k] != _UNIQ_HEAD + uniq:
+    group = p[k + len(_GROUP_HEAD) : j]
+    uniq_head = UNIQ_KEY_PREFIX_BYTES
+    if _SEP in group or p[k - UNIQ_HEX_LEN - len(uniq_head) : k] != uniq_head + uniq:
         return None
     slot = b"\x00" * UNIQ_HEX_LEN
-    template = b"".join(
-        (_UNIQ_HEAD, slot, b"\x02PGROUP\x01", group, b"\x02", _TXN_HEAD, slot, b"\x02", extra)
-    )
-    first = len(_UNIQ_HEAD)
-    second = first + UNIQ_HEX_LEN + 8 + len(group) + 1 + len(_TXN_HEAD)
+    template = b"".join((uniq_head, slot, _GROUP_HEAD, group, txn_head, slot, _SEP, extra))
+    first = len(uniq_head)
+    second = first + UNIQ_HEX_LEN + len(_GROUP_HEAD) + len(group) + len(txn_head)
     mask = np.ones(len(template), dtype=bool)
     mask[first : first + UNIQ_HEX_LEN] = False
     mask[second : second + UNIQ_HEX_LEN] = False
     return template, mask, first, second
-
-
-def _property(p: bytes, name: bytes) -> str | None:
-    """The value of property ``name`` in encoded properties ``p`` (None: absent)."""
-    lead = b"\x02" + p
-    at = lead.find(b"\x02" + name + b"\x01")
-    if at < 0:
-        return None
-    at += len(name) + 2
-    end = lead.find(b"\x02", at)
-    return lead[at : end if end >= 0 else len(lead)].decode("utf-8")
 
 
 def _parse_halves(
@@ -350,7 +356,7 @@ def _parse_layouts(
             tail = tail.view(np.uint8).reshape(-1, width)
             block = tail[:, u1 : u1 + UNIQ_HEX_LEN]
             if _differs_rows(block, tail[:, u2 : u2 + UNIQ_HEX_LEN]) or bool(
-                ((block >= 128) | (block == 2)).any()
+                ((block >= 128) | (block == PROPERTY_BYTE)).any()
             ):
                 return None
             qd = tail[:, q1 : q1 + digits].astype(np.int64) - 48
@@ -418,7 +424,7 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     if np.any(props_end > len(buf)) or np.any(props_end <= props_start):
         return None
     last = props_end - 1
-    if np.any(buf[last] != 2):
+    if np.any(buf[last] != PROPERTY_BYTE):
         return None
     # REAL_QID: the digits before the last \x02, read backwards.
     digits = np.zeros(m, dtype=np.int64)
@@ -435,8 +441,8 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
         scale *= 10
     if np.any(digits == 0) or np.any(going):
         return None
-    topic_end = last - digits - len(_QID_SEP)
-    if not _rows_equal(buf, topic_end, _QID_SEP).all():
+    topic_end = last - digits - len(REAL_QUEUE_ID_SEPARATOR)
+    if not _rows_equal(buf, topic_end, REAL_QUEUE_ID_SEPARATOR).all():
         return None
     # REAL_TOPIC: learn each distinct topic from its first half, compare the rest.
     topic = np.full(m, -1, dtype=np.int64)
@@ -445,11 +451,11 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     todo = np.arange(m)
     while len(todo):
         i0 = int(todo[0])
-        cut = src.rfind(_FINAL_MARKER, int(props_start[i0]), int(topic_end[i0]))
+        cut = src.rfind(HALF_COMMIT_MARKER, int(props_start[i0]), int(topic_end[i0]))
         if cut < 0:
             return None
-        real = src[cut + len(_FINAL_MARKER) : int(topic_end[i0])]
-        template = _FINAL_MARKER + real
+        real = src[cut + len(HALF_COMMIT_MARKER) : int(topic_end[i0])]
+        template = HALF_COMMIT_MARKER + real
         at = topic_end[todo] - len(template)
         ok = (at >= props_start[todo]) & _rows_equal(buf, at, template)
         if not ok[0]:
@@ -462,7 +468,7 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
         lead[todo[ok]] = at[ok]
         todo = todo[~ok]
     prefix_len = lead - props_start
-    if np.any((prefix_len > 0) & (buf[np.maximum(lead - 1, 0)] != 2)):
+    if np.any((prefix_len > 0) & (buf[np.maximum(lead - 1, 0)] != PROPERTY_BYTE)):
         return None  # the prefix would not end on a whole property
     # UNIQ_KEY: the fixed tail of the prefix, learned from one half and compared.
     uniq = np.zeros((m, UNIQ_HEX_LEN), dtype=np.uint8)
@@ -480,12 +486,14 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
         template, mask, first, second = learned
         at = lead[todo] - len(template)
         ok = (at >= props_start[todo]) & _rows_equal(buf, at, template, mask)
-        ok &= (at == props_start[todo]) | (buf[np.maximum(at - 1, 0)] == 2)
+        ok &= (at == props_start[todo]) | (buf[np.maximum(at - 1, 0)] == PROPERTY_BYTE)
         rows, at = todo[ok], at[ok]
         win = byte_rows(buf, UNIQ_HEX_LEN)
         one = win[at + first]
         good = (
-            (one == win[at + second]).all(axis=1) & (one < 128).all(axis=1) & (one != 2).all(axis=1)
+            (one == win[at + second]).all(axis=1)
+            & (one < 128).all(axis=1)
+            & (one != PROPERTY_BYTE).all(axis=1)
         )
         uniq[rows[good]] = one[good]
         uniq_ok[rows[good]] = True
@@ -499,10 +507,10 @@ def _parse_each(src: bytes, rel: np.ndarray, seg_no: int, base: int) -> dict[str
     keyed: list[int] = []
     key_strings: list[str] = []
     for i in np.flatnonzero((head_end > props_start) | ~uniq_ok).tolist():
-        p = src[int(props_start[i]) : int(head_end[i])]
+        props = decode_properties(src[int(props_start[i]) : int(head_end[i])])
         if not uniq_ok[i]:
-            uniq_text[base + i] = _property(p, b"UNIQ_KEY") or ""
-        keys = _property(p, b"KEYS")
+            uniq_text[base + i] = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or ""
+        keys = props.get(PROPERTY_KEYS)
         if keys:
             keyed.append(base + i)
             key_strings.append(keys)

@@ -25,7 +25,6 @@ from rocketspark.errors import (
     InvalidMessageError,
     OffsetOutOfRangeError,
     StoreClosedError,
-    StoreDamagedError,
     StoreLockedError,
     StorePathError,
     TopicShrinkError,
@@ -58,7 +57,6 @@ from rocketspark.message.model import (
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.message.record import (
     HostAddress,
-    RecordCheck,
     body_crc,
 )
 from rocketspark.message.results import (
@@ -71,7 +69,6 @@ from rocketspark.store import layout
 from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import (
-    ColumnBatch,
     CommitLog,
     PreparedRecord,
 )
@@ -97,7 +94,7 @@ from rocketspark.store.store_state import (
     StoreLock,
     StoreState,
 )
-from rocketspark.store.transaction import TransactionService
+from rocketspark.store.transaction import HalfStatus, TransactionService, UnknownHalves
 
 log = logging.getLogger(__name__)
 
@@ -241,9 +238,7 @@ class MessageStore:
                 born_host=self.born_host,
                 segment_size=self.commit_log.segment_size,
             )
-            self._ids = self.encoder.ids  # (the transaction service's)
             self.recovery_report: RecoveryReport | None = None
-            self._transactions = TransactionService(self)
             self.dispatcher = Dispatcher(
                 root=self.root,
                 commit_log=self.commit_log,
@@ -281,7 +276,18 @@ class MessageStore:
                 damage_error=self.recovery.damage_error,
                 rebuild_queues=self.recovery.rebuild_queues,
             )
-            self._write_lock = self.appender.write_lock  # (the transaction service's)
+            self._transactions = TransactionService(
+                appender=self.appender,
+                encoder=self.encoder,
+                queues=self.queues,
+                commit_log=self.commit_log,
+                topics=self.topics,
+                offsets=self.offsets,
+                clock=clock,
+                born_host=self.born_host,
+                timeout_ms=config.transaction_timeout,
+                max_checks=config.transaction_check_max,
+            )
             self._schedule = ScheduleService(
                 appender=self.appender,
                 encoder=self.encoder,
@@ -538,9 +544,6 @@ class MessageStore:
                 note(half.properties)
         return found
 
-    def _ensure_system_topic(self, topic: str, queues: int) -> None:
-        self.encoder.ensure_system_topic(topic, queues)
-
     # -- queues ----------------------------------------------------------------------
 
     def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -698,111 +701,10 @@ class MessageStore:
             )
         return self.appender.after(results)  # type: ignore[no-any-return]
 
-    def _topic_info(self, topic: str) -> tuple[int, bytes, int]:
-        """(write queues, TOPICLENGTH+TOPIC bytes, magic) for the transaction service."""
-        info = self.encoder.topic_info(topic)
-        return info.write_queues, info.topic_field, info.magic
-
-    def _append_columns_then_locked(
-        self,
-        batch: ColumnBatch,
-        then: Sequence[PreparedRecord],
-        now: int,
-        uniq_prefix: str,
-        uniq_start: int,
-        uniq_given: dict[int, str],
-        keyed: list[int],
-        key_strings: list[str],
-        uniq_hashes: np.ndarray | None = None,
-    ) -> tuple[PutResults, list[PutResult]]:
-        """Append.columns for the transaction service (the caller holds the write lock)."""
-        return self.appender.locked().columns(
-            batch,
-            now,
-            uniq_prefix,
-            uniq_start,
-            uniq_given,
-            keyed,
-            key_strings,
-            then=then,
-            uniq_hashes=uniq_hashes,
-        )
-
-    def _prepare(
-        self,
-        msg: Message,
-        now: int,
-        uniq: str,
-        *,
-        sys_flag: int = 0,
-        prepared_offset: int = 0,
-        check_topic: bool = True,
-    ) -> PreparedRecord:
-        return self.encoder.message(
-            msg,
-            now,
-            uniq,
-            sys_flag=sys_flag,
-            prepared_offset=prepared_offset,
-            check_topic=check_topic,
-        )
-
-    def _prepare_raw(self, *args: Any, **kwargs: Any) -> PreparedRecord:
-        return self.encoder.record(*args, **kwargs)
-
     def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
         with self.appender.locked() as append:
             results = append.records(prepared, now)
         return self.appender.after(results)  # type: ignore[no-any-return]
-
-    # The transaction service's way to the appender (until it is given the appender).
-
-    def _append_locked(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
-        return self.appender.locked().records(prepared, now)
-
-    def _after_append(self, results: Any) -> Any:
-        return self.appender.after(results)
-
-    def _next_queue_offset(self, topic: str, queue_id: int) -> int:
-        return self.appender.next_queue_offset(topic, queue_id)
-
-    def _sync_with_writers(self) -> None:
-        self.appender.sync()
-
-    @property
-    def _columnar(self) -> bool:
-        return self.encoder.columnar
-
-    @property
-    def _known_commit_pos(self) -> int:
-        return self.appender.known_commit_pos
-
-    @_known_commit_pos.setter
-    def _known_commit_pos(self, pos: int) -> None:
-        self.appender.known_commit_pos = pos
-
-    def _damage_error(self) -> StoreDamagedError:
-        return self.recovery.damage_error()
-
-    def _mark_dirty(self, key: tuple[str, int], first: int) -> None:
-        self.queues.mark_dirty(key, first)
-
-    def _redispatch(
-        self,
-        start: int,
-        end: int | None,
-        *,
-        index_from: int | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> tuple[int, str]:
-        """Rebuild ConsumeQueue and index entries from CommitLog records in [start, end)."""
-        return self.dispatcher.scan(start, end, index_from=index_from, progress=progress)
-
-    @property
-    def _gaps(self) -> dict[tuple[str, int], int]:
-        """Queues whose ConsumeQueue lacks entries a redispatch met records for:
-        (topic, queue id) -> first missing entry (see Recovery.rebuild_queues)."""
-        return self.dispatcher.gaps
 
     # -- expiry ----------------------------------------------------------------------
 
@@ -1127,6 +1029,7 @@ class MessageStore:
                 raise InvalidMessageError(
                     f"message {i}: expected a rocketspark Message, got {type(m).__name__}"
                 )
+        self._check_open()
         return self._transactions.prepare(
             messages, producer_group=producer_group, extra_properties=properties
         )
@@ -1135,13 +1038,15 @@ class MessageStore:
         self, half: PutResult | int | Iterable[PutResult | int]
     ) -> list[PutResult]:
         """Make half messages visible in their real topics (idempotent)."""
-        return self._transactions.end(_half_offsets(half), True)
+        self._check_open()
+        return self._transactions.end(_half_offsets(half), True)  # type: ignore[return-value]
 
     def rollback_transaction(self, half: PutResult | int | Iterable[PutResult | int]) -> None:
         """Discard half messages (idempotent)."""
+        self._check_open()
         self._transactions.end(_half_offsets(half), False)
 
-    def transaction_status(self, half: PutResult | int) -> str:
+    def transaction_status(self, half: PutResult | int) -> HalfStatus:
         """Return "open", "committed", "rolled_back" or "resolved"."""
         (offset,) = _half_offsets(half)
         return self._transactions.status(offset)
@@ -1161,14 +1066,37 @@ class MessageStore:
 
     def check_transactions(
         self,
-        callback: Callable[[MessageExt], object],
+        callback: Callable[[MessageExt], Any],
         *,
         now_ms: int | None = None,
         timeout_ms: int | None = None,
+        producer_group: str | None = None,
+        immediately: bool = False,
+        unknown: UnknownHalves = "put_back",
+        in_flight: Iterable[int] | None = None,
     ) -> dict[str, int]:
-        """Resolve half messages open longer than transactionTimeOut through ``callback``."""
+        """Resolve half messages open longer than transactionTimeOut through ``callback``.
+
+        ``callback(half)`` answers a TransactionState (or True / False / None).
+        ``producer_group``: only that group's halves; ``immediately``: every open
+        half now, whatever its age; ``unknown="keep"``: an UNKNOWN answer leaves
+        the half where it is (by default it is put back with its check count
+        raised); ``in_flight``: half-queue offsets left open unread and unasked.
+        See ``TransactionService.check``.
+        """
         self._check_open()
-        return self._transactions.check(callback, now_ms=now_ms, timeout_ms=timeout_ms)
+        flying = None
+        if in_flight is not None:
+            flying = np.asarray(_half_offsets(in_flight), dtype=np.int64)
+        return self._transactions.check(
+            callback,
+            now_ms=now_ms,
+            timeout_ms=timeout_ms,
+            producer_group=producer_group,
+            immediately=immediately,
+            unknown=unknown,
+            in_flight=flying,
+        )
 
     # -- queries ---------------------------------------------------------------------
 
@@ -1179,15 +1107,6 @@ class MessageStore:
         self._check_open()
         self.topic(topic)
         return self.reader.query_by_key(topic, key, begin_ms, end_ms, max_num)
-
-    # -- recovery --------------------------------------------------------------------
-
-    def _rebuild_queues(self, upto: int) -> list[tuple[str, int, int, int]]:
-        return self.recovery.rebuild_queues(upto)
-
-    def _queue_code(self, check: RecordCheck) -> int:
-        """The ConsumeQueue tags code of a record (the delivery time for a delayed one)."""
-        return self.dispatcher.queue_code(check)
 
 
 def _half_offsets(half: object) -> list[int] | np.ndarray:

@@ -27,13 +27,11 @@ from rocketspark.message.byte_gather import decimal_list
 from rocketspark.message.model import (
     FIRST_HALF_ERROR,
     PROPERTY_FIRST_HALF,
+    PROPERTY_MOVED_TO,
     PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
+    PROPERTY_RESOLUTION,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
-    PROPERTY_TRANSACTION_ID,
-    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -45,19 +43,24 @@ from rocketspark.message.model import (
     TransactionState,
     check_extra_properties,
 )
+from rocketspark.message.properties import committed_properties, half_properties
 from rocketspark.store.half_commit import final_columns
 
 if TYPE_CHECKING:
+    from rocketspark.message.record import HostAddress
     from rocketspark.message.results import PutResult
-    from rocketspark.store.commit_log import PreparedRecord
-    from rocketspark.store.message_store import MessageStore
+    from rocketspark.store.appender import Appender
+    from rocketspark.store.commit_log import CommitLog, PreparedRecord
+    from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
+    from rocketspark.store.encoder import Encoder
+    from rocketspark.store.metadata import ConsumerOffsetTable, TopicConfigTable
 
 log = logging.getLogger(__name__)
 
 OFFSET_SEPARATOR = ","
-# Our op records also say how they resolved the halves (RocketMQ ignores the property;
-# its own op records lack it, and then the direction is unknown).
-PROPERTY_RESOLUTION = "RS_RESOLUTION"
+# Our op records also say how they resolved the halves (PROPERTY_RESOLUTION, message
+# model; RocketMQ ignores the property; its own op records lack it, and then the
+# direction is unknown).
 RESOLUTION_COMMIT = "commit"
 RESOLUTION_ROLLBACK = "rollback"
 # A check's put-back closes the old copies of UNKNOWN halves with an op record of
@@ -65,7 +68,6 @@ RESOLUTION_ROLLBACK = "rollback"
 # (the copies follow in the order of the op's offsets). Ours: RocketMQ reads the
 # op as "removed".
 RESOLUTION_PUT_BACK = "putback"
-PROPERTY_MOVED_TO = "RS_MOVED_TO"
 # PROPERTY_FIRST_HALF (message.py), on a put-back copy: the queue offset of the half its
 # producer was given. Ours, not RocketMQ's TRAN_PREPARED_QUEUE_OFFSET: a broker reads
 # that one (with a check immunity time) as "done when that offset has an op record",
@@ -92,6 +94,9 @@ class HalfState(enum.IntEnum):
 
 
 HalfStatus = Literal["open", "committed", "rolled_back", "resolved"]
+# What a check does with a half answered UNKNOWN: store it again with its check count
+# raised (RocketMQ's check), or leave it where it is (a producer asking about its own).
+UnknownHalves = Literal["put_back", "keep"]
 _STATUS: dict[int, HalfStatus] = {
     HalfState.OPEN: "open",
     HalfState.COMMITTED: "committed",
@@ -101,10 +106,41 @@ _STATUS: dict[int, HalfStatus] = {
 
 
 class TransactionService:
-    """Half messages of one open store."""
+    """Half messages of one open store, given the store's parts it needs.
 
-    def __init__(self, store: MessageStore):
-        self.store = store
+    RocketMQ's TransactionalMessageBridge: records are encoded by ``encoder``
+    and appended through ``appender`` (its write lock serialises resolutions
+    across processes), halves and ops are read through ``queues`` and
+    ``commit_log``, and the check progress is kept in ``offsets`` under
+    CHECK_GROUP. ``born_host`` is this process's host (the committed records'
+    BORNHOST); ``timeout_ms`` and ``max_checks`` are the store's
+    transactionTimeOut and transactionCheckMax.
+    """
+
+    def __init__(
+        self,
+        *,
+        appender: Appender,
+        encoder: Encoder,
+        queues: ConsumeQueues,
+        commit_log: CommitLog,
+        topics: TopicConfigTable,
+        offsets: ConsumerOffsetTable,
+        clock: Callable[[], int],
+        born_host: HostAddress,
+        timeout_ms: int,
+        max_checks: int,
+    ):
+        self.appender = appender
+        self.encoder = encoder
+        self.queues = queues
+        self.commit_log = commit_log
+        self.topics = topics
+        self.offsets = offsets
+        self.clock = clock
+        self.born_host = born_host
+        self.timeout_ms = timeout_ms
+        self.max_checks = max_checks
         # One byte per half queue offset, its HalfState. A dict would cost ~100 bytes a half.
         self._resolved = _ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
@@ -124,33 +160,32 @@ class TransactionService:
         extra_properties: dict[str, str] | None = None,
     ) -> list[PutResult]:
         """Store ``messages`` as half messages; they stay invisible until committed."""
-        store = self.store
-        store._check_open()
+        encoder = self.encoder
         check_extra_properties(extra_properties)
-        store._ensure_system_topic(TRANS_HALF_TOPIC, 1)
-        store._ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
-        now = store.clock()
-        ids = store._ids.next_ids(len(messages), now)
+        encoder.ensure_system_topic(TRANS_HALF_TOPIC, 1)
+        encoder.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
+        now = self.clock()
+        ids = encoder.ids.next_ids(len(messages), now)
         prepared = []
         for msg, uid in zip(messages, ids, strict=True):
             if msg.delay_level:
                 raise TransactionError("transactional messages cannot have a delay level")
             if PROPERTY_FIRST_HALF in msg.properties:
                 raise ConfigError(f"message {FIRST_HALF_ERROR}")
-            rec = store._prepare(msg, now, uid)  # validates, picks the real queue
+            rec = encoder.message(msg, now, uid)  # validates, picks the real queue
             props = msg.all_properties()
             props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uid)
-            # The three properties a commit drops come last: a committed record's
+            # The properties a commit drops come last: a committed record's
             # properties are then a prefix of its half's (see end()).
-            props[PROPERTY_PRODUCER_GROUP] = producer_group
-            props[PROPERTY_TRANSACTION_ID] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-            if extra_properties:
-                props.update(extra_properties)
-            props[PROPERTY_TRANSACTION_PREPARED] = "true"
-            props[PROPERTY_REAL_TOPIC] = rec.topic
-            props[PROPERTY_REAL_QUEUE_ID] = str(rec.queue_id)
+            props = half_properties(
+                props,
+                producer_group=producer_group,
+                real_topic=rec.topic,
+                real_queue_id=rec.queue_id,
+                extra=extra_properties,
+            )
             prepared.append(
-                store._prepare_raw(
+                encoder.record(
                     TRANS_HALF_TOPIC,
                     0,
                     msg.body,
@@ -161,7 +196,9 @@ class TransactionService:
                     reconsume_times=msg.reconsume_times,
                 )
             )
-        return store._append(prepared, now)
+        with self.appender.locked() as append:
+            results = append.records(prepared, now)
+        return self.appender.after(results)  # type: ignore[no-any-return]
 
     # -- commit / rollback -----------------------------------------------------------------
 
@@ -172,8 +209,6 @@ class TransactionService:
         way: TransactionError, and nothing is written. Returns the committed
         records' results.
         """
-        store = self.store
-        store._check_open()
         wanted = _sorted_unique(
             half_offsets
             if isinstance(half_offsets, np.ndarray)
@@ -181,9 +216,9 @@ class TransactionService:
         )
         if not len(wanted):
             return []
-        now = store.clock()
-        with store._write_lock:
-            store._sync_with_writers()
+        now = self.clock()
+        appender = self.appender
+        with appender.locked() as append:
             self._read_ops()
             states = self._resolved.get_many(wanted)
             put_back = (states == HalfState.MOVED.value) | (states == HalfState.RESOLVED.value)
@@ -203,7 +238,7 @@ class TransactionService:
             todo = wanted[states == HalfState.OPEN.value]
             if not len(todo):
                 return []
-            half_cq = store._cq(TRANS_HALF_TOPIC, 0)
+            half_cq = self.queues.queue(TRANS_HALF_TOPIC, 0)
             entries = _read_entries(half_cq, todo)
             how = RESOLUTION_COMMIT if commit else RESOLUTION_ROLLBACK
             ops = [
@@ -217,37 +252,45 @@ class TransactionService:
                 # recovering sink would commit again (test_crash saw exactly that when
                 # they were two appends). One append is all or nothing (_recover).
                 batch = (
-                    final_columns(entries, store.commit_log, store._topic_info, store.born_host)
-                    if store._columnar
+                    final_columns(entries, self.commit_log, self.encoder.topic_info, self.born_host)
+                    if self.encoder.columnar
                     else None
                 )
                 if batch is not None:
-                    columns, *index_info = batch
-                    finals, op_results = store._append_columns_then_locked(
-                        columns, ops, now, *index_info
+                    columns, uniq_prefix, uniq_start, uniq_given, keyed, keys, hashes = batch
+                    finals, op_results = append.columns(
+                        columns,
+                        now,
+                        uniq_prefix,
+                        uniq_start,
+                        uniq_given,
+                        keyed,
+                        keys,
+                        then=ops,
+                        uniq_hashes=hashes,
                     )
                 else:
                     prepared = [
-                        self._final_record(store.commit_log.read(int(phy)), now)
+                        self._final_record(self.commit_log.read(int(phy)), now)
                         for phy in entries["offset"].tolist()
                     ]
-                    results = store._append_locked(prepared + ops, now)
+                    results = append.records(prepared + ops, now)
                     finals, op_results = results[: len(prepared)], results[len(prepared) :]
             else:
-                op_results = store._append_locked(ops, now)
+                op_results = append.records(ops, now)
             self._resolved.set_many(todo, HalfState.COMMITTED if commit else HalfState.ROLLED_BACK)
             self._note_ops(op_results, todo)
-            self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
+            self._op_read = self.queues.queue(TRANS_OP_HALF_TOPIC, 0).max_offset()
             half_end = half_cq.max_offset()
         if half_end - self._resolved.floor > PROGRESS_LAG:
             self._advance_progress(half_end - PROGRESS_LAG)
-        store._after_append(op_results)
-        return store._after_append(finals) if len(finals) else finals
+        appender.after(op_results)
+        return appender.after(finals) if len(finals) else finals
 
     def _op_record(
         self, half_offsets: np.ndarray, resolution: str, now: int, **more: str
     ) -> PreparedRecord:
-        return self.store._prepare_raw(
+        return self.encoder.record(
             TRANS_OP_HALF_TOPIC,
             0,
             decimal_list(half_offsets, OFFSET_SEPARATOR.encode()),
@@ -256,18 +299,13 @@ class TransactionService:
         )
 
     def _final_record(self, half: MessageExt, now: int) -> PreparedRecord:
-        store = self.store
-        props = dict(half.properties)
-        topic = props.pop(PROPERTY_REAL_TOPIC, None)
-        qid = props.pop(PROPERTY_REAL_QUEUE_ID, "0")
-        props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-        props.pop(PROPERTY_FIRST_HALF, None)  # bookkeeping of the half queue only
+        topic, qid, props = committed_properties(half.properties)
         if topic is None:
             raise TransactionError(
                 f"half message at commit log offset {half.commitlog_offset} has no REAL_TOPIC"
             )
         sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | SysFlag.TRANSACTION_COMMIT
-        return store._prepare_raw(
+        return self.encoder.record(
             topic,
             int(qid),
             half.body,
@@ -283,7 +321,7 @@ class TransactionService:
 
     def _start(self) -> int:
         if self._op_read is None:
-            offsets = self.store.offsets
+            offsets = self.offsets
             self._resolved.floor = offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
             self._op_read = offsets.query(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0) or 0
         return self._op_read
@@ -307,7 +345,6 @@ class TransactionService:
 
     def _commit_progress(self, progress: int) -> None:
         """Record that every half below ``progress`` is resolved (and which ops to skip)."""
-        store = self.store
         op_progress = self._start()
         for op_offset, max_half in self._op_spans:
             if max_half >= progress:
@@ -315,7 +352,7 @@ class TransactionService:
                 break
         self._op_spans = [sp for sp in self._op_spans if sp[0] >= op_progress]
         self._resolved.floor = max(self._resolved.floor, progress)
-        store.offsets.commit_many(
+        self.offsets.commit_many(
             CHECK_GROUP, {(TRANS_HALF_TOPIC, 0): progress, (TRANS_OP_HALF_TOPIC, 0): op_progress}
         )
 
@@ -327,19 +364,18 @@ class TransactionService:
 
     def _read_ops(self) -> None:
         """Learn every op record written since the last look (by any process)."""
-        store = self.store
-        if not store.has_topic(TRANS_OP_HALF_TOPIC):
+        if not self._has_topic(TRANS_OP_HALF_TOPIC):
             return
         self._start()
         assert self._op_read is not None
-        cq = store._cq(TRANS_OP_HALF_TOPIC, 0)
+        cq = self.queues.queue(TRANS_OP_HALF_TOPIC, 0)
         end = cq.max_offset()
         while self._op_read < end:
             entries = cq.read(self._op_read, min(end - self._op_read, 4096))
             if not len(entries):
                 break
             for k, phy in enumerate(entries["offset"].tolist()):
-                op = store.commit_log.read(int(phy))
+                op = self.commit_log.read(int(phy))
                 if op.tags != TRANS_OP_REMOVE_TAG:
                     continue
                 how = op.properties.get(PROPERTY_RESOLUTION)
@@ -362,7 +398,7 @@ class TransactionService:
 
     def status(self, half_offset: int) -> HalfStatus:
         """Return "committed", "rolled_back", "resolved" (by a RocketMQ op) or "open"."""
-        with self.store._write_lock:
+        with self.appender.write_lock:
             self._read_ops()
             offsets = np.asarray([half_offset], dtype=np.int64)
             states = self._resolved.get_many(offsets)
@@ -373,6 +409,21 @@ class TransactionService:
                 state = int(states[0])
             return _STATUS[state]
 
+    def _has_topic(self, topic: str) -> bool:
+        return self.topics.get(topic) is not None
+
+    def _scan(self) -> tuple[ConsumeQueue, int, int, np.ndarray]:
+        """Catch up with every op written so far; return the half queue, the check
+        progress, the half queue's end and the open halves between them, ascending."""
+        with self.appender.locked():
+            self._read_ops()
+        half_cq = self.queues.queue(TRANS_HALF_TOPIC, 0)
+        start = self.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
+        end = half_cq.max_offset()
+        offsets = np.arange(start, max(start, end), dtype=np.int64)
+        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN.value]
+        return half_cq, start, end, offsets
+
     def open_halves(
         self, producer_group: str | None = None, exclude: np.ndarray | None = None
     ) -> list[MessageExt]:
@@ -382,19 +433,11 @@ class TransactionService:
         ``exclude`` are skipped without being read. Scans from where the check
         step last got to, and moves that mark past every resolved half.
         """
-        store = self.store
-        if not store.has_topic(TRANS_HALF_TOPIC):
+        if not self._has_topic(TRANS_HALF_TOPIC):
             return []
-        with store._write_lock:
-            store._sync_with_writers()
-            self._read_ops()
-        half_cq = store._cq(TRANS_HALF_TOPIC, 0)
-        start = store.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
-        end = half_cq.max_offset()
+        half_cq, start, end, offsets = self._scan()
         if end <= start:
             return []
-        offsets = np.arange(start, end, dtype=np.int64)
-        offsets = offsets[self._resolved.get_many(offsets) == HalfState.OPEN.value]
         # Everything below the first open half is resolved: later scans (and the
         # check step) start there.
         progress = int(offsets[0]) if len(offsets) else end
@@ -407,7 +450,7 @@ class TransactionService:
             entry = half_cq.entry(off)
             if entry is None:
                 break
-            half = store.commit_log.read(entry[0])
+            half = self.commit_log.read(entry[0])
             if (
                 producer_group is None
                 or half.properties.get(PROPERTY_PRODUCER_GROUP) == producer_group
@@ -419,72 +462,104 @@ class TransactionService:
 
     def check(
         self,
-        callback: Callable[[MessageExt], TransactionState | str | bool],
+        callback: Callable[[MessageExt], TransactionState | str | bool | None],
         *,
         now_ms: int | None = None,
         timeout_ms: int | None = None,
         max_checks: int | None = None,
+        producer_group: str | None = None,
+        immediately: bool = False,
+        unknown: UnknownHalves = "put_back",
+        in_flight: np.ndarray | None = None,
     ) -> dict[str, int]:
-        """Resolve half messages left open longer than ``timeout_ms`` through ``callback``.
+        """Resolve open half messages through ``callback``: RocketMQ's check-back.
 
         ``callback(half_message)`` answers COMMIT / ROLLBACK / UNKNOWN (or True /
-        False / None). UNKNOWN puts the half back with TRANSACTION_CHECK_TIMES
-        raised; after ``max_checks`` (transactionCheckMax, 15) it is rolled back.
-        Returns counts by outcome.
+        False / None) for each half left open longer than ``timeout_ms``
+        (transactionTimeOut), oldest first. UNKNOWN puts the half back with
+        TRANSACTION_CHECK_TIMES raised; after ``max_checks`` (transactionCheckMax,
+        15) it is rolled back unasked ("discarded"). Returns counts by outcome.
+
+        A producer deciding its own halves (the exactly-once sink over its
+        ledger) narrows the check: ``producer_group`` asks about that group's
+        halves only, ``immediately`` about every open half now whatever its age,
+        and ``unknown="keep"`` leaves a half answered UNKNOWN where it is (no
+        copy, no check count, so it is never discarded). Halves at the offsets
+        in ``in_flight`` (ones the caller knows to be undecided, e.g. the batch
+        it is committing) are left open without being read or asked.
+
+        The check progress moves over every half below the first one the check
+        leaves open; with ``unknown="keep"`` (as open_halves) only over those
+        resolved before it ran, so the halves it resolves keep their exact
+        status (not "resolved") until a later step moves past them.
         """
-        store = self.store
-        cfg = store.config
-        now = store.clock() if now_ms is None else now_ms
-        timeout = cfg.transaction_timeout if timeout_ms is None else timeout_ms
-        limit = cfg.transaction_check_max if max_checks is None else max_checks
+        if unknown not in ("put_back", "keep"):
+            raise ConfigError(f"unknown must be 'put_back' or 'keep', got {unknown!r}")
+        now = self.clock() if now_ms is None else now_ms
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        limit = self.max_checks if max_checks is None else max_checks
         counts = {"commit": 0, "rollback": 0, "unknown": 0, "discarded": 0}
-        if not store.has_topic(TRANS_HALF_TOPIC):
+        if not self._has_topic(TRANS_HALF_TOPIC):
             return counts
-        half_cq = store._cq(TRANS_HALF_TOPIC, 0)
-        with store._write_lock:
-            store._sync_with_writers()
-            self._read_ops()
-        start = store.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0) or 0
-        end = half_cq.max_offset()
-        progress = start
+        half_cq, start, end, offsets = self._scan()
+        keep = unknown == "keep"
+        first_open = int(offsets[0]) if len(offsets) else end
+        if keep and first_open > start:
+            self._commit_progress(first_open)
+        # The new check progress: the first half this check leaves open, or where it
+        # stopped reading (every half below it is then resolved).
+        progress = end
+        if in_flight is not None and len(in_flight) and len(offsets):
+            flying = np.isin(offsets, in_flight)
+            if bool(flying.any()):
+                progress = int(offsets[np.argmax(flying)])
+                offsets = offsets[~flying]
         to_commit: list[int] = []
         to_rollback: list[int] = []
         put_back: list[MessageExt] = []
-        for off in range(start, end):
+        for off in offsets.tolist():
             if self._resolved.get(off) != HalfState.OPEN:
-                if progress == off:
-                    progress = off + 1
-                continue
+                continue  # resolved by the callback meanwhile (through this process)
             entry = half_cq.entry(off)
             if entry is None:
+                progress = min(progress, off)
                 break
-            half = store.commit_log.read(entry[0])
-            if half.store_timestamp + timeout > now:
+            half = self.commit_log.read(entry[0])
+            if not immediately and half.store_timestamp + timeout > now:
+                progress = min(progress, off)
                 break  # later halves are younger still
+            if (
+                producer_group is not None
+                and half.properties.get(PROPERTY_PRODUCER_GROUP) != producer_group
+            ):
+                progress = min(progress, off)
+                continue
             checks = int(half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0)
-            if checks >= limit:
+            if unknown == "put_back" and checks >= limit:
                 to_rollback.append(off)
                 counts["discarded"] += 1
                 log.warning("half message %s checked %d times; rolled back", half.msg_id, checks)
+                continue
+            answer = _state(callback(half))
+            if answer is TransactionState.COMMIT:
+                to_commit.append(off)
+                counts["commit"] += 1
+            elif answer is TransactionState.ROLLBACK:
+                to_rollback.append(off)
+                counts["rollback"] += 1
             else:
-                answer = _state(callback(half))
-                if answer is TransactionState.COMMIT:
-                    to_commit.append(off)
-                    counts["commit"] += 1
-                elif answer is TransactionState.ROLLBACK:
-                    to_rollback.append(off)
-                    counts["rollback"] += 1
+                counts["unknown"] += 1
+                if keep:
+                    progress = min(progress, off)
                 else:
                     put_back.append(half)
-                    counts["unknown"] += 1
-            progress = off + 1
         if to_commit:
             self.end(to_commit, True)
         if to_rollback:
             self.end(to_rollback, False)
         if put_back:
             self._put_back(put_back)
-        if progress > start:
+        if not keep and progress > start:
             self._commit_progress(progress)
         return counts
 
@@ -499,8 +574,7 @@ class TransactionService:
         copies read "moved": a producer's commit or rollback of the half it
         was given goes to the live copy.
         """
-        store = self.store
-        now = store.clock()
+        now = self.clock()
         prepared = {}
         for h in halves:
             props = dict(h.properties)
@@ -508,7 +582,7 @@ class TransactionService:
                 int(props.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) + 1
             )
             props.setdefault(PROPERTY_FIRST_HALF, str(h.queue_offset))
-            prepared[h.queue_offset] = store._prepare_raw(
+            prepared[h.queue_offset] = self.encoder.record(
                 TRANS_HALF_TOPIC,
                 0,
                 h.body,
@@ -518,24 +592,23 @@ class TransactionService:
                 born_timestamp=h.born_timestamp,
                 reconsume_times=h.reconsume_times,
             )
-        with store._write_lock:
-            store._sync_with_writers()
+        with self.appender.locked() as append:
             self._read_ops()
             old = np.asarray(sorted(prepared), dtype=np.int64)
             old = old[self._resolved.get_many(old) == HalfState.OPEN.value]
             if not len(old):
                 return
-            first_new = store._next_queue_offset(TRANS_HALF_TOPIC, 0)
+            first_new = append.next_queue_offset(TRANS_HALF_TOPIC, 0)
             op = self._op_record(
                 old, RESOLUTION_PUT_BACK, now, **{PROPERTY_MOVED_TO: str(first_new)}
             )
-            results = store._append_locked([prepared[o] for o in old.tolist()] + [op], now)
+            results = append.records([prepared[o] for o in old.tolist()] + [op], now)
             results, op_results = results[:-1], results[-1:]
             assert results[0].queue_offset == first_new, (results[0], first_new)
             self._note_moves(old, first_new)
             self._note_ops(op_results, old)
-            self._op_read = store._cq(TRANS_OP_HALF_TOPIC, 0).max_offset()
-        store._after_append(results)
+            self._op_read = self.queues.queue(TRANS_OP_HALF_TOPIC, 0).max_offset()
+        self.appender.after(results)
 
     def _note_moves(self, old: np.ndarray, first_new: int) -> None:
         self._resolved.set_many(old, HalfState.MOVED)
@@ -566,8 +639,7 @@ class TransactionService:
 
     def _open_copies(self) -> dict[int, int]:
         """First half offset -> the open put-back copy naming it (read from the store)."""
-        store = self.store
-        half_cq = store._cq(TRANS_HALF_TOPIC, 0)
+        half_cq = self.queues.queue(TRANS_HALF_TOPIC, 0)
         start = self._resolved.floor
         offsets = np.arange(start, half_cq.max_offset(), dtype=np.int64)
         copies = {}
@@ -575,7 +647,7 @@ class TransactionService:
             entry = half_cq.entry(off)
             if entry is None:
                 break
-            origin = store.commit_log.read(entry[0]).properties.get(PROPERTY_FIRST_HALF)
+            origin = self.commit_log.read(entry[0]).properties.get(PROPERTY_FIRST_HALF)
             if origin is not None and origin.isdigit():
                 copies[int(origin)] = off
         return copies

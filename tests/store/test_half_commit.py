@@ -15,6 +15,7 @@ from rocketspark.message.model import TRANSACTION_TYPE_MASK, Message, SysFlag
 from rocketspark.message.record import MESSAGE_MAGIC_CODE, HostAddress, decode_properties
 from rocketspark.store import MessageStore, half_commit
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE
+from rocketspark.store.encoder import TopicWriteInfo
 from rocketspark.store.half_commit import UNIQ_HEX_LEN, final_columns
 
 UNIQ = b"0A0B0C0D" * 4
@@ -32,9 +33,9 @@ def _entries(halves) -> np.ndarray:
 
 
 def _topic_info(queues: int):
-    def info(topic: str) -> tuple[int, bytes, int]:
+    def info(topic: str) -> TopicWriteInfo:
         field = topic.encode()
-        return queues, bytes((len(field),)) + field, MESSAGE_MAGIC_CODE
+        return TopicWriteInfo(queues, bytes((len(field),)) + field, MESSAGE_MAGIC_CODE)
 
     return info
 
@@ -154,12 +155,13 @@ def test_halves_of_a_few_layouts_are_read_layout_by_layout(tmp_path, monkeypatch
 
 
 def test_property_reads_one_encoded_property():
+    """The parse a half's KEYS and UNIQ_KEY are read with (message/properties.py)."""
     p = b"KEYS\x01a b\x02XTAGS\x01no\x02TAGS\x01t\x02UNIQ_KEY\x01last"
-    assert half_commit._property(p, b"KEYS") == "a b"
-    assert half_commit._property(p, b"TAGS") == "t"  # not XTAGS' value
-    assert half_commit._property(p, b"UNIQ_KEY") == "last"  # the last one has no \x02
-    assert half_commit._property(p, b"DELAY") is None
-    assert half_commit._property(b"", b"KEYS") is None
+    assert decode_properties(p).get("KEYS") == "a b"
+    assert decode_properties(p).get("TAGS") == "t"  # not XTAGS' value
+    assert decode_properties(p).get("UNIQ_KEY") == "last"  # the last one has no \x02
+    assert decode_properties(p).get("DELAY") is None
+    assert decode_properties(b"").get("KEYS") is None
 
 
 def _prefix(uniq: bytes, txn: bytes, extra: bytes = b"RS\x01x\x02") -> bytes:

@@ -247,10 +247,11 @@ def test_putting_halves_back_is_one_append(store, monkeypatch):
     crash between two appends left two open copies, both committed later."""
     halves = store.prepare_batch([Message("out", b"a"), Message("out", b"b")])
     appends = []
-    real = store._append_locked
+    append = store.appender.locked()  # the Append every locked append goes through
+    real = append.records
     monkeypatch.setattr(
-        store,
-        "_append_locked",
+        append,
+        "records",
         lambda prepared, now: appends.append(len(prepared)) or real(prepared, now),
     )
     assert store.check_transactions(lambda m: None, timeout_ms=0)["unknown"] == 2
@@ -330,3 +331,109 @@ def test_a_copied_first_half_property_cannot_redirect_a_commit(tmp_path, monkeyp
         assert s.transaction_status(half) == "resolved"  # below the check progress
         assert s.commit_transaction(half) == []  # a retried commit: nothing to do
         assert [m.body for m in s.open_transactions()] == [b"other"]
+
+
+# --- the check as a producer runs it over its own halves (the exactly-once sink) --------
+
+
+def test_check_immediately_asks_about_young_halves_too(store):
+    young = store.prepare(Message("out", b"young"))
+    assert store.check_transactions(lambda m: True) == {
+        "commit": 0,
+        "rollback": 0,
+        "unknown": 0,
+        "discarded": 0,
+    }
+    counts = store.check_transactions(lambda m: True, immediately=True)
+    assert counts == {"commit": 1, "rollback": 0, "unknown": 0, "discarded": 0}
+    assert store.transaction_status(young) == "committed"
+
+
+def test_check_of_one_producer_group_leaves_the_others_unread(store):
+    mine = store.prepare(Message("out", b"mine"), producer_group="pg")
+    theirs = store.prepare(Message("out", b"theirs"), producer_group="other")
+    asked = []
+
+    def rollback(half):
+        asked.append(half.body)
+        return "ROLLBACK"
+
+    counts = store.check_transactions(rollback, producer_group="pg", immediately=True)
+    assert counts["rollback"] == 1 and asked == [b"mine"]
+    assert store.transaction_status(mine) == "rolled_back"
+    assert store.transaction_status(theirs) == "open"
+    assert [h.body for h in store.open_transactions()] == [b"theirs"]
+
+
+def test_check_keeping_unknown_halves_leaves_them_where_they_are(store, clock):
+    halves = store.prepare_batch([Message("out", b"a"), Message("out", b"b")])
+    for _ in range(20):  # never put back, so never discarded after transactionCheckMax
+        clock.advance(6001)
+        counts = store.check_transactions(lambda m: None, unknown="keep")
+        assert counts == {"commit": 0, "rollback": 0, "unknown": 2, "discarded": 0}
+    open_ = store.open_transactions()
+    assert [h.queue_offset for h in open_] == [h.queue_offset for h in halves]
+    assert all("TRANSACTION_CHECK_TIMES" not in h.properties for h in open_)
+    assert store.max_offset(TRANS_HALF_TOPIC, 0) == 2  # no copies
+    store.commit_transaction(halves)
+    assert [m.body for m in store.pull("out", 0, 0).messages] == [b"a", b"b"]
+
+
+def test_check_skips_in_flight_halves_unread_and_asks_about_the_rest(store):
+    batch = store.prepare_columns([b"x%d" % i for i in range(5)], topic="out", producer_group="pg")
+    orphan = store.prepare(Message("out", b"orphan"), producer_group="pg")
+    asked = []
+
+    def answer(half):
+        asked.append(half.queue_offset)
+        return False
+
+    counts = store.check_transactions(
+        answer, producer_group="pg", immediately=True, unknown="keep", in_flight=batch
+    )
+    assert counts == {"commit": 0, "rollback": 1, "unknown": 0, "discarded": 0}
+    assert asked == [orphan.queue_offset]
+    assert store.transaction_status(orphan) == "rolled_back"
+    assert {store.transaction_status(int(o)) for o in batch.queue_offsets} == {"open"}
+    store.commit_transaction(batch)
+    assert store.max_offset("out", 0) == 5
+
+
+def test_a_narrowed_check_moves_the_check_progress_no_further_than_it_should(tmp_path):
+    """A check of one producer group stops the check progress at the first half of
+    another group; one that keeps UNKNOWN halves (a producer's own, as
+    open_transactions) moves it only over halves resolved before it ran, so the
+    halves it resolves keep their exact status."""
+    from rocketspark.store.transaction import CHECK_GROUP
+
+    def progress(s):
+        return s.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0)
+
+    path = tmp_path / "s"
+    with MessageStore.open(path, **SMALL) as s:
+        s.create_topic("out", queues=1)
+        first = s.prepare(Message("out", b"first"), producer_group="pg")
+        theirs = s.prepare(Message("out", b"theirs"), producer_group="other")
+        later = s.prepare(Message("out", b"later"), producer_group="pg")
+        s.check_transactions(lambda m: True, producer_group="pg", timeout_ms=0)
+        assert progress(s) == theirs.queue_offset
+        kept = s.prepare(Message("out", b"kept"), producer_group="pg")
+        s.check_transactions(
+            lambda m: None if m.body == b"kept" else True, immediately=True, unknown="keep"
+        )
+        assert progress(s) == theirs.queue_offset  # it was open when the check began
+        assert s.transaction_status(theirs) == "committed"
+        s.check_transactions(lambda m: None, immediately=True, unknown="keep")
+        assert progress(s) == kept.queue_offset
+    with MessageStore.open(path, **SMALL) as s:
+        assert [h.body for h in s.open_transactions()] == [b"kept"]
+        assert {s.transaction_status(h) for h in (first, theirs, later)} == {"resolved"}
+        assert s.transaction_status(kept) == "open"
+
+
+def test_check_refuses_an_unknown_way_of_keeping_halves(store):
+    from rocketspark.errors import ConfigError
+
+    store.prepare(Message("out", b"x"))
+    with pytest.raises(ConfigError, match="unknown must be"):
+        store.check_transactions(lambda m: None, unknown="drop")  # type: ignore[arg-type]
