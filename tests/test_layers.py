@@ -426,10 +426,6 @@ KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
         ("rocketspark/store/transaction.py", "_sync_with_writers"),
         ("rocketspark/store/transaction.py", "_topic_info"),
         ("rocketspark/store/transaction.py", "_write_lock"),
-        # not yet owned by a change: consume_queue.py is to call MappedFile.fileno()
-        ("rocketspark/store/consume_queue.py", "_fd"),
-        # not yet owned by a change: config.py is to make read_properties public
-        ("rocketspark/store/layout.py", "rocketspark.store.config._read_properties"),
     }
 )
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rocketspark.errors import ConfigError, CorruptRecordError, SegmentSizeError, StorePathError
-from rocketspark.store.config import MessageStoreConfig, _read_properties
+from rocketspark.store.config import MessageStoreConfig, read_properties
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
 from rocketspark.store.index_file import index_file_size
 from rocketspark.store.mapped_file import (
@@ -304,7 +304,7 @@ def _read_record(root: str) -> dict[str, int] | None:
     if not os.path.exists(path):
         return None
     try:
-        props = {key: raw for _, key, raw in _read_properties(path)}
+        props = {key: raw for _, key, raw in read_properties(path)}
         values = {field: int(props[key]) for key, field in GEOMETRY_KEYS.items()}
         MessageStoreConfig(**dict[str, Any](values))  # in range
     except (ConfigError, KeyError, ValueError) as exc:
