@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,6 @@ from rocketspark.message.model import (
     Message,
     SysFlag,
     check_int,
-    check_utf8,
     message_body,
     reserved_property_error,
     transaction_type,
@@ -60,6 +59,15 @@ from rocketspark.message.record import (
     HostAddress,
     UniqueIdGenerator,
     check_sizes,
+)
+from rocketspark.store.columns import (
+    Columns,
+    check_property,
+    check_utf8_fields,
+    encodes_utf8,
+    joined_keys,
+    only_empty,
+    property_pairs,
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
@@ -313,11 +321,11 @@ class Encoder:
                     except (TypeError, ValueError):
                         named = None
                     if named is None:
-                        named = _property_pairs(props, f"row {i} of topic {topic!r}: ")
+                        named = property_pairs(props, f"row {i} of topic {topic!r}: ")
                 parts = []
                 for k, v in named.items():
                     if k.__class__ is not str or v.__class__ is not str or not k:
-                        _bad_property(f"row {i} of topic {topic!r}: ", k, v)
+                        check_property(f"row {i} of topic {topic!r}: ", k, v)
                     parts.append(f"{k}\x01{v}\x02")
                 text = "".join(parts)
                 pairs = len(parts)
@@ -332,7 +340,7 @@ class Encoder:
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
             elif props is not None and not isinstance(props, (Mapping, list, tuple)):
-                _property_pairs(props, f"row {i} of topic {topic!r}: ")
+                property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 if tag.__class__ is not str and not isinstance(tag, str):
@@ -362,13 +370,13 @@ class Encoder:
                     if joined is not None and joined.count(" ") == len(key) - 1:
                         key = joined
                     else:
-                        key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
+                        key = joined_keys(key, f"row {i} of topic {topic!r}: ")
                 text += f"KEYS\x01{key}\x02"
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
             elif key is not None and not isinstance(key, (str, list, tuple)):
-                _joined_keys(key, f"row {i} of topic {topic!r}: ")
+                joined_keys(key, f"row {i} of topic {topic!r}: ")
             if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
                 raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
@@ -401,7 +409,9 @@ class Encoder:
                 try:
                     pb = text.encode("utf-8")
                 except UnicodeEncodeError:
-                    _not_utf8(f"row {i} of topic {topic!r}: ", named if props else {}, tag, key)
+                    check_utf8_fields(
+                        f"row {i} of topic {topic!r}: ", named if props else {}, tag, key
+                    )
                     raise  # the extra properties of a half were checked before
                 size = len(pb)
                 if size > 32767 or len(body) > max_body:
@@ -480,7 +490,12 @@ class Encoder:
                 tag_values = list(dict.fromkeys(cols.tags))
                 if len(tag_values) > UNIFORM_MAX_TAGS or not all(
                     t is None
-                    or (isinstance(t, str) and "\x01" not in t and "\x02" not in t and _utf8(t))
+                    or (
+                        isinstance(t, str)
+                        and "\x01" not in t
+                        and "\x02" not in t
+                        and encodes_utf8(t)
+                    )
                     for t in tag_values
                 ):
                     return None
@@ -493,7 +508,7 @@ class Encoder:
         # (0, False, b"") is one the row loop refuses. (Columns of Messages hold no such.)
         props_col = cols.properties
         if props_col is not None and (
-            any(props_col) or not (cols.checked or _only_empty(props_col, n, ({}, None, [], ())))
+            any(props_col) or not (cols.checked or only_empty(props_col, n, ({}, None, [], ())))
         ):
             return None
         key_texts: list[bytes] | None = None
@@ -503,7 +518,7 @@ class Encoder:
         if (
             cols.keys is not None
             and not has_keys
-            and not (cols.checked or _only_empty(cols.keys, n, (None, (), [], "")))
+            and not (cols.checked or only_empty(cols.keys, n, (None, (), [], "")))
         ):
             return None
         if has_keys:
@@ -533,7 +548,7 @@ class Encoder:
             if (
                 "\x02" in joined
                 or joined.count("\x01") != len(key_strings) - 1
-                or (not joined.isascii() and not _utf8(joined))
+                or (not joined.isascii() and not encodes_utf8(joined))
             ):
                 return None  # the row loop reports the bad key
             if listed:
@@ -553,7 +568,7 @@ class Encoder:
                 key_texts[i] = f"KEYS\x01{k}\x02".encode()
         if topic.__class__ is not str or (tag is not None and not isinstance(tag, str)):
             return None
-        if tag and ("\x01" in tag or "\x02" in tag or not _utf8(tag)):
+        if tag and ("\x01" in tag or "\x02" in tag or not encodes_utf8(tag)):
             return None
         if not all(b.__class__ is bytes for b in bodies):
             return None
@@ -852,208 +867,6 @@ class Encoder:
         """Create a system topic (schedule, half, retry, DLQ) the first time it is used."""
         if self.topics.get(topic) is None:
             self.topics.create(topic, queues, queues, perm=6, order=False)
-
-
-def _utf8(text: str) -> bool:
-    """Does ``text`` encode as UTF-8 (holds no lone surrogate)?"""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
-    """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
-    try:
-        if isinstance(props, (str, bytes, bytearray, memoryview)):
-            raise TypeError
-        return dict(props)
-    except (TypeError, ValueError):
-        raise InvalidMessageError(
-            f"{where}properties must be a mapping or (name, value) pairs, got {props!r}"
-        ) from None
-
-
-def _bad_property(where: str, name: Any, value: Any) -> None:
-    """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
-    if not isinstance(name, str) or not isinstance(value, str):
-        raise InvalidMessageError(
-            f"{where}message property {name!r}: names and values must be strings"
-        )
-    if not name:
-        raise InvalidMessageError(f"{where}message property names must not be empty")
-
-
-def _joined_keys(keys: Any, where: str) -> str:
-    """Keys given as a sequence, joined as RocketMQ stores them (checked as Message does)."""
-    if keys.__class__ is list or keys.__class__ is tuple:  # the common case, C-level tests
-        try:
-            joined = " ".join(keys)
-        except TypeError:  # not strings: reported below
-            pass
-        else:
-            # no key is empty or holds a space: one space between keys, no more
-            if joined.count(" ") == len(keys) - 1 and "" not in keys:
-                return joined
-    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys, Iterable):
-        raise InvalidMessageError(
-            f"{where}keys must be a string or a sequence of strings, got {keys!r}"
-        )
-    keys = list(keys)
-    for k in keys:
-        if not isinstance(k, str) or not k or " " in k:
-            raise InvalidMessageError(
-                f"{where}message key {k!r} must be a non-empty string without spaces"
-            )
-    return " ".join(keys)
-
-
-def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | None) -> None:
-    """Raise InvalidMessageError naming the field that does not encode as UTF-8."""
-    for name, value in props.items():
-        check_utf8("message property name", name, where)
-        check_utf8("message property value", value, f"{where}property {name!r}: ")
-    if tag:
-        check_utf8("message property tags", tag, where)
-    if key:
-        check_utf8("message property key", key, where)
-
-
-def _only_empty(col: Any, n: int, empties: tuple[Any, ...]) -> bool:
-    """Is every entry of the list ``col`` (n long) equal to one of ``empties``?
-
-    C-level counts, the likeliest empty first: one scan in the common case.
-    """
-    if not isinstance(col, list):
-        return False
-    left = n
-    for empty in empties:
-        left -= col.count(empty)
-        if not left:
-            return True
-    return False
-
-
-def _column_length(name: str, col: Any) -> int:
-    """The length of a column: a sized sequence, not one text (whose characters a
-    column of the same length would silently take for its rows)."""
-    if col.__class__ is list:
-        return len(col)
-    if isinstance(col, (str, bytes, bytearray, Mapping)) or not hasattr(col, "__len__"):
-        raise ConfigError(
-            f"column {name} must be a sequence with one entry per message, got {type(col).__name__}"
-        )
-    return len(col)
-
-
-class Columns:
-    """The columns of a columnar put, checked for equal lengths."""
-
-    __slots__ = (
-        "bodies",
-        "topic",
-        "topics",
-        "tags",
-        "keys",
-        "properties",
-        "queue_ids",
-        "sharding_keys",
-        "extra",
-        "checked",
-    )
-
-    def __init__(
-        self,
-        bodies: Sequence[Any],
-        topic: str | None,
-        topics: Any,
-        tags: Any,
-        keys: Any,
-        properties: Any,
-        queue_ids: Any,
-        sharding_keys: Any,
-        extra: tuple[Any, Any, Any] | None = None,
-    ):
-        n = _column_length("bodies", bodies)
-        for name, col in (
-            ("topics", topics),
-            ("tags", tags),
-            ("keys", keys),
-            ("properties", properties),
-            ("queue_ids", queue_ids),
-            ("sharding_keys", sharding_keys),
-        ):
-            if col is not None and _column_length(name, col) != n:
-                raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
-        if topic is None and topics is None:
-            raise ConfigError("no topic: give topic= (one for all rows) or topics=")
-        self.bodies, self.topic, self.topics, self.tags, self.keys = (
-            bodies,
-            topic,
-            topics,
-            tags,
-            keys,
-        )
-        self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
-        self.extra = extra
-        self.checked = False  # the columns of Messages, whose fields they checked
-
-    @classmethod
-    def of_messages(cls, messages: Sequence[Message]) -> Columns:
-        extra = None
-        if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
-            extra = (
-                [m.flag for m in messages],
-                [m.reconsume_times for m in messages],
-                [m.born_timestamp for m in messages],
-            )
-        cols = cls(
-            [m.body for m in messages],
-            None,
-            [m.topic for m in messages],
-            [m.tags for m in messages],
-            [m.keys for m in messages],
-            [m.properties for m in messages],
-            [m.queue_id for m in messages],
-            [m.sharding_key for m in messages],
-            extra,
-        )
-        cols.checked = True
-        return cols
-
-    def messages(self) -> list[Message]:
-        n = len(self.bodies)
-
-        def col(c: Any) -> Any:
-            return c if c is not None else [None] * n
-
-        out = []
-        for b, t, tg, k, p, q, sk in zip(
-            self.bodies,
-            col(self.topics),
-            col(self.tags),
-            col(self.keys),
-            col(self.properties),
-            col(self.queue_ids),
-            col(self.sharding_keys),
-            strict=False,
-        ):
-            # None: not set; any other value is Message's to check (as the row loop does)
-            out.append(
-                Message(
-                    t if t is not None else self.topic,
-                    b,
-                    tags=tg,
-                    keys=k,
-                    properties=p if p is not None else {},
-                    queue_id=q,
-                    sharding_key=sk,
-                )
-            )
-        return out
 
 
 # The last four hex digits of generated UNIQ_KEYs, by counter value.

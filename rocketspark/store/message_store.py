@@ -70,6 +70,7 @@ from rocketspark.message.results import (
 from rocketspark.store import layout
 from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.columns import Columns
 from rocketspark.store.commit_log import (
     ColumnBatch,
     CommitLog,
@@ -79,7 +80,7 @@ from rocketspark.store.config import MessageStoreConfig, canonical_key
 from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues, check_queue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import Dispatcher
-from rocketspark.store.encoder import Columns, Encoder
+from rocketspark.store.encoder import Encoder
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
