@@ -56,6 +56,7 @@ from rocketspark.message.model import (
     user_properties,
 )
 from rocketspark.message.names import validate_group, validate_topic
+from rocketspark.message.properties import properties_text
 from rocketspark.message.record import (
     HostAddress,
     RecordCheck,
@@ -677,7 +678,7 @@ class MessageStore:
         self.encoder.ensure_system_topic(TRANS_HALF_TOPIC, 1)
         self.encoder.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
         check_extra_properties(extra_properties)
-        extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
+        extra = properties_text(extra_properties or {})
         if not self.encoder.columnar:
             return self.prepare_batch(
                 cols.messages(),
