@@ -457,18 +457,13 @@ class MessageStore:
 
     def topic(self, topic: str) -> TopicInfo:
         """Return the configuration of ``topic``; raise UnknownTopicError if absent."""
-        cfg = self.topics.get(topic)
-        if cfg is None:
+        info = self.topics.info(topic)
+        if info is None:
             raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
-        return TopicInfo(
-            cfg["topicName"],
-            int(cfg["readQueueNums"]),
-            int(cfg["writeQueueNums"]),
-            int(cfg.get("perm", 6)),
-            bool(cfg.get("order", False)),
-        )
+        return info
 
     def has_topic(self, topic: str) -> bool:
+        """Does ``topic`` exist?"""
         return self.topics.get(topic) is not None
 
     def list_topics(self) -> list[TopicInfo]:

@@ -44,7 +44,12 @@ from typing import Any
 
 from rocketspark.errors import CorruptRecordError, TopicShrinkError
 from rocketspark.message.fastjson import dumps_fastjson, loads_lenient
-from rocketspark.message.model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, MessageExt
+from rocketspark.message.model import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    MessageExt,
+    TopicInfo,
+)
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.store.mapped_file import disk_full, fsync_directory
 
@@ -381,6 +386,20 @@ class TopicConfigTable(_JsonTable):
     def names(self) -> list[str]:
         """Return the names of all topics, in file order."""
         return list(self._current()["topicConfigTable"])
+
+    def info(self, topic: str) -> TopicInfo | None:
+        """Return the topic's queue counts, permission and order flag, or None if there
+        is no such topic."""
+        cfg = self.get(topic)
+        if cfg is None:
+            return None
+        return TopicInfo(
+            cfg["topicName"],
+            int(cfg["readQueueNums"]),
+            int(cfg["writeQueueNums"]),
+            int(cfg.get("perm", 6)),
+            bool(cfg.get("order", False)),
+        )
 
     def create(
         self,

@@ -513,3 +513,12 @@ def test_check_shrink_refuses_to_drop_queues_holding_or_awaiting_messages(tmp_pa
     with pytest.raises(TopicShrinkError, match=r"queue\(s\) 2, 3"):
         check(2, holding={3}, pending=[bound_for("t", 2)])
     topics.check_shrink("absent", 1, holds_messages=lambda q: True, pending=lambda: ())
+
+
+def test_info_reads_a_topic_config_as_topic_info(tmp_path):
+    from rocketspark.message.model import TopicInfo
+
+    topics = TopicConfigTable(str(tmp_path))
+    topics.create("t", 2, 3, perm=4, order=True)
+    assert topics.info("t") == TopicInfo("t", 2, 3, 4, True)
+    assert topics.info("absent") is None
