@@ -403,14 +403,7 @@ ALL_REACHES = [reach for module in MODULES for reach in private_reaches(module)]
 # Private reaches that exist today, as (file, name reached): ``_name`` on another
 # module's object, or the dotted ``module._name`` for a module or an import.
 # Delete an entry when its reach is gone.
-KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset(
-    {
-        # not yet owned by a change: consume_queue.py is to call MappedFile.fileno()
-        ("rocketspark/store/consume_queue.py", "_fd"),
-        # not yet owned by a change: config.py is to make read_properties public
-        ("rocketspark/store/layout.py", "rocketspark.store.config._read_properties"),
-    }
-)
+KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset({})
 
 
 def test_no_private_reaches() -> None:

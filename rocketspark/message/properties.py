@@ -59,6 +59,9 @@ __all__ = [
     "HALF_HEAD",
     "HALF_TAIL",
     "MESSAGE_ORDER",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+    "PROPERTY_SEPARATOR_BYTES",
     "committed_properties",
     "decode_properties",
     "encode_properties",
@@ -68,9 +71,12 @@ __all__ = [
     "properties_text",
 ]
 
-# The separators as bytes values (0x01, 0x02), for byte-level scans.
+# The separators (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR from model, re-exported
+# here with the layout) as bytes values (0x01, 0x02) for byte-level scans, and the
+# item separator as bytes for byte templates.
 NAME_VALUE_BYTE = ord(NAME_VALUE_SEPARATOR)
 PROPERTY_BYTE = ord(PROPERTY_SEPARATOR)
+PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode("ascii")
 TRUE = "true"  # TRAN_MSG's value on a half message
 
 

@@ -362,7 +362,7 @@ class MessageStoreConfig:
             path = DEFAULT_CONFIG_FILE
         if path is not None:
             source = os.fspath(path)
-            for lineno, key, raw in _read_properties(source):
+            for lineno, key, raw in read_properties(source):
                 where = f"{source}:{lineno}"
                 opt = _lookup(key, where, allow_snake_case=False)
                 values[opt.field] = opt.parse(raw, where)
@@ -593,7 +593,7 @@ def _split_property(line: str) -> tuple[str, str]:
     return _unescape(line[:i]), _unescape(rest.lstrip(" \t\f"))
 
 
-def _read_properties(path: str) -> list[tuple[int, str, str]]:
+def read_properties(path: str) -> list[tuple[int, str, str]]:
     """Return (line number, key, raw value) of each property in ``path``, in file order."""
     try:
         with open(path, "rb") as f:

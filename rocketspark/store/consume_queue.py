@@ -140,7 +140,7 @@ class ConsumeQueue:
         base = last.start_offset // CQ_STORE_UNIT_SIZE
         # Only the part holding data is read: reading a hole through a mapping
         # allocates a page on tmpfs (SIGBUS when it is full); holes hold no entry.
-        count = min(self.entries_per_file, data_end(last._fd, last.size) // CQ_STORE_UNIT_SIZE)
+        count = min(self.entries_per_file, data_end(last.fileno(), last.size) // CQ_STORE_UNIT_SIZE)
         sizes = np.frombuffer(last.mm, dtype=CQ_ENTRY_DTYPE, count=count)["size"]
         empty = np.flatnonzero(sizes == 0)
         del sizes
@@ -153,7 +153,7 @@ class ConsumeQueue:
     def _holds_an_entry(f: MappedFile) -> bool:
         # Entries are written in order: a file holds one when its first is written
         # (read only where data is: see _find_end).
-        if data_end(f._fd, CQ_STORE_UNIT_SIZE) == 0:
+        if data_end(f.fileno(), CQ_STORE_UNIT_SIZE) == 0:
             return False
         return bool(np.frombuffer(f.mm, dtype=CQ_ENTRY_DTYPE, count=1)["size"][0])
 

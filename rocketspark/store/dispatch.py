@@ -3,7 +3,7 @@
 RocketMQ's CommitLogDispatcher (DispatchRequest -> ConsumeQueue + IndexService).
 One path for every way a record reaches the queues: a live append (records,
 columns, a single put), the catch-up after another writer died before it
-dispatched (``MessageStore._sync_with_writers``) and recovery's scan. The
+dispatched (``Appender.sync``) and recovery's scan. The
 ConsumeQueue tags code has one rule (:func:`queue_tags_code`), so live and
 rebuilt queues hold the same bytes.
 """

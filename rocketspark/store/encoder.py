@@ -6,13 +6,18 @@ its position-dependent header fields (queue offset, physical offset, store
 time), which the appender fills in under the lock. The columnar paths
 (:meth:`Encoder.columns`, :meth:`Encoder._uniform_batch`) and the single put
 (:meth:`Encoder.one`) are hot paths, written for speed on purpose.
+
+The module is over the ~700 lines the layout aims at because of those two batch
+loops (about 270 and 250 lines), kept inline on purpose (STYLE rule 7: bound
+locals, no call per row). Property names and separators come from
+``message/properties.py``; none is typed into a template here.
 """
 
 from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +37,7 @@ from rocketspark.message.model import (
     INT64_MAX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_FIRST_HALF,
+    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
@@ -42,13 +48,24 @@ from rocketspark.message.model import (
     Message,
     SysFlag,
     check_int,
-    check_utf8,
     message_body,
     reserved_property_error,
     transaction_type,
 )
 from rocketspark.message.names import validate_topic
-from rocketspark.message.properties import encode_properties
+from rocketspark.message.properties import (
+    DELAY_PREFIX,
+    HALF_COMMIT_MARKER_TEXT,
+    KEYS_PREFIX,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SEPARATOR_BYTES,
+    REAL_QUEUE_ID_SEPARATOR_TEXT,
+    TAGS_PREFIX,
+    UNIQ_KEY_PREFIX,
+    encode_properties,
+    half_head_text,
+)
 from rocketspark.message.record import (
     END_FILE_MIN_BLANK_LENGTH,
     HALF_SIZE_NOTE,
@@ -60,6 +77,15 @@ from rocketspark.message.record import (
     HostAddress,
     UniqueIdGenerator,
     check_sizes,
+)
+from rocketspark.store.columns import (
+    Columns,
+    check_property,
+    check_utf8_fields,
+    encodes_utf8,
+    joined_keys,
+    only_empty,
+    property_pairs,
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
@@ -133,18 +159,22 @@ class Encoder:
         write_queues, topic_part, magic = info.write_queues, info.topic_field, info.magic
         queue_id = self._select_queue(msg, write_queues)
         user = msg.properties
-        text = "".join([f"{k}\x01{v}\x02" for k, v in user.items()]) if user else ""
+        text = (
+            "".join([f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in user.items()])
+            if user
+            else ""
+        )
         tags = msg.tags
         if tags:
-            text += f"TAGS\x01{tags}\x02"
+            text += f"{TAGS_PREFIX}{tags}{PROPERTY_SEPARATOR}"
         keys = msg.keys
         if keys:
-            text += f"KEYS\x01{' '.join(keys)}\x02"
+            text += f"{KEYS_PREFIX}{' '.join(keys)}{PROPERTY_SEPARATOR}"
         uniq_prefix, counter = self.ids.next_block(1, now)
         own = user.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if user else None
         if own is None:
             uniq = uniq_prefix + _HEX4[counter & 0xFFFF]
-            text += f"UNIQ_KEY\x01{uniq}\x02"
+            text += f"{UNIQ_KEY_PREFIX}{uniq}{PROPERTY_SEPARATOR}"
         else:
             uniq = own
         props = text.encode("utf-8")
@@ -229,15 +259,23 @@ class Encoder:
         col_tags, col_keys, col_props = cols.tags, cols.keys, cols.properties
         col_qids, col_shard = cols.queue_ids, cols.sharding_keys
         hex4 = _HEX4
-        topic_head = half_head_text = ""
+        # the property layout's strings (message/properties.py), bound once
+        nv, end = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+        tags_prefix, keys_prefix, delay_prefix = TAGS_PREFIX, KEYS_PREFIX, DELAY_PREFIX
+        uniq_key_prefix = UNIQ_KEY_PREFIX
+        topic_head = half_topic_head = ""
         size_note = ""
         if half is not None:
             group, extra = half
-            half_head = f"PGROUP\x01{group}\x02__transactionId__\x01"
+            half_head = half_head_text(group)
+            # after a half's __transactionId__: the prepare's extra properties, then
+            # HALF_TAIL up to REAL_TOPIC's value (the topic, REAL_QID's item follow)
+            half_tail = f"{end}{extra}{HALF_COMMIT_MARKER_TEXT}"
+            real_qid = REAL_QUEUE_ID_SEPARATOR_TEXT
             size_note = HALF_SIZE_NOTE
 
             half_info = self.topic_info(TRANS_HALF_TOPIC)
-            half_head_text = half_info.topic_field.decode("latin-1")
+            half_topic_head = half_info.topic_field.decode("latin-1")
         for i in range(n):
             # only None takes the default: an empty name is refused as Message's is
             topic = col_topics[i] if col_topics is not None else None
@@ -259,7 +297,7 @@ class Encoder:
                         known.write_queues,
                         known.topic_field,
                         known.magic,
-                        "UNIQ_KEY\x01" + uniq_prefix,
+                        uniq_key_prefix + uniq_prefix,
                     )
                     if last_topic is not None:
                         same_topic = False
@@ -313,17 +351,17 @@ class Encoder:
                     except (TypeError, ValueError):
                         named = None
                     if named is None:
-                        named = _property_pairs(props, f"row {i} of topic {topic!r}: ")
+                        named = property_pairs(props, f"row {i} of topic {topic!r}: ")
                 parts = []
                 for k, v in named.items():
                     if k.__class__ is not str or v.__class__ is not str or not k:
-                        _bad_property(f"row {i} of topic {topic!r}: ", k, v)
-                    parts.append(f"{k}\x01{v}\x02")
+                        check_property(f"row {i} of topic {topic!r}: ", k, v)
+                    parts.append(f"{k}{nv}{v}{end}")
                 text = "".join(parts)
                 pairs = len(parts)
-                if "UNIQ_KEY\x01" in text:
-                    own_uniq = named.get("UNIQ_KEY")
-                if "TAGS\x01" in text or "KEYS\x01" in text or "DELAY\x01" in text:
+                if uniq_key_prefix in text:
+                    own_uniq = named.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                if tags_prefix in text or keys_prefix in text or delay_prefix in text:
                     for k in named:
                         if k in RESERVED_PROPERTIES:
                             raise InvalidMessageError(
@@ -332,14 +370,14 @@ class Encoder:
                 if half is not None and PROPERTY_FIRST_HALF in named:
                     raise ConfigError(f"row {i} of topic {topic!r}: {FIRST_HALF_ERROR}")
             elif props is not None and not isinstance(props, (Mapping, list, tuple)):
-                _property_pairs(props, f"row {i} of topic {topic!r}: ")
+                property_pairs(props, f"row {i} of topic {topic!r}: ")
             tag = col_tags[i] if col_tags is not None else None
             if tag:
                 if tag.__class__ is not str and not isinstance(tag, str):
                     raise InvalidMessageError(
                         f"row {i} of topic {topic!r}: tags must be a string, got {tag!r}"
                     )
-                text += f"TAGS\x01{tag}\x02"
+                text += f"{tags_prefix}{tag}{end}"
                 codes[i] = code_of(tag)
                 pairs += 1
             elif tag is not None and not isinstance(tag, str):
@@ -362,35 +400,32 @@ class Encoder:
                     if joined is not None and joined.count(" ") == len(key) - 1:
                         key = joined
                     else:
-                        key = _joined_keys(key, f"row {i} of topic {topic!r}: ")
-                text += f"KEYS\x01{key}\x02"
+                        key = joined_keys(key, f"row {i} of topic {topic!r}: ")
+                text += f"{keys_prefix}{key}{end}"
                 keyed.append(i)
                 key_strings.append(key)
                 pairs += 1
             elif key is not None and not isinstance(key, (str, list, tuple)):
-                _joined_keys(key, f"row {i} of topic {topic!r}: ")
-            if pairs and (text.count("\x01") != pairs or text.count("\x02") != pairs):
+                joined_keys(key, f"row {i} of topic {topic!r}: ")
+            if pairs and (text.count(nv) != pairs or text.count(end) != pairs):
                 raise InvalidMessageError(
                     f"row {i} of topic {topic!r}: a property name or value, tag or key "
                     "contains a \\x01 or \\x02 separator character"
                 )
             if own_uniq is None:
                 suffix = hex4[(uniq_start + i) & 0xFFFF]
-                text += f"{uniq_tail}{suffix}\x02"
+                text += f"{uniq_tail}{suffix}{end}"
                 uniq = uniq_prefix + suffix if half is not None else ""
             else:
                 uniq = own_uniq
                 uniq_given[i] = own_uniq
             if half is not None:
-                text += (
-                    f"{half_head}{uniq}\x02{extra}TRAN_MSG\x01true\x02"
-                    f"REAL_TOPIC\x01{topic}\x02REAL_QID\x01{q}\x02"
-                )
+                text += f"{half_head}{uniq}{half_tail}{topic}{real_qid}{q}{end}"
             body = col_bodies[i]
             if body.__class__ is not bytes or not body:
                 body = message_body(body, f"row {i} of topic {topic!r}: ")
             bodies[i] = body
-            head = topic_head if half is None else half_head_text
+            head = topic_head if half is None else half_topic_head
             if text.isascii():
                 size = len(text)
                 if size > 32767 or len(body) > max_body:
@@ -401,7 +436,9 @@ class Encoder:
                 try:
                     pb = text.encode("utf-8")
                 except UnicodeEncodeError:
-                    _not_utf8(f"row {i} of topic {topic!r}: ", named if props else {}, tag, key)
+                    check_utf8_fields(
+                        f"row {i} of topic {topic!r}: ", named if props else {}, tag, key
+                    )
                     raise  # the extra properties of a half were checked before
                 size = len(pb)
                 if size > 32767 or len(body) > max_body:
@@ -459,6 +496,7 @@ class Encoder:
         Returns the batch, the rows with keys and their KEYS.
         """
         # Hot path: the common put and the sink's; a few C-level scans of the columns.
+        nv, end = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR  # (message/properties.py)
         bodies = cols.bodies
         n = len(bodies)
         if n < UNIFORM_MIN or cols.extra is not None or not isinstance(bodies, list):
@@ -480,7 +518,7 @@ class Encoder:
                 tag_values = list(dict.fromkeys(cols.tags))
                 if len(tag_values) > UNIFORM_MAX_TAGS or not all(
                     t is None
-                    or (isinstance(t, str) and "\x01" not in t and "\x02" not in t and _utf8(t))
+                    or (isinstance(t, str) and nv not in t and end not in t and encodes_utf8(t))
                     for t in tag_values
                 ):
                     return None
@@ -493,7 +531,7 @@ class Encoder:
         # (0, False, b"") is one the row loop refuses. (Columns of Messages hold no such.)
         props_col = cols.properties
         if props_col is not None and (
-            any(props_col) or not (cols.checked or _only_empty(props_col, n, ({}, None, [], ())))
+            any(props_col) or not (cols.checked or only_empty(props_col, n, ({}, None, [], ())))
         ):
             return None
         key_texts: list[bytes] | None = None
@@ -503,7 +541,7 @@ class Encoder:
         if (
             cols.keys is not None
             and not has_keys
-            and not (cols.checked or _only_empty(cols.keys, n, (None, (), [], "")))
+            and not (cols.checked or only_empty(cols.keys, n, (None, (), [], "")))
         ):
             return None
         if has_keys:
@@ -529,31 +567,31 @@ class Encoder:
                             spaces += len(cols.keys[i]) - 1
             except TypeError:  # not a sequence of strings
                 return None
-            joined = "\x01".join(key_strings)
+            joined = nv.join(key_strings)
             if (
-                "\x02" in joined
-                or joined.count("\x01") != len(key_strings) - 1
-                or (not joined.isascii() and not _utf8(joined))
+                end in joined
+                or joined.count(nv) != len(key_strings) - 1
+                or (not joined.isascii() and not encodes_utf8(joined))
             ):
                 return None  # the row loop reports the bad key
             if listed:
                 # a key of a sequence is non-empty and without spaces (as Message's):
                 # its joined text then has exactly one space between keys, none at the ends
-                seq = "\x01" + "\x01".join(listed) + "\x01"
+                seq = nv + nv.join(listed) + nv
                 if (
                     seq.count(" ") != spaces
                     or "  " in seq
-                    or "\x01 " in seq
-                    or " \x01" in seq
-                    or "\x01\x01" in seq
+                    or nv + " " in seq
+                    or " " + nv in seq
+                    or nv + nv in seq
                 ):
                     return None
             key_texts = [b""] * n
             for i, k in zip(keyed, key_strings, strict=False):
-                key_texts[i] = f"KEYS\x01{k}\x02".encode()
+                key_texts[i] = f"{KEYS_PREFIX}{k}{end}".encode()
         if topic.__class__ is not str or (tag is not None and not isinstance(tag, str)):
             return None
-        if tag and ("\x01" in tag or "\x02" in tag or not _utf8(tag)):
+        if tag and (nv in tag or end in tag or not encodes_utf8(tag)):
             return None
         if not all(b.__class__ is bytes for b in bodies):
             return None
@@ -570,15 +608,17 @@ class Encoder:
         queue_ids = (first + np.arange(n, dtype=np.int64)) % write_queues
         counters = (uniq_start + np.arange(n, dtype=np.int64)) & 0xFFFF
         hex4 = _hex4_bytes()[counters]
-        head = f"TAGS\x01{tag}\x02" if tag else ""
+        head = f"{TAGS_PREFIX}{tag}{end}" if tag else ""
         # With keys, TAGS and KEYS (which vary) come before the template as pieces of
         # their own, and PROPERTIESLENGTH with them; without, the template has it all.
         separate = key_texts is not None or tag_of is not None
         uniq_head = (
-            f"UNIQ_KEY\x01{uniq_prefix}" if separate else f"{head}UNIQ_KEY\x01{uniq_prefix}"
+            f"{UNIQ_KEY_PREFIX}{uniq_prefix}"
+            if separate
+            else f"{head}{UNIQ_KEY_PREFIX}{uniq_prefix}"
         ).encode()
         if half is None:
-            text = [uniq_head, b"\x02"]
+            text = [uniq_head, PROPERTY_SEPARATOR_BYTES]
             groups = [(None, np.arange(n))]
             lead = topic_part
         else:
@@ -587,8 +627,8 @@ class Encoder:
             lead = half_topic.topic_field
             text = [
                 uniq_head,
-                f"\x02PGROUP\x01{group}\x02__transactionId__\x01{uniq_prefix}".encode(),
-                f"\x02{extra}TRAN_MSG\x01true\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x01".encode(),
+                f"{end}{half_head_text(group)}{uniq_prefix}".encode(),
+                f"{end}{extra}{HALF_COMMIT_MARKER_TEXT}{topic}{REAL_QUEUE_ID_SEPARATOR_TEXT}".encode(),
             ]
             order = np.argsort(queue_ids, kind="stable")
             per_queue = np.bincount(queue_ids, minlength=write_queues)
@@ -603,7 +643,7 @@ class Encoder:
         rest_len = np.empty(n, dtype=np.int64)
         which = np.zeros(n, dtype=np.int64)
         for g, (q, rows) in enumerate(groups):
-            pieces = text if q is None else [*text, f"{q}\x02".encode()]
+            pieces = text if q is None else [*text, f"{q}{end}".encode()]
             size = sum(len(p) for p in pieces) + 4 * (1 if q is None else 2)
             if size > 32767:
                 return None
@@ -627,7 +667,7 @@ class Encoder:
             buffers, offsets, rest_len, which if len(buffers) > 1 else 0
         )
         if tag_of is not None:
-            heads = [f"TAGS\x01{t}\x02".encode() if t else b"" for t in tag_values]
+            heads = [f"{TAGS_PREFIX}{t}{end}".encode() if t else b"" for t in tag_values]
             head_p = Pieces(
                 heads,
                 np.zeros(n, dtype=np.int64),
@@ -817,7 +857,7 @@ class Encoder:
         if self.store_host.is_v6:
             sys_flag |= SysFlag.STOREHOST_V6
         tran = transaction_type(sys_flag)
-        keys_raw = props.get("KEYS")
+        keys_raw = props.get(PROPERTY_KEYS)
         return PreparedRecord(
             topic=topic,
             queue_id=queue_id,
@@ -852,208 +892,6 @@ class Encoder:
         """Create a system topic (schedule, half, retry, DLQ) the first time it is used."""
         if self.topics.get(topic) is None:
             self.topics.create(topic, queues, queues, perm=6, order=False)
-
-
-def _utf8(text: str) -> bool:
-    """Does ``text`` encode as UTF-8 (holds no lone surrogate)?"""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _property_pairs(props: Any, where: str) -> dict[Any, Any]:
-    """Properties given as (name, value) pairs, as a dict (checked as Message does)."""
-    try:
-        if isinstance(props, (str, bytes, bytearray, memoryview)):
-            raise TypeError
-        return dict(props)
-    except (TypeError, ValueError):
-        raise InvalidMessageError(
-            f"{where}properties must be a mapping or (name, value) pairs, got {props!r}"
-        ) from None
-
-
-def _bad_property(where: str, name: Any, value: Any) -> None:
-    """Raise unless ``name`` and ``value`` are strings (of a subclass), the name not empty."""
-    if not isinstance(name, str) or not isinstance(value, str):
-        raise InvalidMessageError(
-            f"{where}message property {name!r}: names and values must be strings"
-        )
-    if not name:
-        raise InvalidMessageError(f"{where}message property names must not be empty")
-
-
-def _joined_keys(keys: Any, where: str) -> str:
-    """Keys given as a sequence, joined as RocketMQ stores them (checked as Message does)."""
-    if keys.__class__ is list or keys.__class__ is tuple:  # the common case, C-level tests
-        try:
-            joined = " ".join(keys)
-        except TypeError:  # not strings: reported below
-            pass
-        else:
-            # no key is empty or holds a space: one space between keys, no more
-            if joined.count(" ") == len(keys) - 1 and "" not in keys:
-                return joined
-    if isinstance(keys, (bytes, bytearray, memoryview, Mapping)) or not isinstance(keys, Iterable):
-        raise InvalidMessageError(
-            f"{where}keys must be a string or a sequence of strings, got {keys!r}"
-        )
-    keys = list(keys)
-    for k in keys:
-        if not isinstance(k, str) or not k or " " in k:
-            raise InvalidMessageError(
-                f"{where}message key {k!r} must be a non-empty string without spaces"
-            )
-    return " ".join(keys)
-
-
-def _not_utf8(where: str, props: Mapping[str, str], tag: str | None, key: str | None) -> None:
-    """Raise InvalidMessageError naming the field that does not encode as UTF-8."""
-    for name, value in props.items():
-        check_utf8("message property name", name, where)
-        check_utf8("message property value", value, f"{where}property {name!r}: ")
-    if tag:
-        check_utf8("message property tags", tag, where)
-    if key:
-        check_utf8("message property key", key, where)
-
-
-def _only_empty(col: Any, n: int, empties: tuple[Any, ...]) -> bool:
-    """Is every entry of the list ``col`` (n long) equal to one of ``empties``?
-
-    C-level counts, the likeliest empty first: one scan in the common case.
-    """
-    if not isinstance(col, list):
-        return False
-    left = n
-    for empty in empties:
-        left -= col.count(empty)
-        if not left:
-            return True
-    return False
-
-
-def _column_length(name: str, col: Any) -> int:
-    """The length of a column: a sized sequence, not one text (whose characters a
-    column of the same length would silently take for its rows)."""
-    if col.__class__ is list:
-        return len(col)
-    if isinstance(col, (str, bytes, bytearray, Mapping)) or not hasattr(col, "__len__"):
-        raise ConfigError(
-            f"column {name} must be a sequence with one entry per message, got {type(col).__name__}"
-        )
-    return len(col)
-
-
-class Columns:
-    """The columns of a columnar put, checked for equal lengths."""
-
-    __slots__ = (
-        "bodies",
-        "topic",
-        "topics",
-        "tags",
-        "keys",
-        "properties",
-        "queue_ids",
-        "sharding_keys",
-        "extra",
-        "checked",
-    )
-
-    def __init__(
-        self,
-        bodies: Sequence[Any],
-        topic: str | None,
-        topics: Any,
-        tags: Any,
-        keys: Any,
-        properties: Any,
-        queue_ids: Any,
-        sharding_keys: Any,
-        extra: tuple[Any, Any, Any] | None = None,
-    ):
-        n = _column_length("bodies", bodies)
-        for name, col in (
-            ("topics", topics),
-            ("tags", tags),
-            ("keys", keys),
-            ("properties", properties),
-            ("queue_ids", queue_ids),
-            ("sharding_keys", sharding_keys),
-        ):
-            if col is not None and _column_length(name, col) != n:
-                raise ConfigError(f"column {name} has {len(col)} entries, bodies has {n}")
-        if topic is None and topics is None:
-            raise ConfigError("no topic: give topic= (one for all rows) or topics=")
-        self.bodies, self.topic, self.topics, self.tags, self.keys = (
-            bodies,
-            topic,
-            topics,
-            tags,
-            keys,
-        )
-        self.properties, self.queue_ids, self.sharding_keys = properties, queue_ids, sharding_keys
-        self.extra = extra
-        self.checked = False  # the columns of Messages, whose fields they checked
-
-    @classmethod
-    def of_messages(cls, messages: Sequence[Message]) -> Columns:
-        extra = None
-        if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):
-            extra = (
-                [m.flag for m in messages],
-                [m.reconsume_times for m in messages],
-                [m.born_timestamp for m in messages],
-            )
-        cols = cls(
-            [m.body for m in messages],
-            None,
-            [m.topic for m in messages],
-            [m.tags for m in messages],
-            [m.keys for m in messages],
-            [m.properties for m in messages],
-            [m.queue_id for m in messages],
-            [m.sharding_key for m in messages],
-            extra,
-        )
-        cols.checked = True
-        return cols
-
-    def messages(self) -> list[Message]:
-        n = len(self.bodies)
-
-        def col(c: Any) -> Any:
-            return c if c is not None else [None] * n
-
-        out = []
-        for b, t, tg, k, p, q, sk in zip(
-            self.bodies,
-            col(self.topics),
-            col(self.tags),
-            col(self.keys),
-            col(self.properties),
-            col(self.queue_ids),
-            col(self.sharding_keys),
-            strict=False,
-        ):
-            # None: not set; any other value is Message's to check (as the row loop does)
-            out.append(
-                Message(
-                    t if t is not None else self.topic,
-                    b,
-                    tags=tg,
-                    keys=k,
-                    properties=p if p is not None else {},
-                    queue_id=q,
-                    sharding_key=sk,
-                )
-            )
-        return out
 
 
 # The last four hex digits of generated UNIQ_KEYs, by counter value.

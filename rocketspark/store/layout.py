@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rocketspark.errors import ConfigError, CorruptRecordError, SegmentSizeError, StorePathError
-from rocketspark.store.config import MessageStoreConfig, _read_properties
+from rocketspark.store.config import MessageStoreConfig, read_properties
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
 from rocketspark.store.index_file import index_file_size
 from rocketspark.store.mapped_file import (
@@ -265,6 +265,57 @@ def read_geometry(
     return StoreGeometry(values, sources, recorded is not None)
 
 
+def explicit_geometry(config: MessageStoreConfig) -> dict[str, str]:
+    """The geometry keys of ``config`` that differ from the built-in defaults, each
+    counted as set on purpose ("the given config")."""
+    defaults = MessageStoreConfig()
+    return {
+        key: "the given config"
+        for key, field in GEOMETRY_KEYS.items()
+        if getattr(config, field) != getattr(defaults, field)
+    }
+
+
+def prepare_directory(
+    root: str, config: MessageStoreConfig, explicit: Mapping[str, str], create: bool | None
+) -> None:
+    """Check that a store may be opened at ``root`` (or made there), then make the directory.
+
+    Everything that can refuse the open runs before the first file is written:
+    a directory that is not a store (StorePathError unless ``create`` is True),
+    no store where ``create`` is False, a directory the process cannot write,
+    and an explicit geometry value that differs from the store's (ConfigError).
+    """
+    kind = directory_kind(root)
+    if kind == "foreign" and create is not True:
+        raise StorePathError(describe_foreign(root), path=root)
+    if kind in ("absent", "empty") and create is False:
+        raise StorePathError(f"there is no store at {root}", path=root)
+    if kind != "absent":
+        check_writable(root)
+        read_geometry(root, config, explicit)
+    else:
+        check_creatable(root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:  # e.g. a dangling symbolic link among its parents
+        raise StorePathError(
+            f"cannot create store directory {root}: {exc.strerror} ({exc.filename})",
+            path=root,
+        ) from exc
+
+
+def settle_geometry(
+    root: str, config: MessageStoreConfig, explicit: Mapping[str, str]
+) -> StoreGeometry:
+    """Return the store's geometry, recorded first if it was not (call under the store
+    lock: another process may have made the store meanwhile)."""
+    geometry = read_geometry(root, config, explicit)
+    if not geometry.recorded and not record_geometry(root, geometry):
+        geometry = read_geometry(root, config, explicit)
+    return geometry
+
+
 def record_geometry(root: str, geometry: StoreGeometry) -> bool:
     """Write ``geometry`` to ``<root>/rocketspark.geometry`` unless the file exists.
 
@@ -304,7 +355,7 @@ def _read_record(root: str) -> dict[str, int] | None:
     if not os.path.exists(path):
         return None
     try:
-        props = {key: raw for _, key, raw in _read_properties(path)}
+        props = {key: raw for _, key, raw in read_properties(path)}
         values = {field: int(props[key]) for key, field in GEOMETRY_KEYS.items()}
         MessageStoreConfig(**dict[str, Any](values))  # in range
     except (ConfigError, KeyError, ValueError) as exc:

@@ -1,8 +1,10 @@
 """The MessageStore facade: put, pull, offsets, retry and dead letters, recovery.
 
-It ties the CommitLog, the ConsumeQueues, the IndexFiles, the checkpoint and
-the config/ JSON files of one store directory together, and lets several
-processes open the same directory at once (see ``store_state``).
+It composes the parts of one store directory (the CommitLog, ConsumeQueues,
+index, checkpoint and config/ JSON files; the encoder, appender, dispatcher,
+reader, recovery, schedule, transaction and send-back services) and lets
+several processes open the same directory at once (see ``store_state``). The
+work is the parts'; the facade checks that the store is open and delegates.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import numbers
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,34 +29,21 @@ from rocketspark.errors import (
     StoreClosedError,
     StoreLockedError,
     StorePathError,
-    TopicShrinkError,
     UnknownTopicError,
 )
 from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
-    INT32_MAX,
-    INT32_MIN,
     INT64_MAX,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_RETRY_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
-    SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     Message,
     MessageExt,
-    SysFlag,
     TopicInfo,
     check_extra_properties,
-    check_int,
-    dlq_topic,
-    retry_topic,
-    user_properties,
 )
 from rocketspark.message.names import validate_group, validate_topic
+from rocketspark.message.properties import properties_text
 from rocketspark.message.record import (
     HostAddress,
     body_crc,
@@ -68,6 +57,7 @@ from rocketspark.message.results import (
 from rocketspark.store import layout
 from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.columns import Columns
 from rocketspark.store.commit_log import (
     CommitLog,
     PreparedRecord,
@@ -76,7 +66,7 @@ from rocketspark.store.config import MessageStoreConfig, canonical_key
 from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues, check_queue
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import Dispatcher
-from rocketspark.store.encoder import Columns, Encoder
+from rocketspark.store.encoder import Encoder
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
@@ -88,6 +78,7 @@ from rocketspark.store.metadata import (
 from rocketspark.store.reader import Reader
 from rocketspark.store.recovery import Recovery, RecoveryReport
 from rocketspark.store.schedule import ScheduleService
+from rocketspark.store.send_back import SendBack
 from rocketspark.store.store_state import (
     ABORT_FILE,
     STATE_FORMAT_VERSION,
@@ -98,10 +89,6 @@ from rocketspark.store.transaction import HalfStatus, TransactionService, Unknow
 
 log = logging.getLogger(__name__)
 
-DLQ_NUMS_PER_GROUP = 1
-RETRY_NUMS_PER_GROUP = 1
-# Entries read from a ConsumeQueue per pull when a tag filter skips many (RocketMQ reads
-# up to 16000 bytes of ConsumeQueue, i.e. 800 entries).
 Clock = Callable[[], int]
 
 
@@ -135,31 +122,10 @@ class MessageStore:
         self.root = os.path.abspath(config.store_path_root_dir)
         self.clock = clock
         self._closed = True
+        self.recovery_report: RecoveryReport | None = None
         if explicit is None:
-            defaults = MessageStoreConfig()
-            explicit = {
-                key: "the given config"
-                for key, field in layout.GEOMETRY_KEYS.items()
-                if getattr(config, field) != getattr(defaults, field)
-            }
-        # Everything that can refuse the open runs before the first file is written.
-        kind = layout.directory_kind(self.root)
-        if kind == "foreign" and create is not True:
-            raise StorePathError(layout.describe_foreign(self.root), path=self.root)
-        if kind in ("absent", "empty") and create is False:
-            raise StorePathError(f"there is no store at {self.root}", path=self.root)
-        if kind != "absent":
-            layout.check_writable(self.root)
-            layout.read_geometry(self.root, config, explicit)
-        else:
-            layout.check_creatable(self.root)
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as exc:  # e.g. a dangling symbolic link among its parents
-            raise StorePathError(
-                f"cannot create store directory {self.root}: {exc.strerror} ({exc.filename})",
-                path=self.root,
-            ) from exc
+            explicit = layout.explicit_geometry(config)
+        layout.prepare_directory(self.root, config, explicit, create)
         self._lock = StoreLock(self.root)
         try:
             first = self._lock.acquire()
@@ -168,10 +134,7 @@ class MessageStore:
                 f"cannot open the store's lock file {exc.filename}: {exc.strerror}", path=self.root
             ) from exc
         try:
-            # Under the lock: another process may have made the store meanwhile.
-            geometry = layout.read_geometry(self.root, config, explicit)
-            if not geometry.recorded and not layout.record_geometry(self.root, geometry):
-                geometry = layout.read_geometry(self.root, config, explicit)
+            geometry = layout.settle_geometry(self.root, config, explicit)
             config = dataclasses.replace(config, **geometry.as_config())
             self.config = config
             self._write_refused = None
@@ -182,138 +145,13 @@ class MessageStore:
                 # reopened.
                 self._write_refused = reserve_sparse_files(self.root, segments)
             self._files_writable = self._write_refused is None
-            self._guard = DiskGuard(
-                self.root,
-                config.disk_space_warning_level_ratio,
-                config.disk_space_clean_forcibly_ratio,
-                config.disk_max_used_space_ratio,
-            )
             self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
             self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
             self.state = StoreState(self.root)
-            if not first and self.state.format_version not in (None, STATE_FORMAT_VERSION):
-                raise StoreLockedError(
-                    f"store {self.root} is open in a process using state format "
-                    f"{self.state.format_version}; this rocketspark uses {STATE_FORMAT_VERSION}"
-                )
-            if first and self.state.valid and self.state.format_version > STATE_FORMAT_VERSION:
-                raise StoreLockedError(
-                    f"store {self.root} was written by a newer rocketspark (state format "
-                    f"{self.state.format_version} > {STATE_FORMAT_VERSION})"
-                )
-            # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
-            # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
-            self.commit_log = CommitLog(
-                self.root,
-                config.mapped_file_size_commit_log,
-                self.store_host,
-                writable=self._files_writable,
-                warm=config.flush_disk_type != "SYNC_FLUSH",
-            )
-            self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
-            self.index = IndexService(
-                os.path.join(self.root, "index"),
-                hash_slot_num=config.max_hash_slot_num,
-                index_num=config.max_index_num,
-                writable=self._files_writable,
-            )
-            config_dir = os.path.join(self.root, "config")
-            self.topics = TopicConfigTable(config_dir)
-            self.offsets = ConsumerOffsetTable(config_dir)
-            self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
-            self.delay_offsets = DelayOffsetTable(config_dir)
-            self.sink_ledger = SinkLedgerTable(config_dir)
-            self.queues = ConsumeQueues(
-                self.root,
-                config.mapped_file_size_consume_queue,
-                self.topics,
-                writable=self._files_writable,
-            )
-            self._delay_ms = config.delay_levels_ms()
-            self.encoder = Encoder(
-                root=self.root,
-                config=config,
-                topics=self.topics,
-                store_host=self.store_host,
-                born_host=self.born_host,
-                segment_size=self.commit_log.segment_size,
-            )
-            self.recovery_report: RecoveryReport | None = None
-            self.dispatcher = Dispatcher(
-                root=self.root,
-                commit_log=self.commit_log,
-                index=self.index,
-                queues=self.queues,
-                delay_ms=self._delay_ms,
-            )
-            self.recovery = Recovery(
-                root=self.root,
-                config=config,
-                state=self.state,
-                commit_log=self.commit_log,
-                checkpoint=self.checkpoint,
-                index=self.index,
-                queues=self.queues,
-                topics=self.topics,
-                redispatch=self.dispatcher.scan,
-                queue_code=self.dispatcher.queue_code,
-                gaps=self.dispatcher.gaps,
-            )
-            self.appender = Appender(
-                root=self.root,
-                config=config,
-                state=self.state,
-                commit_log=self.commit_log,
-                index=self.index,
-                checkpoint=self.checkpoint,
-                queues=self.queues,
-                dispatcher=self.dispatcher,
-                guard=self._guard,
-                write_refused=self._write_refused,
-                clock=clock,
-                store_host=self.store_host,
-                born_host=self.born_host,
-                damage_error=self.recovery.damage_error,
-                rebuild_queues=self.recovery.rebuild_queues,
-            )
-            self._transactions = TransactionService(
-                appender=self.appender,
-                encoder=self.encoder,
-                queues=self.queues,
-                commit_log=self.commit_log,
-                topics=self.topics,
-                offsets=self.offsets,
-                clock=clock,
-                born_host=self.born_host,
-                timeout_ms=config.transaction_timeout,
-                max_checks=config.transaction_check_max,
-            )
-            self._schedule = ScheduleService(
-                appender=self.appender,
-                encoder=self.encoder,
-                queue=self._cq,
-                commit_log=self.commit_log,
-                topics=self.topics,
-                delay_offsets=self.delay_offsets,
-                clock=clock,
-                levels=len(self._delay_ms),
-            )
-            self._arrivals = self.appender.arrivals
-            self.reader = Reader(
-                config, self.commit_log, self.queues, self.index, self.state, self._arrivals
-            )
+            self._check_state_format(first)
+            self._compose(config, clock)
             if first:
-                try:
-                    self.recovery_report = self.recovery.recover(truncate_at, full=full_recovery)
-                except Exception as exc:
-                    if self._write_refused is None:
-                        raise
-                    raise DiskFullError(
-                        f"store {self.root} needs recovery, which cannot "
-                        f"write: {self._write_refused}"
-                    ) from exc
-                self.recovery.adopt_unlisted_topics()
-                self._lock.downgrade()
+                self._recover(truncate_at, full_recovery)
             elif truncate_at is not None:
                 raise StoreLockedError(
                     f"store {self.root}: truncate_at needs the store to itself (recovery "
@@ -331,6 +169,147 @@ class MessageStore:
             self._lock.release()
             self._lock.release_final()
             raise
+
+    def _check_state_format(self, first: bool) -> None:
+        """Refuse a store open in a process of another state format, or written by a
+        newer rocketspark."""
+        version = self.state.format_version
+        if not first and version not in (None, STATE_FORMAT_VERSION):
+            raise StoreLockedError(
+                f"store {self.root} is open in a process using state format "
+                f"{version}; this rocketspark uses {STATE_FORMAT_VERSION}"
+            )
+        if first and self.state.valid and version > STATE_FORMAT_VERSION:
+            raise StoreLockedError(
+                f"store {self.root} was written by a newer rocketspark (state format "
+                f"{version} > {STATE_FORMAT_VERSION})"
+            )
+
+    def _compose(self, config: MessageStoreConfig, clock: Clock) -> None:
+        """Make the store's parts and hand each the others it works with."""
+        root, writable = self.root, self._files_writable
+        self._guard = DiskGuard(
+            root,
+            config.disk_space_warning_level_ratio,
+            config.disk_space_clean_forcibly_ratio,
+            config.disk_max_used_space_ratio,
+        )
+        # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
+        # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
+        self.commit_log = CommitLog(
+            root,
+            config.mapped_file_size_commit_log,
+            self.store_host,
+            writable=writable,
+            warm=config.flush_disk_type != "SYNC_FLUSH",
+        )
+        self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
+        self.index = IndexService(
+            os.path.join(root, "index"),
+            hash_slot_num=config.max_hash_slot_num,
+            index_num=config.max_index_num,
+            writable=writable,
+        )
+        config_dir = os.path.join(root, "config")
+        self.topics = TopicConfigTable(config_dir)
+        self.offsets = ConsumerOffsetTable(config_dir)
+        self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
+        self.delay_offsets = DelayOffsetTable(config_dir)
+        self.sink_ledger = SinkLedgerTable(config_dir)
+        self.queues = ConsumeQueues(
+            root, config.mapped_file_size_consume_queue, self.topics, writable=writable
+        )
+        delay_ms = config.delay_levels_ms()
+        self.encoder = Encoder(
+            root=root,
+            config=config,
+            topics=self.topics,
+            store_host=self.store_host,
+            born_host=self.born_host,
+            segment_size=self.commit_log.segment_size,
+        )
+        self.dispatcher = Dispatcher(
+            root=root,
+            commit_log=self.commit_log,
+            index=self.index,
+            queues=self.queues,
+            delay_ms=delay_ms,
+        )
+        self.recovery = Recovery(
+            root=root,
+            config=config,
+            state=self.state,
+            commit_log=self.commit_log,
+            checkpoint=self.checkpoint,
+            index=self.index,
+            queues=self.queues,
+            topics=self.topics,
+            redispatch=self.dispatcher.scan,
+            queue_code=self.dispatcher.queue_code,
+            gaps=self.dispatcher.gaps,
+        )
+        self.appender = Appender(
+            root=root,
+            config=config,
+            state=self.state,
+            commit_log=self.commit_log,
+            index=self.index,
+            checkpoint=self.checkpoint,
+            queues=self.queues,
+            dispatcher=self.dispatcher,
+            guard=self._guard,
+            write_refused=self._write_refused,
+            clock=clock,
+            store_host=self.store_host,
+            born_host=self.born_host,
+            damage_error=self.recovery.damage_error,
+            rebuild_queues=self.recovery.rebuild_queues,
+        )
+        self._transactions = TransactionService(
+            appender=self.appender,
+            encoder=self.encoder,
+            queues=self.queues,
+            commit_log=self.commit_log,
+            topics=self.topics,
+            offsets=self.offsets,
+            clock=clock,
+            born_host=self.born_host,
+            timeout_ms=config.transaction_timeout,
+            max_checks=config.transaction_check_max,
+        )
+        self._schedule = ScheduleService(
+            appender=self.appender,
+            encoder=self.encoder,
+            queues=self.queues,
+            commit_log=self.commit_log,
+            topics=self.topics,
+            delay_offsets=self.delay_offsets,
+            clock=clock,
+            levels=len(delay_ms),
+        )
+        self._send_backs = SendBack(
+            encoder=self.encoder,
+            appender=self.appender,
+            groups=self.groups,
+            delay_ms=delay_ms,
+            clock=clock,
+        )
+        self.reader = Reader(
+            config, self.commit_log, self.queues, self.index, self.state, self.appender.arrivals
+        )
+
+    def _recover(self, truncate_at: int | None, full: bool) -> None:
+        """Recover (the first opener, holding the lock exclusively), then share the lock."""
+        try:
+            self.recovery_report = self.recovery.recover(truncate_at, full=full)
+        except Exception as exc:
+            if self._write_refused is None:
+                raise
+            raise DiskFullError(
+                f"store {self.root} needs recovery, which cannot write: {self._write_refused}"
+            ) from exc
+        self.recovery.adopt_unlisted_topics()
+        self._lock.downgrade()
 
     # -- opening and closing -------------------------------------------------------
 
@@ -472,77 +451,39 @@ class MessageStore:
         n = self.config.default_topic_queue_nums if queues is None else queues
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
-        existing = self.topics.get(topic)
-        if existing is not None and not force:
-            current = max(
-                int(existing.get("readQueueNums", 0)), int(existing.get("writeQueueNums", 0))
-            )
+        if not force:
             cl_min = self.commit_log.min_offset
-            holding = [q for q in range(n, current) if self.queues.holds_messages(topic, q, cl_min)]
-            if n < current:
-                holding = sorted(set(holding) | self._queues_awaited(topic, n))
-            if holding:
-                raise TopicShrinkError(
-                    f"topic {topic!r} has {current} queues; {n} would hide the messages of "
-                    f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
-                    "delayed or half messages are bound for). Pass "
-                    "force=True (rocketspark topic create --force) to shrink it anyway"
-                )
+            self.topics.check_shrink(
+                topic,
+                n,
+                holds_messages=lambda q: self.queues.holds_messages(topic, q, cl_min),
+                pending=self._undelivered,
+            )
         self.topics.create(topic, n, n, perm=perm, order=order)
         self.encoder.forget_topics()
         return self.topic(topic)
 
     def topic(self, topic: str) -> TopicInfo:
         """Return the configuration of ``topic``; raise UnknownTopicError if absent."""
-        cfg = self.topics.get(topic)
-        if cfg is None:
+        info = self.topics.info(topic)
+        if info is None:
             raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
-        return TopicInfo(
-            cfg["topicName"],
-            int(cfg["readQueueNums"]),
-            int(cfg["writeQueueNums"]),
-            int(cfg.get("perm", 6)),
-            bool(cfg.get("order", False)),
-        )
+        return info
 
     def has_topic(self, topic: str) -> bool:
+        """Does ``topic`` exist?"""
         return self.topics.get(topic) is not None
 
     def list_topics(self) -> list[TopicInfo]:
         """Return every topic, sorted by name."""
         return [self.topic(name) for name in sorted(self.topics.names())]
 
-    def _queues_awaited(self, topic: str, first: int) -> set[int]:
-        """Queues from ``first`` on of ``topic`` that a delayed message not yet due or an
-        open half message is bound for (its REAL_QID): delivered there after a shrink, it
-        would be in a queue no consumer reads."""
-        found: set[int] = set()
-
-        def note(props: Mapping[str, str]) -> None:
-            if props.get(PROPERTY_REAL_TOPIC) == topic:
-                q = props.get(PROPERTY_REAL_QUEUE_ID, "0")
-                if q.isdigit() and int(q) >= first:
-                    found.add(int(q))
-
-        if self.has_topic(SCHEDULE_TOPIC):
-            for level in range(1, len(self._delay_ms) + 1):
-                if not self.queues.holds_messages(
-                    SCHEDULE_TOPIC, level - 1, self.commit_log.min_offset
-                ):
-                    continue
-                cq = self._cq(SCHEDULE_TOPIC, level - 1)
-                start, end = self._schedule.start_offset(level), cq.max_offset()
-                while start < end:
-                    entries = cq.read(start, min(end - start, 4096))
-                    if not len(entries):
-                        break
-                    for phy in entries["offset"].tolist():
-                        note(self.commit_log.read(int(phy)).properties)
-                    start += len(entries)
+    def _undelivered(self) -> Iterator[MessageExt]:
+        """The delayed messages not yet due and the open half messages: their REAL_TOPIC
+        and REAL_QID name where they are still to be delivered."""
+        yield from self._schedule.pending()
         if self.has_topic(TRANS_HALF_TOPIC):
-            for half in self.open_transactions():
-                note(half.properties)
-        return found
+            yield from self.open_transactions()
 
     # -- queues ----------------------------------------------------------------------
 
@@ -560,11 +501,8 @@ class MessageStore:
         return self.queues.existing(topic, queue_id).min_offset(self.commit_log.min_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Return the first offset whose store timestamp is >= ``timestamp_ms``.
-
-        Returns the max offset when every message is older, the min offset
-        when every message is newer.
-        """
+        """Return the first offset whose store timestamp is >= ``timestamp_ms``
+        (see Reader.offset_for_timestamp)."""
         self._check_open()
         return self.reader.offset_for_timestamp(topic, queue_id, timestamp_ms)
 
@@ -614,7 +552,9 @@ class MessageStore:
                         m.delay_level, f"message {i} (topic {m.topic!r}): "
                     )
         ids = self.encoder.ids.next_ids(len(messages), now)
-        prepared = [self.encoder.message(m, now, uid) for m, uid in zip(messages, ids)]
+        prepared = [
+            self.encoder.message(m, now, uid) for m, uid in zip(messages, ids, strict=False)
+        ]
         return self._append(prepared, now)
 
     def put_columns(
@@ -679,7 +619,7 @@ class MessageStore:
         self.encoder.ensure_system_topic(TRANS_HALF_TOPIC, 1)
         self.encoder.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
         check_extra_properties(extra_properties)
-        extra = "".join(f"{k}\x01{v}\x02" for k, v in (extra_properties or {}).items())
+        extra = properties_text(extra_properties or {})
         if not self.encoder.columnar:
             return self.prepare_batch(
                 cols.messages(),
@@ -765,15 +705,8 @@ class MessageStore:
         expression: str | None = "*",
         timeout_ms: int = 0,
     ) -> PullResult:
-        """Read up to ``max_msgs`` messages of one queue from ``offset``.
-
-        ``expression`` filters by tag (``*`` or ``TagA || TagB``). With
-        ``timeout_ms`` > 0 a pull that finds nothing for the expression waits
-        that long for a put of a message it matches (long polling; messages
-        that do not match are stepped over, as RocketMQ only wakes a held pull
-        for a matching tag). Messages that do not match leave gaps in the
-        offsets; ``next_offset`` steps over them.
-        """
+        """Read up to ``max_msgs`` messages of one queue from ``offset``, matching the tag
+        ``expression``, waiting up to ``timeout_ms`` for one (see Reader.pull)."""
         self._check_open()
         return self.reader.pull(topic, queue_id, offset, max_msgs, expression, timeout_ms)
 
@@ -788,14 +721,8 @@ class MessageStore:
         broker_name: str | None = None,
         check_crc: bool | None = None,
     ) -> tuple[list[Any], int]:
-        """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
-
-        Returns the batches (schema ``record_batch.ARROW_SCHEMA``) and the offset
-        to read next. ``end`` None or past the max offset reads to the max.
-        Raises OffsetOutOfRangeError when ``start`` is below the min offset, and
-        CorruptRecordError for a damaged record (a body CRC mismatch only when
-        ``check_crc``, by default the store's checkCRCOnRead).
-        """
+        """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects and return
+        them with the offset to read next (see Reader.read_batches)."""
         self._check_open()
         return self.reader.read_batches(
             topic,
@@ -905,86 +832,13 @@ class MessageStore:
     ) -> Sequence[PutResult]:
         """send_back for several messages in one append: after a crash, all or none are there."""
         self._check_open()
-        validate_group(group)
-        self.groups.get_or_create(group)
-        max_times = (
-            self.groups.retry_max_times(group)
-            if max_reconsume_times is None
-            else check_int("max_reconsume_times", max_reconsume_times, INT32_MIN, INT32_MAX)
+        return self._send_backs.send(
+            group,
+            messages,
+            delay_levels,
+            max_reconsume_times=max_reconsume_times,
+            properties=properties,
         )
-        messages = list(messages)
-        for i, m in enumerate(messages):
-            if not isinstance(m, MessageExt):
-                raise InvalidMessageError(
-                    f"message {i}: expected a MessageExt the store "
-                    f"handed out, got {type(m).__name__}"
-                )
-        for name, col in (("delay_levels", delay_levels), ("properties", properties)):
-            if col is not None and len(col) != len(messages):
-                raise ConfigError(f"{name} has {len(col)} entries, messages has {len(messages)}")
-        # Checked as a Message's are, before anything is written; the delay comes from
-        # delay_levels (the store sets DELAY), the rest may replace the message's own.
-        added = [
-            {}
-            if p is None
-            else user_properties(p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
-            for i, p in enumerate(() if properties is None else properties)
-        ]
-        for i, level in enumerate(() if delay_levels is None else delay_levels):
-            # negative: straight to the dead-letter topic; 0: 3 + reconsumeTimes, capped
-            # at the last level as RocketMQ's broker does; a given level must exist
-            check_int("delay_level", level, -INT32_MAX, INT32_MAX, f"message {i}: ")
-            if level > 0:
-                self.encoder.check_delay_level(level, f"message {i}: ")
-        now = self.clock()
-        recs = []
-        for i, message in enumerate(messages):
-            delay_level = delay_levels[i] if delay_levels is not None else 0
-            props = dict(message.properties)
-            props.setdefault(PROPERTY_RETRY_TOPIC, message.topic)
-            props.pop(PROPERTY_REAL_TOPIC, None)
-            props.pop(PROPERTY_REAL_QUEUE_ID, None)
-            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-            if added:
-                props.update(added[i])
-            delay_ms = 0
-            if message.reconsume_times >= max_times or delay_level < 0:
-                topic = dlq_topic(group)
-                self.encoder.ensure_system_topic(topic, DLQ_NUMS_PER_GROUP)
-                queue_id = 0
-            else:
-                topic = retry_topic(group)
-                self.encoder.ensure_system_topic(topic, RETRY_NUMS_PER_GROUP)
-                queue_id = 0
-                level = delay_level or 3 + message.reconsume_times
-                level = min(level, len(self._delay_ms))
-                props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-                props[PROPERTY_REAL_TOPIC] = topic
-                props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                delay_ms = self._delay_ms[level - 1]
-                topic, queue_id = SCHEDULE_TOPIC, level - 1
-                self.encoder.ensure_system_topic(SCHEDULE_TOPIC, len(self._delay_ms))
-            if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
-                props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
-            born = message.born_host
-            recs.append(
-                self.encoder.record(
-                    topic,
-                    queue_id,
-                    message.body,
-                    props,
-                    now,
-                    sys_flag=message.sys_flag & ~SysFlag.COMPRESSED & ~0x700,
-                    flag=message.flag,
-                    born_timestamp=message.born_timestamp,
-                    born_host=born,
-                    reconsume_times=message.reconsume_times + 1,
-                    delay_ms=delay_ms,
-                )
-            )
-        if not recs:
-            return []
-        return self._append(recs, now)
 
     # -- delay levels ---------------------------------------------------------------
 

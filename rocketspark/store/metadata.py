@@ -38,12 +38,18 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from rocketspark.errors import CorruptRecordError
+from rocketspark.errors import CorruptRecordError, TopicShrinkError
 from rocketspark.message.fastjson import dumps_fastjson, loads_lenient
+from rocketspark.message.model import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    MessageExt,
+    TopicInfo,
+)
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.store.mapped_file import disk_full, fsync_directory
 
@@ -381,6 +387,20 @@ class TopicConfigTable(_JsonTable):
         """Return the names of all topics, in file order."""
         return list(self._current()["topicConfigTable"])
 
+    def info(self, topic: str) -> TopicInfo | None:
+        """Return the topic's queue counts, permission and order flag, or None if there
+        is no such topic."""
+        cfg = self.get(topic)
+        if cfg is None:
+            return None
+        return TopicInfo(
+            cfg["topicName"],
+            int(cfg["readQueueNums"]),
+            int(cfg["writeQueueNums"]),
+            int(cfg.get("perm", 6)),
+            bool(cfg.get("order", False)),
+        )
+
     def create(
         self,
         topic: str,
@@ -435,6 +455,43 @@ class TopicConfigTable(_JsonTable):
             return True
 
         self._modify(change)
+
+    def check_shrink(
+        self,
+        topic: str,
+        queues: int,
+        *,
+        holds_messages: Callable[[int], bool],
+        pending: Callable[[], Iterable[MessageExt]],
+    ) -> None:
+        """Refuse (TopicShrinkError) to give ``topic`` ``queues`` queues if that would hide
+        messages: those of the queues dropped (they stay on disk, unread), and delayed or
+        half messages bound for them (delivered, they would be in a queue no consumer reads).
+
+        ``holds_messages(queue_id)``: does the queue hold messages; ``pending()``: the
+        messages still to be delivered, their destination in REAL_TOPIC / REAL_QID.
+        """
+        existing = self.get(topic)
+        if existing is None:
+            return
+        current = max(int(existing.get("readQueueNums", 0)), int(existing.get("writeQueueNums", 0)))
+        holding = [q for q in range(queues, current) if holds_messages(q)]
+        if queues < current:
+            awaited = set()
+            for message in pending():
+                props = message.properties
+                if props.get(PROPERTY_REAL_TOPIC) == topic:
+                    q = props.get(PROPERTY_REAL_QUEUE_ID, "0")
+                    if q.isdigit() and int(q) >= queues:
+                        awaited.add(int(q))
+            holding = sorted(set(holding) | awaited)
+        if holding:
+            raise TopicShrinkError(
+                f"topic {topic!r} has {current} queues; {queues} would hide the messages of "
+                f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
+                "delayed or half messages are bound for). Pass "
+                "force=True (rocketspark topic create --force) to shrink it anyway"
+            )
 
 
 class ConsumerOffsetTable(_JsonTable):

@@ -17,7 +17,7 @@ at the record at that position and knows whether the range was delivered.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from rocketspark.message.model import (
@@ -32,7 +32,7 @@ from rocketspark.message.record import RECORD_END, RECORD_INVALID
 if TYPE_CHECKING:
     from rocketspark.store.appender import Append, Appender
     from rocketspark.store.commit_log import CommitLog, PreparedRecord
-    from rocketspark.store.consume_queue import ConsumeQueue
+    from rocketspark.store.consume_queue import ConsumeQueues
     from rocketspark.store.encoder import Encoder
     from rocketspark.store.metadata import DelayOffsetTable, TopicConfigTable
 
@@ -44,8 +44,7 @@ MAX_DELIVER_PER_LEVEL = 10_000
 class ScheduleService:
     """Delivers due messages of SCHEDULE_TOPIC_XXXX for one open store.
 
-    ``queue`` opens a ConsumeQueue; ``levels`` is how many delay levels the
-    store has (messageDelayLevel).
+    ``levels`` is how many delay levels the store has (messageDelayLevel).
     """
 
     def __init__(
@@ -53,7 +52,7 @@ class ScheduleService:
         *,
         appender: Appender,
         encoder: Encoder,
-        queue: Callable[[str, int], ConsumeQueue],
+        queues: ConsumeQueues,
         commit_log: CommitLog,
         topics: TopicConfigTable,
         delay_offsets: DelayOffsetTable,
@@ -62,7 +61,7 @@ class ScheduleService:
     ):
         self.appender = appender
         self.encoder = encoder
-        self.queue = queue
+        self.queues = queues
         self.commit_log = commit_log
         self.topics = topics
         self.delay_offsets = delay_offsets
@@ -91,13 +90,32 @@ class ScheduleService:
 
     def start_offset(self, level: int) -> int:
         """The first entry of a level's queue not yet delivered."""
-        cq = self.queue(SCHEDULE_TOPIC, level - 1)
+        cq = self.queues.queue(SCHEDULE_TOPIC, level - 1)
         done = self.delay_offsets.get(level)
         low = cq.min_offset(self.commit_log.min_offset)
         return low if done is None or done < low else done
 
+    def pending(self) -> Iterator[MessageExt]:
+        """Yield the delayed messages not yet delivered, level by level."""
+        if not self._has_topic(SCHEDULE_TOPIC):
+            return
+        for level in range(1, self.levels + 1):
+            if not self.queues.holds_messages(
+                SCHEDULE_TOPIC, level - 1, self.commit_log.min_offset
+            ):
+                continue
+            cq = self.queues.queue(SCHEDULE_TOPIC, level - 1)
+            start, end = self.start_offset(level), cq.max_offset()
+            while start < end:
+                entries = cq.read(start, min(end - start, 4096))
+                if not len(entries):
+                    break
+                for phy in entries["offset"].tolist():
+                    yield self.commit_log.read(int(phy))
+                start += len(entries)
+
     def _deliver_level(self, append: Append, level: int, now: int, limit: int) -> list:
-        cq = self.queue(SCHEDULE_TOPIC, level - 1)
+        cq = self.queues.queue(SCHEDULE_TOPIC, level - 1)
         start = self.start_offset(level)
         entries = cq.read(start, limit)
         if not len(entries):
@@ -192,7 +210,7 @@ class ScheduleService:
         :meth:`_rebuild` does); topics created or deleted since the step make
         this guess wrong, and the step then runs again (duplicates, never loss).
         """
-        entries = self.queue(SCHEDULE_TOPIC, level - 1).read(start, end - start)
+        entries = self.queues.queue(SCHEDULE_TOPIC, level - 1).read(start, end - start)
         for phy in entries["offset"].tolist():
             msg = self.commit_log.read(int(phy))
             topic = msg.properties.get(PROPERTY_REAL_TOPIC)

@@ -13,8 +13,9 @@ from rocketspark.message.record import (
     MESSAGE_MAGIC_CODE,
     HostAddress,
 )
+from rocketspark.store.columns import Columns
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.encoder import UNIFORM_MIN, Columns, Encoder, TopicWriteInfo
+from rocketspark.store.encoder import UNIFORM_MIN, Encoder, TopicWriteInfo
 from rocketspark.store.metadata import TopicConfigTable
 
 NOW = 1_700_000_000_000

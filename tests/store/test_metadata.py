@@ -487,3 +487,38 @@ def test_load_rereads_the_file(config_dir):
     write_json(config_dir / "delayOffset.json", {"offsetTable": {1: 3}})
     table.load()
     assert table.offsets() == {1: 3}
+
+
+def test_check_shrink_refuses_to_drop_queues_holding_or_awaiting_messages(tmp_path):
+    from types import SimpleNamespace
+
+    from rocketspark.errors import TopicShrinkError
+    from rocketspark.message.model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+
+    topics = TopicConfigTable(str(tmp_path))
+    topics.create("t", 4, 4)
+
+    def bound_for(topic, queue):
+        props = {PROPERTY_REAL_TOPIC: topic, PROPERTY_REAL_QUEUE_ID: str(queue)}
+        return SimpleNamespace(properties=props)
+
+    def check(queues, holding=(), pending=()):
+        topics.check_shrink(
+            "t", queues, holds_messages=lambda q: q in holding, pending=lambda: pending
+        )
+
+    check(2)  # the dropped queues are empty and nothing is bound for them
+    check(8, holding={0, 1, 2, 3})  # growing hides nothing
+    check(2, pending=[bound_for("t", 1), bound_for("other", 3)])  # kept, or another topic's
+    with pytest.raises(TopicShrinkError, match=r"queue\(s\) 2, 3"):
+        check(2, holding={3}, pending=[bound_for("t", 2)])
+    topics.check_shrink("absent", 1, holds_messages=lambda q: True, pending=lambda: ())
+
+
+def test_info_reads_a_topic_config_as_topic_info(tmp_path):
+    from rocketspark.message.model import TopicInfo
+
+    topics = TopicConfigTable(str(tmp_path))
+    topics.create("t", 2, 3, perm=4, order=True)
+    assert topics.info("t") == TopicInfo("t", 2, 3, 4, True)
+    assert topics.info("absent") is None
