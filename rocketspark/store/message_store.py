@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -33,17 +32,13 @@ from rocketspark.errors import (
 )
 from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
-    INT64_MAX,
     RETRY_GROUP_TOPIC_PREFIX,
     TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
     Message,
     MessageExt,
     TopicInfo,
-    check_extra_properties,
 )
 from rocketspark.message.names import validate_group, validate_topic
-from rocketspark.message.properties import properties_text
 from rocketspark.message.record import (
     HostAddress,
     body_crc,
@@ -67,6 +62,7 @@ from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues, check_q
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import Dispatcher
 from rocketspark.store.encoder import Encoder
+from rocketspark.store.half_resolution import half_offsets
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
@@ -616,17 +612,9 @@ class MessageStore:
             raise TypeError(f"unknown columns {sorted(columns)}")
         if not len(bodies):
             return no_results(self.store_host)
-        self.encoder.ensure_system_topic(TRANS_HALF_TOPIC, 1)
-        self.encoder.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
-        check_extra_properties(extra_properties)
-        extra = properties_text(extra_properties or {})
-        if not self.encoder.columnar:
-            return self.prepare_batch(
-                cols.messages(),
-                producer_group=producer_group,
-                properties=dict(extra_properties or {}),
-            )  # type: ignore
-        return self._put_columns(cols, self.clock(), half=(producer_group, extra))
+        return self._transactions.prepare_columns(
+            cols, producer_group=producer_group, extra_properties=extra_properties
+        )
 
     def _put_columns(
         self, cols: Columns, now: int, half: tuple[str, str] | None = None
@@ -893,16 +881,16 @@ class MessageStore:
     ) -> list[PutResult]:
         """Make half messages visible in their real topics (idempotent)."""
         self._check_open()
-        return self._transactions.end(_half_offsets(half), True)  # type: ignore[return-value]
+        return self._transactions.end(half_offsets(half), True)  # type: ignore[return-value]
 
     def rollback_transaction(self, half: PutResult | int | Iterable[PutResult | int]) -> None:
         """Discard half messages (idempotent)."""
         self._check_open()
-        self._transactions.end(_half_offsets(half), False)
+        self._transactions.end(half_offsets(half), False)
 
     def transaction_status(self, half: PutResult | int) -> HalfStatus:
         """Return "open", "committed", "rolled_back" or "resolved"."""
-        (offset,) = _half_offsets(half)
+        (offset,) = half_offsets(half)
         return self._transactions.status(offset)
 
     def open_transactions(
@@ -913,7 +901,7 @@ class MessageStore:
         Halves at the half-queue offsets in ``exclude`` are left out (unread).
         """
         self._check_open()
-        ex = None if exclude is None else _half_offsets(exclude)
+        ex = None if exclude is None else half_offsets(exclude)
         return self._transactions.open_halves(
             producer_group, None if ex is None else np.asarray(ex, dtype=np.int64)
         )
@@ -941,7 +929,7 @@ class MessageStore:
         self._check_open()
         flying = None
         if in_flight is not None:
-            flying = np.asarray(_half_offsets(in_flight), dtype=np.int64)
+            flying = np.asarray(half_offsets(in_flight), dtype=np.int64)
         return self._transactions.check(
             callback,
             now_ms=now_ms,
@@ -961,46 +949,6 @@ class MessageStore:
         self._check_open()
         self.topic(topic)
         return self.reader.query_by_key(topic, key, begin_ms, end_ms, max_num)
-
-
-def _half_offsets(half: object) -> list[int] | np.ndarray:
-    """Half-queue offsets of PutResults, ints or an integer array; anything else (a
-    bool, a float that would be truncated, a negative number) is refused by name."""
-    if isinstance(half, np.ndarray):
-        if half.dtype.kind not in "iu":
-            raise ConfigError(
-                f"half message offsets must be integers, got an array of {half.dtype}"
-            )
-        half = half.astype(np.int64, copy=False)
-        if len(half) and int(half.min()) < 0:  # (a uint64 beyond int64 wraps negative)
-            raise OffsetOutOfRangeError(
-                f"no half message at offset {half.min()} of {TRANS_HALF_TOPIC}"
-            )
-        return half
-    if isinstance(half, PutResults):
-        if len(half) and half.topics != TRANS_HALF_TOPIC:
-            raise ConfigError(f"these are not half messages (topic {half.topics!r})")
-        return half.queue_offsets
-    if isinstance(half, (PutResult, numbers.Integral)) or not isinstance(half, Iterable):
-        half = [half]
-    out = []
-    for h in half:
-        if isinstance(h, PutResult):
-            if h.topic != TRANS_HALF_TOPIC:
-                raise ConfigError(f"{h.msg_id} is not a half message (topic {h.topic!r})")
-            out.append(h.queue_offset)
-        elif h.__class__ is int and 0 <= h <= INT64_MAX:
-            out.append(h)
-        else:
-            if isinstance(h, bool) or not isinstance(h, numbers.Integral):
-                raise ConfigError(
-                    f"a half message is named by its PutResult or its queue "
-                    f"offset (an integer), got {h!r}"
-                )
-            if not 0 <= h <= INT64_MAX:
-                raise OffsetOutOfRangeError(f"no half message at offset {h} of {TRANS_HALF_TOPIC}")
-            out.append(int(h))
-    return out
 
 
 __all__ = [

@@ -15,9 +15,8 @@ Spark commit, two processes racing) writes nothing the second time.
 
 from __future__ import annotations
 
-import enum
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -43,13 +42,22 @@ from rocketspark.message.model import (
     TransactionState,
     check_extra_properties,
 )
-from rocketspark.message.properties import committed_properties, half_properties
+from rocketspark.message.properties import committed_properties, half_properties, properties_text
 from rocketspark.store.half_commit import final_columns
+from rocketspark.store.half_resolution import (
+    OFFSET_SEPARATOR,
+    HalfState,
+    ResolutionTable,
+    answer_state,
+    op_offsets,
+    sorted_unique,
+)
 
 if TYPE_CHECKING:
     from rocketspark.message.record import HostAddress
-    from rocketspark.message.results import PutResult
+    from rocketspark.message.results import PutResult, PutResults
     from rocketspark.store.appender import Appender
+    from rocketspark.store.columns import Columns
     from rocketspark.store.commit_log import CommitLog, PreparedRecord
     from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
     from rocketspark.store.encoder import Encoder
@@ -57,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSET_SEPARATOR = ","
 # Our op records also say how they resolved the halves (PROPERTY_RESOLUTION, message
 # model; RocketMQ ignores the property; its own op records lack it, and then the
 # direction is unknown).
@@ -77,20 +84,6 @@ CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # RocketMQ's consumer group for the half queu
 DEFAULT_PRODUCER_GROUP = "rocketspark"
 OP_CHUNK = 16384  # half offsets per op record (RocketMQ 5 also batches them)
 PROGRESS_LAG = 1 << 20  # resolved halves kept above the check progress (_advance_progress)
-
-
-class HalfState(enum.IntEnum):
-    """Where a half queue offset stands (one byte each in the resolution table).
-
-    Arrays of states are compared with ``.value``: numpy compares a uint8
-    array with an int as uint8, but with an IntEnum member as int64 (~7x slower).
-    """
-
-    OPEN = 0
-    COMMITTED = 1
-    ROLLED_BACK = 2
-    RESOLVED = 3  # by a RocketMQ op record that does not say how, or below the check progress
-    MOVED = 4  # put back by a check: the transaction lives on in a copy
 
 
 HalfStatus = Literal["open", "committed", "rolled_back", "resolved"]
@@ -142,7 +135,7 @@ class TransactionService:
         self.timeout_ms = timeout_ms
         self.max_checks = max_checks
         # One byte per half queue offset, its HalfState. A dict would cost ~100 bytes a half.
-        self._resolved = _ResolutionTable()
+        self._resolved = ResolutionTable()
         # Next op queue offset to read: starts where the persisted progress says every
         # earlier op only resolves halves below the half progress (both in
         # consumerOffset.json under CHECK_GROUP, as RocketMQ's check service keeps them).
@@ -200,6 +193,35 @@ class TransactionService:
             results = append.records(prepared, now)
         return self.appender.after(results)  # type: ignore[no-any-return]
 
+    def prepare_columns(
+        self,
+        cols: Columns,
+        *,
+        producer_group: str,
+        extra_properties: Mapping[str, str] | None = None,
+    ) -> PutResults:
+        """Store the rows of ``cols`` as half messages (the columnar prepare)."""
+        encoder = self.encoder
+        encoder.ensure_system_topic(TRANS_HALF_TOPIC, 1)
+        encoder.ensure_system_topic(TRANS_OP_HALF_TOPIC, 1)
+        check_extra_properties(extra_properties)
+        extra = properties_text(extra_properties or {})
+        if not encoder.columnar:
+            return self.prepare(  # type: ignore[return-value]
+                cols.messages(),
+                producer_group=producer_group,
+                extra_properties=dict(extra_properties or {}),
+            )
+        now = self.clock()
+        batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings = encoder.columns(
+            cols, now, (producer_group, extra)
+        )
+        with self.appender.locked() as append:
+            results, _ = append.columns(
+                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+            )
+        return self.appender.after(results)  # type: ignore[no-any-return]
+
     # -- commit / rollback -----------------------------------------------------------------
 
     def end(self, half_offsets: Iterable[int], commit: bool) -> Sequence[PutResult]:
@@ -209,7 +231,7 @@ class TransactionService:
         way: TransactionError, and nothing is written. Returns the committed
         records' results.
         """
-        wanted = _sorted_unique(
+        wanted = sorted_unique(
             half_offsets
             if isinstance(half_offsets, np.ndarray)
             else np.fromiter((int(o) for o in half_offsets), dtype=np.int64)
@@ -224,7 +246,7 @@ class TransactionService:
             put_back = (states == HalfState.MOVED.value) | (states == HalfState.RESOLVED.value)
             if bool(put_back.any()):
                 # Halves a check put back: the transaction lives on in the copy.
-                wanted = _sorted_unique(self._live(wanted, states))
+                wanted = sorted_unique(self._live(wanted, states))
                 states = self._resolved.get_many(wanted)
             other = HalfState.ROLLED_BACK if commit else HalfState.COMMITTED
             clash = np.flatnonzero(states == other.value)
@@ -379,7 +401,7 @@ class TransactionService:
                 if op.tags != TRANS_OP_REMOVE_TAG:
                     continue
                 how = op.properties.get(PROPERTY_RESOLUTION)
-                done = _op_offsets(op.body)
+                done = op_offsets(op.body)
                 moved_to = op.properties.get(PROPERTY_MOVED_TO, "")
                 if how == RESOLUTION_PUT_BACK and moved_to.isdigit():
                     self._note_moves(np.sort(done), int(moved_to))
@@ -540,7 +562,7 @@ class TransactionService:
                 counts["discarded"] += 1
                 log.warning("half message %s checked %d times; rolled back", half.msg_id, checks)
                 continue
-            answer = _state(callback(half))
+            answer = answer_state(callback(half))
             if answer is TransactionState.COMMIT:
                 to_commit.append(off)
                 counts["commit"] += 1
@@ -651,103 +673,6 @@ class TransactionService:
             if origin is not None and origin.isdigit():
                 copies[int(origin)] = off
         return copies
-
-
-def _state(answer: TransactionState | str | bool | None) -> TransactionState:
-    if isinstance(answer, TransactionState):
-        return answer
-    if answer is True:
-        return TransactionState.COMMIT
-    if answer is False:
-        return TransactionState.ROLLBACK
-    if answer is None:
-        return TransactionState.UNKNOWN
-    text = str(answer).upper()
-    if text.startswith("COMMIT"):
-        return TransactionState.COMMIT
-    if text.startswith("ROLLBACK"):
-        return TransactionState.ROLLBACK
-    return TransactionState.UNKNOWN
-
-
-class _ResolutionTable:
-    """How each half queue offset was resolved, one byte per offset.
-
-    Offsets below ``floor`` (the persisted check progress) are resolved even
-    when this process never read the op that says how.
-    """
-
-    def __init__(self) -> None:
-        self._b = np.zeros(0, dtype=np.uint8)
-        self.floor = 0
-
-    def _grow(self, upto: int) -> None:
-        if upto > len(self._b):
-            bigger = np.zeros(max(upto, 2 * len(self._b), 1024), dtype=np.uint8)
-            bigger[: len(self._b)] = self._b
-            self._b = bigger
-
-    def get(self, off: int) -> int:
-        state = int(self._b[off]) if 0 <= off < len(self._b) else HalfState.OPEN
-        return HalfState.RESOLVED if state == HalfState.OPEN and off < self.floor else state
-
-    def get_many(self, offs: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(offs), dtype=np.uint8)
-        inside = offs < len(self._b)
-        out[inside] = self._b[offs[inside]]
-        out[(out == HalfState.OPEN.value) & (offs < self.floor)] = HalfState.RESOLVED
-        return out
-
-    def set_many(self, offs: np.ndarray, state: int) -> None:
-        if len(offs):
-            self._grow(int(offs.max()) + 1)
-            self._b[offs] = state
-
-    def set_open(self, offs: np.ndarray, state: int) -> None:
-        """Set ``state`` where nothing is recorded yet (the first op record wins)."""
-        if len(offs):
-            a = np.asarray(offs, dtype=np.int64)
-            self._grow(int(a.max()) + 1)
-            a = a[self._b[a] == HalfState.OPEN.value]
-            self._b[a] = state
-
-
-def _op_offsets(body: bytes) -> np.ndarray:
-    """The half queue offsets an op record's body lists ("12,13,14").
-
-    Parsed in numpy; a body with anything but digits and separators (RocketMQ
-    writes none) is parsed leniently, item by item, skipping what is not a number.
-    """
-    text = body.strip()
-    if not text:
-        return np.empty(0, dtype=np.int64)
-    if (
-        text.replace(b",", b"").isdigit()
-        and b",," not in text
-        and text[:1] != b","
-        and text[-1:] != b","
-    ):
-        # digits between single separators: numpy's text parser (~12 ns an offset)
-        return np.fromstring(text.decode("ascii"), dtype=np.int64, sep=",")
-    return np.array(
-        [
-            int(p)
-            for p in body.decode("ascii", "replace").split(OFFSET_SEPARATOR)
-            if p.strip().isdigit()
-        ],
-        dtype=np.int64,
-    )
-
-
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    """np.unique for int arrays, without its hash table (slow at 500k values here)."""
-    values = np.asarray(values, dtype=np.int64)
-    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
-        return values  # already ascending: the sink's runs are
-    values = np.sort(values)
-    keep = np.ones(len(values), dtype=bool)
-    keep[1:] = values[1:] != values[:-1]
-    return values[keep]
 
 
 def _read_entries(cq: Any, offsets: np.ndarray) -> np.ndarray:

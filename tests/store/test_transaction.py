@@ -168,7 +168,7 @@ def test_a_commit_killed_midway_leaves_nothing_and_can_be_redone(tmp_path, mode)
 
 
 def test_op_record_bodies_are_parsed_strictly_when_clean_and_leniently_otherwise():
-    from rocketspark.store.transaction import _op_offsets
+    from rocketspark.store.half_resolution import op_offsets as _op_offsets
 
     assert _op_offsets(b"1,2,30").tolist() == [1, 2, 30]
     assert _op_offsets(b",".join(b"%d" % i for i in range(100_000))).tolist() == list(
