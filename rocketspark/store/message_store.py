@@ -49,7 +49,7 @@ from rocketspark.message.results import (
     PutResults,
     no_results,
 )
-from rocketspark.store import layout
+from rocketspark.store import clean, group_offsets, layout
 from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.columns import Columns
@@ -58,7 +58,7 @@ from rocketspark.store.commit_log import (
     PreparedRecord,
 )
 from rocketspark.store.config import MessageStoreConfig, canonical_key
-from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues, check_queue
+from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import Dispatcher
 from rocketspark.store.encoder import Encoder
@@ -639,42 +639,21 @@ class MessageStore:
     def delete_expired(
         self, now_ms: int | None = None, *, reserved_hours: float | None = None
     ) -> dict[str, int]:
-        """Delete CommitLog segments older than fileReservedTime, and what pointed into them.
-
-        As RocketMQ's clean services do: only whole segments from the front, by
-        their file's last modification time, never the segment being written or
-        one holding bytes not yet flushed and dispatched; then ConsumeQueue files
-        and index files that only point below the new CommitLog start. Queues'
-        min offsets move up; a reader asking for older offsets meets data loss
-        (OffsetOutOfRangeError, or the data source's failOnDataLoss). Embedded
-        stores have no daemon: call it (or ``rocketspark store clean``) from a job.
-        Returns how many files of each kind were deleted.
-        """
+        """Delete CommitLog segments older than fileReservedTime (``reserved_hours``), and
+        what pointed into them; returns how many files of each kind went (see clean.py)."""
         self._check_open()
-        # File ages are wall-clock times (mtime), whatever clock stamps messages.
-        now = time.time() * 1000 if now_ms is None else now_ms
-        hours = self.config.file_reserved_time if reserved_hours is None else reserved_hours
-        cutoff = now - hours * 3_600_000
-        done = {"commitlog": 0, "consumequeue": 0, "index": 0}
-        with self.appender.write_lock:
-            self.appender.sync()
-            state = self.state
-            safe_end = min(state.commit_pos, state.dispatched_pos, state.flushed_pos)
-            files = self.commit_log.files
-            files.refresh()
-            while len(files.files) > 1:
-                f = files.files[0]
-                if f.end_offset > safe_end or os.stat(f.path).st_mtime * 1000 > cutoff:
-                    break
-                files.delete_first()
-                done["commitlog"] += 1
-            # Queues and index are trimmed even when no segment went this time: a
-            # clean cut short after deleting segments left them pointing below.
-            new_min = files.min_offset
-            done["consumequeue"] = self.queues.delete_below(new_min)
-            done["index"] = self.index.delete_below(new_min)
-        log.info("store %s: deleted %s; CommitLog now starts at %d", self.root, done, new_min)
-        return done
+        return clean.delete_expired(
+            appender=self.appender,
+            state=self.state,
+            commit_log=self.commit_log,
+            queues=self.queues,
+            index=self.index,
+            root=self.root,
+            now_ms=now_ms,
+            reserved_hours=(
+                self.config.file_reserved_time if reserved_hours is None else reserved_hours
+            ),
+        )
 
     # -- flushing ----------------------------------------------------------------------
 
@@ -744,14 +723,7 @@ class MessageStore:
         if not offsets:
             return
         validate_group(group)
-        infos: dict[str, TopicInfo] = {}
-        for (topic, queue_id), offset in offsets.items():
-            if offset < 0:
-                raise OffsetOutOfRangeError(
-                    f"offset to commit for {topic}/{queue_id} must be >= 0, got {offset}"
-                )
-            info = infos.get(topic) or infos.setdefault(topic, self.topic(topic))
-            check_queue(info.name, queue_id, info.read_queue_nums, info.write_queue_nums)
+        group_offsets.check_commits(offsets, self.topic)
         self.offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -760,28 +732,18 @@ class MessageStore:
         return self.offsets.query(group, topic, queue_id)
 
     def lag(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
-        """Return, per (topic, queue), how many messages the group has yet to consume.
-
-        Queues the group never committed count from their min offset. Without
-        ``topic``, topics the group committed that no longer exist are left out
-        (a consumerOffset.json can outlive a topic, as a broker's does).
-        """
+        """Return, per (topic, queue), how many messages the group has yet to consume
+        (from the min offset where it never committed; see group_offsets.lag)."""
         self._check_open()
-        topics = (
-            [topic]
-            if topic is not None
-            else sorted({t for t, _q in self.offsets.offsets_of_group(group) if self.has_topic(t)})
+        return group_offsets.lag(
+            group,
+            topic,
+            offsets=self.offsets,
+            topics=self.topics,
+            queues=self.queues,
+            commit_log=self.commit_log,
+            topic_info=self.topic,
         )
-        out: dict[tuple[str, int], int] = {}
-        for t in topics:
-            info = self.topic(t)
-            for q in range(info.read_queue_nums):
-                hi = self.max_offset(t, q)
-                done = self.committed_offset(group, t, q)
-                if done is None:
-                    done = self.min_offset(t, q)
-                out[(t, q)] = max(0, hi - done)
-        return out
 
     # -- retry and dead letters --------------------------------------------------------
 
