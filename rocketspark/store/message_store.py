@@ -50,38 +50,23 @@ from rocketspark.message.results import (
     no_results,
 )
 from rocketspark.store import clean, group_offsets, layout
-from rocketspark.store.appender import Appender
-from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.columns import Columns
 from rocketspark.store.commit_log import (
-    CommitLog,
     PreparedRecord,
 )
 from rocketspark.store.config import MessageStoreConfig, canonical_key
-from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
-from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
-from rocketspark.store.dispatch import Dispatcher
-from rocketspark.store.encoder import Encoder
+from rocketspark.store.consume_queue import ConsumeQueue
+from rocketspark.store.disk_guard import reserve_sparse_files
 from rocketspark.store.half_resolution import half_offsets
-from rocketspark.store.index_service import IndexService
-from rocketspark.store.metadata import (
-    ConsumerOffsetTable,
-    DelayOffsetTable,
-    SinkLedgerTable,
-    SubscriptionGroupTable,
-    TopicConfigTable,
-)
-from rocketspark.store.reader import Reader
-from rocketspark.store.recovery import Recovery, RecoveryReport
-from rocketspark.store.schedule import ScheduleService
-from rocketspark.store.send_back import SendBack
+from rocketspark.store.parts import compose
+from rocketspark.store.recovery import RecoveryReport
 from rocketspark.store.store_state import (
     ABORT_FILE,
     STATE_FORMAT_VERSION,
     StoreLock,
     StoreState,
 )
-from rocketspark.store.transaction import HalfStatus, TransactionService, UnknownHalves
+from rocketspark.store.transaction import HalfStatus, UnknownHalves
 
 log = logging.getLogger(__name__)
 
@@ -182,117 +167,35 @@ class MessageStore:
             )
 
     def _compose(self, config: MessageStoreConfig, clock: Clock) -> None:
-        """Make the store's parts and hand each the others it works with."""
-        root, writable = self.root, self._files_writable
-        self._guard = DiskGuard(
-            root,
-            config.disk_space_warning_level_ratio,
-            config.disk_space_clean_forcibly_ratio,
-            config.disk_max_used_space_ratio,
-        )
-        # Warming pages ahead (CommitLog.warm) helps ASYNC_FLUSH ~25% here but makes
-        # every SYNC_FLUSH msync slower (3.9k vs 6.6k puts/s, 4 producers, A/B).
-        self.commit_log = CommitLog(
-            root,
-            config.mapped_file_size_commit_log,
-            self.store_host,
-            writable=writable,
-            warm=config.flush_disk_type != "SYNC_FLUSH",
-        )
-        self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
-        self.index = IndexService(
-            os.path.join(root, "index"),
-            hash_slot_num=config.max_hash_slot_num,
-            index_num=config.max_index_num,
-            writable=writable,
-        )
-        config_dir = os.path.join(root, "config")
-        self.topics = TopicConfigTable(config_dir)
-        self.offsets = ConsumerOffsetTable(config_dir)
-        self.groups = SubscriptionGroupTable(config_dir, config.max_reconsume_times)
-        self.delay_offsets = DelayOffsetTable(config_dir)
-        self.sink_ledger = SinkLedgerTable(config_dir)
-        self.queues = ConsumeQueues(
-            root, config.mapped_file_size_consume_queue, self.topics, writable=writable
-        )
-        delay_ms = config.delay_levels_ms()
-        self.encoder = Encoder(
-            root=root,
+        """Make the store's parts (parts.compose) and keep them as attributes."""
+        parts = compose(
+            root=self.root,
             config=config,
-            topics=self.topics,
+            clock=clock,
+            state=self.state,
             store_host=self.store_host,
             born_host=self.born_host,
-            segment_size=self.commit_log.segment_size,
-        )
-        self.dispatcher = Dispatcher(
-            root=root,
-            commit_log=self.commit_log,
-            index=self.index,
-            queues=self.queues,
-            delay_ms=delay_ms,
-        )
-        self.recovery = Recovery(
-            root=root,
-            config=config,
-            state=self.state,
-            commit_log=self.commit_log,
-            checkpoint=self.checkpoint,
-            index=self.index,
-            queues=self.queues,
-            topics=self.topics,
-            redispatch=self.dispatcher.scan,
-            queue_code=self.dispatcher.queue_code,
-            gaps=self.dispatcher.gaps,
-        )
-        self.appender = Appender(
-            root=root,
-            config=config,
-            state=self.state,
-            commit_log=self.commit_log,
-            index=self.index,
-            checkpoint=self.checkpoint,
-            queues=self.queues,
-            dispatcher=self.dispatcher,
-            guard=self._guard,
+            writable=self._files_writable,
             write_refused=self._write_refused,
-            clock=clock,
-            store_host=self.store_host,
-            born_host=self.born_host,
-            damage_error=self.recovery.damage_error,
-            rebuild_queues=self.recovery.rebuild_queues,
         )
-        self._transactions = TransactionService(
-            appender=self.appender,
-            encoder=self.encoder,
-            queues=self.queues,
-            commit_log=self.commit_log,
-            topics=self.topics,
-            offsets=self.offsets,
-            clock=clock,
-            born_host=self.born_host,
-            timeout_ms=config.transaction_timeout,
-            max_checks=config.transaction_check_max,
-        )
-        self._schedule = ScheduleService(
-            appender=self.appender,
-            encoder=self.encoder,
-            queues=self.queues,
-            commit_log=self.commit_log,
-            topics=self.topics,
-            delay_offsets=self.delay_offsets,
-            clock=clock,
-            levels=len(delay_ms),
-        )
-        self._send_backs = SendBack(
-            encoder=self.encoder,
-            appender=self.appender,
-            groups=self.groups,
-            delay_ms=delay_ms,
-            clock=clock,
-        )
-        self.reader = Reader(
-            config, self.commit_log, self.queues, self.index, self.state, self.appender.arrivals
-        )
+        self._guard = parts.guard
+        self.commit_log = parts.commit_log
+        self.checkpoint = parts.checkpoint
+        self.index = parts.index
+        self.topics = parts.topics
+        self.offsets = parts.offsets
+        self.groups = parts.groups
+        self.delay_offsets = parts.delay_offsets
+        self.sink_ledger = parts.sink_ledger
+        self.queues = parts.queues
+        self.encoder = parts.encoder
+        self.dispatcher = parts.dispatcher
+        self.recovery = parts.recovery
+        self.appender = parts.appender
+        self._transactions = parts.transactions
+        self._schedule = parts.schedule
+        self._send_backs = parts.send_backs
+        self.reader = parts.reader
 
     def _recover(self, truncate_at: int | None, full: bool) -> None:
         """Recover (the first opener, holding the lock exclusively), then share the lock."""
