@@ -179,7 +179,8 @@ class MessageStore:
                 f"store {self.root} is open in a process using state format "
                 f"{version}; this rocketspark uses {STATE_FORMAT_VERSION}"
             )
-        if first and self.state.valid and version > STATE_FORMAT_VERSION:
+        # a valid state file always has a version (StoreState sets None only when invalid)
+        if first and self.state.valid and version > STATE_FORMAT_VERSION:  # type: ignore[operator]
             raise StoreLockedError(
                 f"store {self.root} was written by a newer rocketspark (state format "
                 f"{version} > {STATE_FORMAT_VERSION})"
@@ -997,7 +998,8 @@ def _half_offsets(half: object) -> list[int] | np.ndarray:
                     f"a half message is named by its PutResult or its queue "
                     f"offset (an integer), got {h!r}"
                 )
-            if not 0 <= h <= INT64_MAX:
+            # typeshed's numbers.Integral declares < and <= only; int compares with it at run time
+            if not 0 <= h <= INT64_MAX:  # type: ignore[operator]
                 raise OffsetOutOfRangeError(f"no half message at offset {h} of {TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out
