@@ -29,8 +29,8 @@ from rocketspark.store.commit_log import MAGIC_PREFIX, CommitLog, data_ranges
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue, ConsumeQueues
 from rocketspark.store.index_service import IndexService
-from rocketspark.store.metadata import TopicConfigTable
 from rocketspark.store.store_state import ABORT_FILE, StoreState
+from rocketspark.store.topic_config import TopicConfigTable
 
 log = logging.getLogger(__name__)
 

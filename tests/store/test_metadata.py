@@ -18,10 +18,10 @@ from rocketspark.store.metadata import (
     ConsumerOffsetTable,
     DelayOffsetTable,
     SubscriptionGroupTable,
-    TopicConfigTable,
     read_json,
     write_json,
 )
+from rocketspark.store.topic_config import TopicConfigTable
 
 ROOT = Path(__file__).resolve().parents[2]
 
