@@ -89,7 +89,7 @@ from rocketspark.store.columns import (
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.metadata import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable
 
 # A columnar put encoded: the batch, the UNIQ_KEY prefix and first counter, the rows
 # that have their own UNIQ_KEY (row -> key), the rows with keys and their KEYS text.

@@ -73,7 +73,6 @@ from rocketspark.store.metadata import (
     DelayOffsetTable,
     SinkLedgerTable,
     SubscriptionGroupTable,
-    TopicConfigTable,
 )
 from rocketspark.store.reader import Reader
 from rocketspark.store.recovery import Recovery, RecoveryReport
@@ -85,6 +84,7 @@ from rocketspark.store.store_state import (
     StoreLock,
     StoreState,
 )
+from rocketspark.store.topic_config import TopicConfigTable
 from rocketspark.store.transaction import HalfStatus, TransactionService, UnknownHalves
 
 log = logging.getLogger(__name__)
