@@ -206,6 +206,16 @@ def _remoting_rule(edge: Edge) -> bool:
     return _within(edge.source, _R) and edge.source not in allowed and _within(edge.target, _S)
 
 
+def _client_rule(edge: Edge) -> bool:
+    # Only a backend module may reach what it wraps (the store now, the protocol later);
+    # nothing in client/ reaches up to the Spark side.
+    backends = (f"{PACKAGE}.client.embedded", f"{PACKAGE}.client.remote")
+    within = _within(edge.source, f"{PACKAGE}.client")
+    down = _within(edge.target, _S) or _within(edge.target, _R)
+    up = _within(edge.target, _DS) or _within(edge.target, _DL)
+    return within and (up or (down and edge.source not in backends))
+
+
 def _facade_rule(edge: Edge) -> bool:
     # The package's lazy exports (and their TYPE_CHECKING twins) may name the facade.
     return _within(edge.source, _S) and edge.source != _S and _within(edge.target, _FACADE)
@@ -221,6 +231,7 @@ FORBIDDEN = {
     "datasource imports store or remoting": _datasource_rule,
     "deadletter imports store or remoting": _deadletter_rule,
     "remoting (outside processors/server) imports store": _remoting_rule,
+    "client (outside its backends) imports store or remoting, or the Spark side": _client_rule,
     "a store module imports the message_store facade": _facade_rule,
     "errors imports ours": _errors_rule,
 }

@@ -217,7 +217,8 @@ class Columns:
             # None: not set; any other value is Message's to check (as the row loop does)
             out.append(
                 Message(
-                    t if t is not None else self.topic,
+                    # a topic of None (no default either) is Message's to refuse
+                    t if t is not None else self.topic,  # type: ignore[arg-type]
                     b,
                     tags=tg,
                     keys=k,

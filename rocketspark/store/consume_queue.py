@@ -33,7 +33,7 @@ from rocketspark.store.mapped_file import (
 )
 
 if TYPE_CHECKING:
-    from rocketspark.store.metadata import TopicConfigTable
+    from rocketspark.store.topic_config import TopicConfigTable
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(

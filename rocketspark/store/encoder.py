@@ -89,7 +89,7 @@ from rocketspark.store.columns import (
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.metadata import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable
 
 # A columnar put encoded: the batch, the UNIQ_KEY prefix and first counter, the rows
 # that have their own UNIQ_KEY (row -> key), the rows with keys and their KEYS text.
@@ -276,9 +276,10 @@ class Encoder:
 
             half_info = self.topic_info(TRANS_HALF_TOPIC)
             half_topic_head = half_info.topic_field.decode("latin-1")
+        named: Mapping[Any, Any] | None  # a row's properties by name, bound when it has any
         for i in range(n):
             # only None takes the default: an empty name is refused as Message's is
-            topic = col_topics[i] if col_topics is not None else None
+            topic: str | None = col_topics[i] if col_topics is not None else None
             if topic is None:
                 topic = default_topic
             if topic is None or (topic is not last_topic and topic != last_topic):
@@ -436,8 +437,11 @@ class Encoder:
                 try:
                     pb = text.encode("utf-8")
                 except UnicodeEncodeError:
-                    check_utf8_fields(
-                        f"row {i} of topic {topic!r}: ", named if props else {}, tag, key
+                    check_utf8_fields(  # named is bound to a mapping whenever props is truthy
+                        f"row {i} of topic {topic!r}: ",
+                        named if props else {},  # type: ignore[arg-type]
+                        tag,
+                        key,
                     )
                     raise  # the extra properties of a half were checked before
                 size = len(pb)
@@ -619,7 +623,7 @@ class Encoder:
         ).encode()
         if half is None:
             text = [uniq_head, PROPERTY_SEPARATOR_BYTES]
-            groups = [(None, np.arange(n))]
+            groups: list[tuple[int | None, np.ndarray]] = [(None, np.arange(n))]
             lead = topic_part
         else:
             group, extra = half
@@ -663,9 +667,8 @@ class Encoder:
             offsets[rows] = np.arange(m, dtype=np.int64) * width
             rest_len[rows] = width
             which[rows] = g
-        rests: Pieces | tuple[Pieces, ...] = Pieces(
-            buffers, offsets, rest_len, which if len(buffers) > 1 else 0
-        )
+        rests: Pieces | tuple[Pieces, ...]  # the template alone, or with TAGS and KEYS before it
+        rests = Pieces(buffers, offsets, rest_len, which if len(buffers) > 1 else 0)
         if tag_of is not None:
             heads = [f"{TAGS_PREFIX}{t}{end}".encode() if t else b"" for t in tag_values]
             head_p = Pieces(

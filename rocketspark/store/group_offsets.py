@@ -14,7 +14,8 @@ from rocketspark.store.consume_queue import check_queue
 if TYPE_CHECKING:
     from rocketspark.store.commit_log import CommitLog
     from rocketspark.store.consume_queue import ConsumeQueues
-    from rocketspark.store.metadata import ConsumerOffsetTable, TopicConfigTable
+    from rocketspark.store.metadata import ConsumerOffsetTable
+    from rocketspark.store.topic_config import TopicConfigTable
 
 
 def check_commits(

@@ -167,7 +167,8 @@ def half_offsets(half: object) -> list[int] | np.ndarray:
                     f"a half message is named by its PutResult or its queue "
                     f"offset (an integer), got {h!r}"
                 )
-            if not 0 <= int(h) <= INT64_MAX:
+            # typeshed's numbers.Integral declares < and <= only; int compares with it at run time
+            if not 0 <= h <= INT64_MAX:  # type: ignore[operator]
                 raise OffsetOutOfRangeError(f"no half message at offset {h} of {TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out

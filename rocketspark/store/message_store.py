@@ -160,7 +160,8 @@ class MessageStore:
                 f"store {self.root} is open in a process using state format "
                 f"{version}; this rocketspark uses {STATE_FORMAT_VERSION}"
             )
-        if first and self.state.valid and version > STATE_FORMAT_VERSION:
+        # a valid state file always has a version (StoreState sets None only when invalid)
+        if first and self.state.valid and version > STATE_FORMAT_VERSION:  # type: ignore[operator]
             raise StoreLockedError(
                 f"store {self.root} was written by a newer rocketspark (state format "
                 f"{version} > {STATE_FORMAT_VERSION})"

@@ -1,14 +1,13 @@
 """The JSON files under ``<storePathRootDir>/config/``, as RocketMQ's broker writes them.
 
-    topics.json             {"dataVersion": DV, "topicConfigTable": {topic: TopicConfig}}
-    TopicConfig             {"order": false, "perm": 6, "readQueueNums": 4,
-                             "topicFilterType": "SINGLE_TAG", "topicName": topic,
-                             "topicSysFlag": 0, "writeQueueNums": 4, ...}
     consumerOffset.json     {"offsetTable": {"topic@group": {queueId: nextOffset}}}
     subscriptionGroup.json  {"dataVersion": DV, "subscriptionGroupTable": {group: GroupConfig}}
     GroupConfig             {"groupName": group, "retryMaxTimes": 16, "retryQueueNums": 1, ...}
     delayOffset.json        {"offsetTable": {delayLevel: nextOffset}}
     DV (DataVersion)        {"counter": n, "stateVersion": 0, "timestamp": ms}
+
+topics.json (RocketMQ's TopicConfigManager) has its own module,
+:mod:`rocketspark.store.topic_config`, on the :class:`JsonTable` base defined here.
 
 RocketMQ serialises with fastjson, which writes integer map keys bare
 (``{0:120,1:98}``), so these files are not strict JSON. :func:`loads_lenient`
@@ -38,23 +37,16 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from rocketspark.errors import CorruptRecordError, TopicShrinkError
+from rocketspark.errors import CorruptRecordError
 from rocketspark.message.fastjson import dumps_fastjson, loads_lenient
-from rocketspark.message.model import (
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    MessageExt,
-    TopicInfo,
-)
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.store.mapped_file import disk_full, fsync_directory
 
 __all__ = [
-    "TOPICS_FILE",
     "CONSUMER_OFFSET_FILE",
     "SUBSCRIPTION_GROUP_FILE",
     "DELAY_OFFSET_FILE",
@@ -62,12 +54,13 @@ __all__ = [
     "ConsumerOffsetTable",
     "DelayOffsetTable",
     "SubscriptionGroupTable",
-    "TopicConfigTable",
     "read_json",
+    "JsonTable",
+    "as_dict",
+    "new_data_version",
     "write_json",
 ]
 
-TOPICS_FILE = "topics.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 DELAY_OFFSET_FILE = "delayOffset.json"
@@ -77,9 +70,6 @@ BAK_SUFFIX = ".bak"
 LOCK_SUFFIX = ".lock"
 TOPIC_GROUP_SEPARATOR = "@"
 
-PERM_READ = 0x4
-PERM_WRITE = 0x2
-PERM_INHERIT = 0x1
 
 # --- atomic files with a backup ----------------------------------------------------
 
@@ -234,7 +224,7 @@ def read_json(path: str | os.PathLike[str]) -> Any | None:
 # --- tables ------------------------------------------------------------------------
 
 
-def _new_data_version() -> dict[str, int]:
+def new_data_version() -> dict[str, int]:
     return {"counter": 0, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
 
 
@@ -242,12 +232,12 @@ def _next_version(data: dict[str, Any]) -> None:
     """Advance ``dataVersion`` as RocketMQ's DataVersion.nextVersion does."""
     version = data.get("dataVersion")
     if not isinstance(version, dict):
-        version = data["dataVersion"] = _new_data_version()
+        version = data["dataVersion"] = new_data_version()
     version["counter"] = int(version.get("counter", 0)) + 1
     version["timestamp"] = int(time.time() * 1000)
 
 
-def _as_dict(value: Any, what: str) -> dict[Any, Any]:
+def as_dict(value: Any, what: str) -> dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -256,10 +246,10 @@ def _as_dict(value: Any, what: str) -> dict[Any, Any]:
 
 
 def _int_keyed(table: Any, what: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in _as_dict(table, what).items()}
+    return {int(k): int(v) for k, v in as_dict(table, what).items()}
 
 
-class _JsonTable:
+class JsonTable:
     """One config/ JSON file shared by threads and processes.
 
     The content is a dict kept in memory and re-read whenever the file on disk
@@ -360,141 +350,7 @@ class _JsonTable:
             self._write()
 
 
-class TopicConfigTable(_JsonTable):
-    """topics.json: each topic's queue counts, permission and flags."""
-
-    file_name = TOPICS_FILE
-    versioned = True
-
-    def _empty(self) -> dict[str, Any]:
-        return {"dataVersion": _new_data_version(), "topicConfigTable": {}}
-
-    def _decode(self, obj: Any) -> dict[str, Any]:
-        data = _as_dict(obj, TOPICS_FILE)
-        table = data["topicConfigTable"] = _as_dict(
-            data.get("topicConfigTable"), "topicConfigTable"
-        )
-        for name, cfg in table.items():
-            _as_dict(cfg, f"topic {name}")
-        return data
-
-    def get(self, topic: str) -> dict[str, Any] | None:
-        """Return a copy of the topic's TopicConfig, or None if there is no such topic."""
-        cfg = self._current()["topicConfigTable"].get(topic)
-        return dict(cfg) if cfg is not None else None
-
-    def names(self) -> list[str]:
-        """Return the names of all topics, in file order."""
-        return list(self._current()["topicConfigTable"])
-
-    def info(self, topic: str) -> TopicInfo | None:
-        """Return the topic's queue counts, permission and order flag, or None if there
-        is no such topic."""
-        cfg = self.get(topic)
-        if cfg is None:
-            return None
-        return TopicInfo(
-            cfg["topicName"],
-            int(cfg["readQueueNums"]),
-            int(cfg["writeQueueNums"]),
-            int(cfg.get("perm", 6)),
-            bool(cfg.get("order", False)),
-        )
-
-    def create(
-        self,
-        topic: str,
-        read_queues: int,
-        write_queues: int,
-        *,
-        perm: int = 6,
-        order: bool = False,
-        on_disk: bool = False,
-    ) -> None:
-        """Create the topic, or change its queue counts, permission and order flag.
-
-        ``perm`` is PERM_READ | PERM_WRITE | PERM_INHERIT bits. Other fields of
-        an existing topic (topicSysFlag, attributes, ...) are kept. Nothing is
-        written when nothing changes. Raises InvalidNameError for a topic name
-        RocketMQ would refuse (``on_disk``: see ``validate_topic``).
-        """
-        validate_topic(topic, on_disk=on_disk)
-        wanted = {
-            "order": order,
-            "perm": perm,
-            "readQueueNums": read_queues,
-            "topicName": topic,
-            "writeQueueNums": write_queues,
-        }
-        existing = self.get(topic)
-        if existing is not None and all(existing.get(k) == v for k, v in wanted.items()):
-            return
-
-        def change(data: dict[str, Any]) -> bool:
-            table = data["topicConfigTable"]
-            old = table.get(topic)
-            if old is not None and all(old.get(k) == v for k, v in wanted.items()):
-                return False
-            # New entries take fastjson's (alphabetical) field order.
-            cfg = (
-                old
-                if old is not None
-                else {
-                    "attributes": {},
-                    "order": False,
-                    "perm": PERM_READ | PERM_WRITE,
-                    "readQueueNums": 0,
-                    "topicFilterType": "SINGLE_TAG",
-                    "topicName": topic,
-                    "topicSysFlag": 0,
-                    "writeQueueNums": 0,
-                }
-            )
-            cfg.update(wanted)
-            table[topic] = cfg
-            return True
-
-        self._modify(change)
-
-    def check_shrink(
-        self,
-        topic: str,
-        queues: int,
-        *,
-        holds_messages: Callable[[int], bool],
-        pending: Callable[[], Iterable[MessageExt]],
-    ) -> None:
-        """Refuse (TopicShrinkError) to give ``topic`` ``queues`` queues if that would hide
-        messages: those of the queues dropped (they stay on disk, unread), and delayed or
-        half messages bound for them (delivered, they would be in a queue no consumer reads).
-
-        ``holds_messages(queue_id)``: does the queue hold messages; ``pending()``: the
-        messages still to be delivered, their destination in REAL_TOPIC / REAL_QID.
-        """
-        existing = self.get(topic)
-        if existing is None:
-            return
-        current = max(int(existing.get("readQueueNums", 0)), int(existing.get("writeQueueNums", 0)))
-        holding = [q for q in range(queues, current) if holds_messages(q)]
-        if queues < current:
-            awaited = set()
-            for message in pending():
-                props = message.properties
-                if props.get(PROPERTY_REAL_TOPIC) == topic:
-                    q = props.get(PROPERTY_REAL_QUEUE_ID, "0")
-                    if q.isdigit() and int(q) >= queues:
-                        awaited.add(int(q))
-            holding = sorted(set(holding) | awaited)
-        if holding:
-            raise TopicShrinkError(
-                f"topic {topic!r} has {current} queues; {queues} would hide the messages of "
-                f"queue(s) {', '.join(map(str, holding))}, which hold messages (or "
-                "delayed or half messages are bound for). Pass "
-                "force=True (rocketspark topic create --force) to shrink it anyway"
-            )
-
-
-class ConsumerOffsetTable(_JsonTable):
+class ConsumerOffsetTable(JsonTable):
     """consumerOffset.json: per ``topic@group`` and queue, the next offset to consume."""
 
     file_name = CONSUMER_OFFSET_FILE
@@ -503,10 +359,10 @@ class ConsumerOffsetTable(_JsonTable):
         return {"offsetTable": {}}
 
     def _decode(self, obj: Any) -> dict[str, Any]:
-        data = _as_dict(obj, CONSUMER_OFFSET_FILE)
+        data = as_dict(obj, CONSUMER_OFFSET_FILE)
         data["offsetTable"] = {
             key: _int_keyed(queues, key)
-            for key, queues in _as_dict(data.get("offsetTable"), "offsetTable").items()
+            for key, queues in as_dict(data.get("offsetTable"), "offsetTable").items()
         }
         return data
 
@@ -569,7 +425,7 @@ class ConsumerOffsetTable(_JsonTable):
         )
 
 
-class SubscriptionGroupTable(_JsonTable):
+class SubscriptionGroupTable(JsonTable):
     """subscriptionGroup.json: each consumer group's settings, among them retryMaxTimes."""
 
     file_name = SUBSCRIPTION_GROUP_FILE
@@ -580,15 +436,15 @@ class SubscriptionGroupTable(_JsonTable):
         super().__init__(config_dir)
 
     def _empty(self) -> dict[str, Any]:
-        return {"dataVersion": _new_data_version(), "subscriptionGroupTable": {}}
+        return {"dataVersion": new_data_version(), "subscriptionGroupTable": {}}
 
     def _decode(self, obj: Any) -> dict[str, Any]:
-        data = _as_dict(obj, SUBSCRIPTION_GROUP_FILE)
-        table = data["subscriptionGroupTable"] = _as_dict(
+        data = as_dict(obj, SUBSCRIPTION_GROUP_FILE)
+        table = data["subscriptionGroupTable"] = as_dict(
             data.get("subscriptionGroupTable"), "subscriptionGroupTable"
         )
         for name, cfg in table.items():
-            _as_dict(cfg, f"group {name}")
+            as_dict(cfg, f"group {name}")
         return data
 
     def _new_group(self, group: str) -> dict[str, Any]:
@@ -641,7 +497,7 @@ class SubscriptionGroupTable(_JsonTable):
         return int(cfg["retryMaxTimes"])
 
 
-class DelayOffsetTable(_JsonTable):
+class DelayOffsetTable(JsonTable):
     """delayOffset.json: per delay level, the next SCHEDULE_TOPIC_XXXX offset to deliver."""
 
     file_name = DELAY_OFFSET_FILE
@@ -650,7 +506,7 @@ class DelayOffsetTable(_JsonTable):
         return {"offsetTable": {}}
 
     def _decode(self, obj: Any) -> dict[str, Any]:
-        data = _as_dict(obj, DELAY_OFFSET_FILE)
+        data = as_dict(obj, DELAY_OFFSET_FILE)
         data["offsetTable"] = _int_keyed(data.get("offsetTable"), "offsetTable")
         return data
 
@@ -677,7 +533,7 @@ class DelayOffsetTable(_JsonTable):
         return dict(self._current()["offsetTable"])
 
 
-class SinkLedgerTable(_JsonTable):
+class SinkLedgerTable(JsonTable):
     """rocketsparkSinks.json: what each exactly-once Spark sink committed (ours, not RocketMQ's).
 
     Per sink id: ``committed``, the highest Spark batch id whose half messages
@@ -695,14 +551,14 @@ class SinkLedgerTable(_JsonTable):
         return {"sinks": {}}
 
     def _decode(self, obj: Any) -> dict[str, Any]:
-        data = _as_dict(obj, SINK_LEDGER_FILE)
-        sinks = _as_dict(data.get("sinks", {}), "sinks")
+        data = as_dict(obj, SINK_LEDGER_FILE)
+        sinks = as_dict(data.get("sinks", {}), "sinks")
         for sink_id, entry in sinks.items():
-            entry = _as_dict(entry, f"sink {sink_id}")
+            entry = as_dict(entry, f"sink {sink_id}")
             entry["committed"] = int(entry.get("committed", -1))
             pending = entry.get("pending")
             if pending is not None:
-                pending = _as_dict(pending, f"pending batch of sink {sink_id}")
+                pending = as_dict(pending, f"pending batch of sink {sink_id}")
                 pending["batch"] = int(pending["batch"])
                 pending["runs"] = [[int(a), int(b)] for a, b in pending["runs"]]
                 pending["query"] = _optional_text(pending.get("query"), sink_id)

@@ -24,13 +24,13 @@ from rocketspark.store.metadata import (
     DelayOffsetTable,
     SinkLedgerTable,
     SubscriptionGroupTable,
-    TopicConfigTable,
 )
 from rocketspark.store.reader import Reader
 from rocketspark.store.recovery import Recovery
 from rocketspark.store.schedule import ScheduleService
 from rocketspark.store.send_back import SendBack
 from rocketspark.store.store_state import StoreState
+from rocketspark.store.topic_config import TopicConfigTable
 from rocketspark.store.transaction import TransactionService
 
 

@@ -25,12 +25,13 @@ from rocketspark.message.model import TRANS_HALF_TOPIC, SysFlag, transaction_typ
 from rocketspark.message.names import validate_topic
 from rocketspark.message.record import RECORD_INVALID, RecordCheck, check_record
 from rocketspark.store.checkpoint import StoreCheckpoint
-from rocketspark.store.commit_log import MAGIC_PREFIX, CommitLog, data_ranges
+from rocketspark.store.commit_log import CommitLog
+from rocketspark.store.commit_log_scan import MAGIC_PREFIX, data_ranges
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, ConsumeQueue, ConsumeQueues
 from rocketspark.store.index_service import IndexService
-from rocketspark.store.metadata import TopicConfigTable
 from rocketspark.store.store_state import ABORT_FILE, StoreState
+from rocketspark.store.topic_config import TopicConfigTable
 
 log = logging.getLogger(__name__)
 

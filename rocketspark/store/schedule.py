@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from rocketspark.store.commit_log import CommitLog, PreparedRecord
     from rocketspark.store.consume_queue import ConsumeQueues
     from rocketspark.store.encoder import Encoder
-    from rocketspark.store.metadata import DelayOffsetTable, TopicConfigTable
+    from rocketspark.store.metadata import DelayOffsetTable
+    from rocketspark.store.topic_config import TopicConfigTable
 
 log = logging.getLogger(__name__)
 

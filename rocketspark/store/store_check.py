@@ -26,7 +26,7 @@ from rocketspark.message.java_hash import tags_code
 from rocketspark.message.model import SCHEDULE_TOPIC, transaction_type
 from rocketspark.message.record import RECORD_INVALID, check_record
 from rocketspark.store import layout
-from rocketspark.store.commit_log import find_valid_record, scan_files
+from rocketspark.store.commit_log_scan import find_valid_record, scan_files
 from rocketspark.store.consume_queue import CQ_ENTRY_DTYPE, CQ_STORE_UNIT_SIZE
 from rocketspark.store.mapped_file import FILE_NAME_DIGITS, MappedFileQueue, data_end
 from rocketspark.store.store_state import (

@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from rocketspark.store.commit_log import CommitLog, PreparedRecord
     from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
     from rocketspark.store.encoder import Encoder
-    from rocketspark.store.metadata import ConsumerOffsetTable, TopicConfigTable
+    from rocketspark.store.metadata import ConsumerOffsetTable
+    from rocketspark.store.topic_config import TopicConfigTable
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from rocketspark.store.commit_log import CommitLog
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE
 from rocketspark.store.encoder import Encoder
-from rocketspark.store.metadata import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable
 from tests.store.helpers.stores import SMALL
 
 NOW = 1_700_000_000_000

@@ -11,7 +11,7 @@ import pytest
 from rocketspark.errors import OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.store import Message, MessageStore
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, ConsumeQueues
-from rocketspark.store.metadata import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable
 from tests.store.helpers.stores import SMALL
 
 FILE = CQ_STORE_UNIT_SIZE * 4  # four entries a file

@@ -16,7 +16,7 @@ from rocketspark.message.record import (
 from rocketspark.store.columns import Columns
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.encoder import UNIFORM_MIN, Encoder, TopicWriteInfo
-from rocketspark.store.metadata import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable
 
 NOW = 1_700_000_000_000
 

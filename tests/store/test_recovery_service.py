@@ -21,9 +21,9 @@ from rocketspark.store.checkpoint import StoreCheckpoint
 from rocketspark.store.commit_log import CommitLog
 from rocketspark.store.consume_queue import ConsumeQueues
 from rocketspark.store.index_service import IndexService
-from rocketspark.store.metadata import TopicConfigTable
 from rocketspark.store.recovery import Recovery
 from rocketspark.store.store_state import ABORT_FILE, StoreState
+from rocketspark.store.topic_config import TopicConfigTable
 
 GEOMETRY = dict(
     mappedFileSizeCommitLog=1 << 16,

@@ -176,7 +176,7 @@ def test_a_schedule_service_over_the_stores_parts_delivers_what_is_due_level_by_
         service = ScheduleService(
             appender=s.appender,
             encoder=s.encoder,
-            queue=s.queues.queue,
+            queues=s.queues,
             commit_log=s.commit_log,
             topics=s.topics,
             delay_offsets=s.delay_offsets,
