@@ -227,7 +227,8 @@ class RetryPipeline:
             if given is None:
                 continue
             try:
-                msg_id = client.message_id_at(int(given)) if name != "msgId" else str(given)
+                # msgIds are hex: one message named in either case is sent back once
+                msg_id = client.message_id_at(int(given)) if name != "msgId" else str(given).upper()
                 if msg_id in seen:
                     continue
                 seen.add(msg_id)
@@ -260,7 +261,9 @@ def _failed_row_id(row: Any) -> tuple[str, Any]:
     fields = row.asDict() if hasattr(row, "asDict") else row._asdict()
     if "msgId" in fields:
         return "msgId", fields["msgId"]
-    return "commitLogOffset", fields.get("commitLogOffset")
+    if "commitLogOffset" in fields:
+        return "commitLogOffset", fields["commitLogOffset"]
+    raise ConfigError(f"a failed row names no message (it needs msgId): {sorted(fields)}")
 
 
 def _reason_text(reason: Any) -> str:

@@ -430,3 +430,17 @@ def test_failed_rows_are_named_by_msg_id(tmp_path):
         (sent,) = s.pull("SCHEDULE_TOPIC_XXXX", 2, 0, 10).messages
     assert sent.properties["ORIGIN_MESSAGE_ID"] == mine.msg_id
     assert sent.properties["RS_FAILURE_REASON"] == "boom"
+
+
+def test_a_failed_row_that_names_no_message_is_refused():
+    from types import SimpleNamespace
+
+    from rocketspark.deadletter import _failed_row_id
+
+    row = SimpleNamespace(asDict=lambda: {"reason": "x"})
+    with pytest.raises(ConfigError, match="names no message"):
+        _failed_row_id(row)
+    assert _failed_row_id(SimpleNamespace(asDict=lambda: {"msgId": "AB", "reason": "x"})) == (
+        "msgId",
+        "AB",
+    )
