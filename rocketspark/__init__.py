@@ -8,7 +8,7 @@
 __version__ = "0.1.0"
 
 
-def register(spark):  # type: ignore[no-untyped-def]
+def register(spark):
     """Register the Spark data source ``format("rocketmq")`` in a SparkSession."""
     from rocketspark.datasource import register as _register
 

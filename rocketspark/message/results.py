@@ -125,7 +125,7 @@ class PutResults(Sequence[PutResult]):
             int(self.store_sizes[i]),
         )
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self._one(j) for j in range(*i.indices(len(self)))]
         if i < 0:

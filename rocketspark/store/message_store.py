@@ -531,12 +531,12 @@ class MessageStore:
             results, _ = append.columns(
                 batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
             )
-        return self.appender.after(results)  # type: ignore[no-any-return]
+        return self.appender.after(results)
 
     def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
         with self.appender.locked() as append:
             results = append.records(prepared, now)
-        return self.appender.after(results)  # type: ignore[no-any-return]
+        return self.appender.after(results)
 
     # -- expiry ----------------------------------------------------------------------
 

@@ -124,7 +124,7 @@ class SendBack:
             return []
         with self.appender.locked() as append:
             results = append.records(recs, now)
-        return self.appender.after(results)  # type: ignore[no-any-return]
+        return self.appender.after(results)
 
     def _record(
         self,

@@ -142,7 +142,7 @@ class StoreState:
         """COMMIT_POS, PENDING_END, DISPATCHED_POS, FLUSHED_POS of a format-1 file."""
         return tuple(
             _I64.unpack_from(self._mm, off)[0]
-            for off in (  # type: ignore[return-value]
+            for off in (
                 COMMIT_POS_OFFSET,
                 PENDING_END_OFFSET,
                 DISPATCHED_POS_OFFSET,

@@ -192,7 +192,7 @@ class TransactionService:
             )
         with self.appender.locked() as append:
             results = append.records(prepared, now)
-        return self.appender.after(results)  # type: ignore[no-any-return]
+        return self.appender.after(results)
 
     def prepare_columns(
         self,
@@ -221,7 +221,7 @@ class TransactionService:
             results, _ = append.columns(
                 batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
             )
-        return self.appender.after(results)  # type: ignore[no-any-return]
+        return self.appender.after(results)
 
     # -- commit / rollback -----------------------------------------------------------------
 
