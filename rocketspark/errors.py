@@ -29,6 +29,12 @@ __all__ = [
     "StoreDamagedError",
     "InvalidMessageError",
     "DiskFullError",
+    "RemotingError",
+    "RemotingFrameError",
+    "RemotingConnectError",
+    "RemotingTimeoutError",
+    "RemotingCommandError",
+    "BrokerBusyError",
 ]
 
 
@@ -182,3 +188,55 @@ class DiskFullError(RocketSparkError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "disk full"
+
+
+class RemotingError(RocketSparkError):
+    """A request over RocketMQ's TCP remoting protocol failed."""
+
+
+class RemotingFrameError(RemotingError):
+    """Bytes on the wire do not decode as a remoting frame, or a command cannot be encoded.
+
+    Raised for a frame length beyond 16 MiB or below the header, a header
+    length beyond the frame, a malformed JSON or ROCKETMQ header, an unknown
+    serialize type, or a header field that is missing or not a number.
+    """
+
+
+class RemotingConnectError(RemotingError):
+    """The connection to ``address`` could not be made or was lost; a later call reconnects."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, address: str):
+        super().__init__(message)
+        self.address = address
+
+
+class RemotingTimeoutError(RemotingError):
+    """No answer came from ``address`` in time; the request may still have been executed."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, address: str):
+        super().__init__(message)
+        self.address = address
+
+
+class RemotingCommandError(RemotingError):
+    """The server answered with a response code other than the one expected.
+
+    ``code`` is the response code (a ``ResponseCode`` value) and ``remark`` the
+    server's explanation, if it sent one.
+    """
+
+    def __init__(self, message: str, *, code: int, remark: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.remark = remark
+
+
+class BrokerBusyError(RemotingCommandError):
+    """The broker refused the request for now (SYSTEM_BUSY, flow control); retry later."""
+
+    retriable = True

@@ -202,8 +202,14 @@ def _deadletter_rule(edge: Edge) -> bool:
 
 
 def _remoting_rule(edge: Edge) -> bool:
-    allowed = (f"{_R}.processors", f"{_R}.server")
-    return _within(edge.source, _R) and edge.source not in allowed and _within(edge.target, _S)
+    # The protocol stands on message and errors only; the server side (later) may add the store.
+    if not _within(edge.source, _R):
+        return False
+    allowed = [_R, _M, _E]
+    if edge.source in (f"{_R}.processors", f"{_R}.server"):
+        allowed.append(_S)
+    ours = _ours(edge.target) and not any(_within(edge.target, name) for name in allowed)
+    return ours or any(_within(edge.target, name) for name in THIRD_PARTY_SPARK)
 
 
 def _client_rule(edge: Edge) -> bool:
@@ -230,7 +236,8 @@ FORBIDDEN = {
     "message imports ours other than message and errors": _message_rule,
     "datasource imports store or remoting": _datasource_rule,
     "deadletter imports store or remoting": _deadletter_rule,
-    "remoting (outside processors/server) imports store": _remoting_rule,
+    "remoting imports ours other than remoting, message and errors (processors/server: + store),"
+    " or pyspark/delta": _remoting_rule,
     "client (outside its backends) imports store or remoting, or the Spark side": _client_rule,
     "a store module imports the message_store facade": _facade_rule,
     "errors imports ours": _errors_rule,
@@ -499,3 +506,15 @@ def test_the_checker_sees_private_reaches() -> None:
             f"{_S}.mapped_file._write_zeros",
         ]
     )
+
+
+def test_the_remoting_rule() -> None:
+    def edge(source: str, target: str) -> Edge:
+        return Edge(f"{_R}.{source}", target, "rocketspark/remoting/x.py", 1)
+
+    for target in (f"{_S}.commit_log", f"{PACKAGE}.client", _DS, "pyspark.sql", f"{PACKAGE}.cli"):
+        assert _remoting_rule(edge("connection", target)), target
+    for target in (_E, f"{_M}.record", f"{_R}.codes", "socket"):
+        assert not _remoting_rule(edge("connection", target)), target
+    assert not _remoting_rule(edge("processors", f"{_S}.reader"))
+    assert _remoting_rule(edge("processors", _DS))
