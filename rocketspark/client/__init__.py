@@ -59,6 +59,10 @@ def connect(target: ClientRef | str) -> Client:
         from rocketspark.client import embedded
 
         return embedded.connect(ref)
+    if ref.kind == "cluster":
+        from rocketspark.client import remote
+
+        return remote.connect(ref)
     raise ValueError(f"unknown client kind {ref.kind!r}")  # pragma: no cover
 
 
@@ -66,9 +70,10 @@ def close_all() -> None:
     """Close every client this process connected (at exit, and in tests)."""
     import sys
 
-    embedded = sys.modules.get("rocketspark.client.embedded")
-    if embedded is not None:
-        embedded.close_all()
+    for name in ("rocketspark.client.embedded", "rocketspark.client.remote"):
+        backend = sys.modules.get(name)
+        if backend is not None:
+            backend.close_all()
 
 
 def canonical_key(key: str) -> str | None:

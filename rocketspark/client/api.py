@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rocketspark.message.arrow import ARROW_SCHEMA
@@ -75,12 +75,18 @@ class ClientRef:
 
     ``kind`` "embedded": ``address`` is an absolute store directory and
     ``options`` its broker.conf overrides (sorted pairs, so equal references
-    hash alike and share one open client per process).
+    hash alike and share one open client per process). ``kind`` "cluster":
+    ``address`` is the NameServers ("host:port;host:port"), ``options`` the
+    remote client's settings (``client/remote.py``), ``credentials`` an ACL
+    account's keys.
     """
 
-    kind: Literal["embedded"]
+    kind: Literal["embedded", "cluster"]
     address: str
     options: tuple[tuple[str, str], ...] = ()
+    # (access key, secret key) of an ACL account: pickled to the executors with the
+    # plan (as Spark's own options are), never shown by repr.
+    credentials: tuple[str, str] | None = field(default=None, repr=False)
 
     @classmethod
     def embedded(cls, path: str | None, overrides: Mapping[str, str] | None = None) -> ClientRef:
@@ -92,15 +98,35 @@ class ClientRef:
 
         return resolve(path, overrides or {})
 
+    @classmethod
+    def cluster(
+        cls,
+        namesrv: str,
+        settings: Mapping[str, str] | None = None,
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> ClientRef:
+        """The reference to the cluster whose NameServers are ``namesrv`` ("host:port;...").
+
+        ``settings`` are the remote client's (timeoutMs, pullBatchSize, ...);
+        credentials come from the keys given, else from ROCKETMQ_ACCESS_KEY /
+        ROCKETMQ_SECRET_KEY. Raises ConfigError naming the option at fault.
+        """
+        from rocketspark.client.remote import resolve
+
+        return resolve(namesrv, settings or {}, access_key, secret_key)
+
     def require(self) -> ClientRef:
         """The reference, checked to name something to connect to (before planning).
 
         Raises StorePathError for a directory that holds no store: a typo must
         neither leave an empty store behind nor read as "no such topic".
         """
-        from rocketspark.client.embedded import require
+        if self.kind == "embedded":
+            from rocketspark.client.embedded import require
 
-        require(self)
+            require(self)
         return self
 
     def connect(self) -> Client:

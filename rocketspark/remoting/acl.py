@@ -33,7 +33,9 @@ ENV_ACCESS_KEY = "ROCKETMQ_ACCESS_KEY"
 ENV_SECRET_KEY = "ROCKETMQ_SECRET_KEY"
 
 
-def signature(ext_fields: Mapping[str, str], body: bytes | memoryview | None, secret: str) -> str:
+def signature(
+    ext_fields: Mapping[str, str], body: bytes | bytearray | memoryview | None, secret: str
+) -> str:
     """Base64(HmacSHA1(secret, sorted extField values (but Signature's) + body))."""
     mac = hmac.new(secret.encode("utf-8"), digestmod=hashlib.sha1)
     mac.update("".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE).encode("utf-8"))
@@ -75,7 +77,9 @@ class Credentials:
             )
         return cls(ak, sk)
 
-    def sign(self, ext_fields: MutableMapping[str, str], body: bytes | memoryview | None) -> None:
+    def sign(
+        self, ext_fields: MutableMapping[str, str], body: bytes | bytearray | memoryview | None
+    ) -> None:
         """Add AccessKey, SecurityToken (if any) and Signature to a request's extFields."""
         ext_fields[ACCESS_KEY] = self.access_key
         if self.security_token is not None:

@@ -74,10 +74,10 @@ class LatencyFaults:
         for ok in (self.available, self.reachable):
             for i in range(n):
                 mq = queues[(start + i) % n]
-                if mq.broker_name != avoid and ok(mq.broker_name):
+                if mq.broker != avoid and ok(mq.broker):
                     return mq
         for i in range(n):
             mq = queues[(start + i) % n]
-            if mq.broker_name != avoid:
+            if mq.broker != avoid:
                 return mq
         return queues[start % n]

@@ -86,7 +86,7 @@ class TopicRoute:
     broker_datas: tuple[BrokerData, ...]
 
     @classmethod
-    def parse(cls, topic: str, body: bytes | memoryview) -> TopicRoute:
+    def parse(cls, topic: str, body: bytes | bytearray | memoryview) -> TopicRoute:
         """Read a GET_ROUTEINFO_BY_TOPIC body; RemotingError naming the topic if it is not one."""
         try:
             data = loads_lenient(bytes(body).decode("utf-8"))

@@ -31,6 +31,15 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message.byte_gather import Pieces
+from rocketspark.message.columns import (
+    Columns,
+    check_property,
+    check_utf8_fields,
+    encodes_utf8,
+    joined_keys,
+    only_empty,
+    property_pairs,
+)
 from rocketspark.message.java_hash import java_string_hash, tags_code
 from rocketspark.message.model import (
     FIRST_HALF_ERROR,
@@ -77,15 +86,6 @@ from rocketspark.message.record import (
     HostAddress,
     UniqueIdGenerator,
     check_sizes,
-)
-from rocketspark.store.columns import (
-    Columns,
-    check_property,
-    check_utf8_fields,
-    encodes_utf8,
-    joined_keys,
-    only_empty,
-    property_pairs,
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig

@@ -30,6 +30,7 @@ from rocketspark.errors import (
     StorePathError,
     UnknownTopicError,
 )
+from rocketspark.message.columns import Columns
 from rocketspark.message.model import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -50,7 +51,6 @@ from rocketspark.message.results import (
     no_results,
 )
 from rocketspark.store import clean, group_offsets, layout
-from rocketspark.store.columns import Columns
 from rocketspark.store.commit_log import (
     PreparedRecord,
 )

@@ -54,10 +54,10 @@ from rocketspark.store.half_resolution import (
 )
 
 if TYPE_CHECKING:
+    from rocketspark.message.columns import Columns
     from rocketspark.message.record import HostAddress
     from rocketspark.message.results import PutResult, PutResults
     from rocketspark.store.appender import Appender
-    from rocketspark.store.columns import Columns
     from rocketspark.store.commit_log import CommitLog, PreparedRecord
     from rocketspark.store.consume_queue import ConsumeQueue, ConsumeQueues
     from rocketspark.store.encoder import Encoder

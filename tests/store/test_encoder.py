@@ -8,12 +8,12 @@ import pytest
 
 from rocketspark.errors import InvalidMessageError, UnknownTopicError
 from rocketspark.message.byte_gather import Pieces
+from rocketspark.message.columns import Columns
 from rocketspark.message.model import SCHEDULE_TOPIC, Message
 from rocketspark.message.record import (
     MESSAGE_MAGIC_CODE,
     HostAddress,
 )
-from rocketspark.store.columns import Columns
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.encoder import UNIFORM_MIN, Encoder, TopicWriteInfo
 from rocketspark.store.topic_config import TopicConfigTable

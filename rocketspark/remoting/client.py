@@ -1,0 +1,739 @@
+"""RemotingClient: one small method per request a client of a RocketMQ cluster makes.
+
+What it adds to :mod:`~rocketspark.remoting.connection`:
+
+- **NameServers with failover.** ``"ns1:9876;ns2:9876"``: requests for routes
+  go to the NameServer that answered last, and on a connection error or
+  timeout to the next one, until each was tried once (RocketMQ's
+  ``NettyRemotingClient.getAndCreateNameserverChannel``).
+- **Routes cached and refreshed.** A topic's route is kept for
+  ``ROUTE_TTL`` seconds (the Java client polls every 30 s) and fetched again
+  at once when a broker it names cannot be reached, so queues added and
+  brokers gone are seen.
+- **Which broker serves a queue.** Writes and offsets go to the master;
+  pulls go to the broker id the last pull answer suggested
+  (``suggestWhichBrokerId``: a slave when the master is behind on memory),
+  falling back to the master when that member is gone.
+- **ACL.** With :class:`~rocketspark.remoting.acl.Credentials`, every request
+  is signed (AccessKey, Signature); the secret is never logged or printed.
+- **Heartbeats.** A client that produces transactions or commits group
+  offsets registers its producer and consumer groups with every master
+  (HEART_BEAT, every ``HEARTBEAT_INTERVAL`` seconds while open): a broker
+  sends CHECK_TRANSACTION_STATE only to a connected producer of the half's
+  group, and creates a consumer group on its first heartbeat.
+
+Errors name the request and the address: RemotingTimeoutError and
+RemotingConnectError (retriable), RemotingCommandError with the broker's
+response code and remark, UnknownTopicError for TOPIC_NOT_EXIST.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from rocketspark.errors import (
+    ConfigError,
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    UnknownTopicError,
+)
+from rocketspark.message.fastjson import loads_lenient
+from rocketspark.message.model import MessageQueue
+from rocketspark.message.results import PullStatus
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.acl import Credentials
+from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode, request_name
+from rocketspark.remoting.command import Body, RemotingCommand
+from rocketspark.remoting.connection import Connections, Handler, check_response, split_address
+from rocketspark.remoting.fault import LatencyFaults
+from rocketspark.remoting.route import MASTER_ID, TopicRoute
+
+__all__ = ["PullAnswer", "RemotingClient", "SendAnswer", "parse_namesrv"]
+
+log = logging.getLogger(__name__)
+
+ROUTE_TTL = 30.0  # seconds a topic route is used before it is fetched again
+HEARTBEAT_INTERVAL = 30.0  # seconds; a broker drops a client silent for 120 s
+DEFAULT_TIMEOUT = 10.0  # seconds for a request's answer
+# A long-polling pull waits this much longer than the broker holds it.
+SUSPEND_MARGIN = 5.0
+CLUSTER = "DefaultCluster"
+
+_PULL_STATUS: dict[int, PullStatus] = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def parse_namesrv(text: str) -> list[str]:
+    """``"host:port;host:port"`` (or commas) → the addresses; ConfigError naming the bad one."""
+    addrs = [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
+    if not addrs:
+        raise ConfigError(f"option nameServer: no NameServer address in {text!r} (host:port;...)")
+    for a in addrs:
+        try:
+            split_address(a)
+        except ConfigError:
+            raise ConfigError(
+                f"option nameServer: {a!r} is not host:port (several: host:port;host:port)"
+            ) from None
+    return addrs
+
+
+@dataclass(frozen=True, slots=True)
+class PullAnswer:
+    """A PULL_MESSAGE answer: records (CommitLog layout) and where to pull next."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_broker_id: int
+    body: Body | None  # FOUND: the records, back to back
+
+
+@dataclass(frozen=True, slots=True)
+class SendAnswer:
+    """A send's answer: the queue, its offset and ids (RocketMQ's SendResult)."""
+
+    mq: MessageQueue
+    queue_offset: int
+    offset_msg_id: str  # the broker's id: store host + CommitLog offset (several: comma-joined)
+    transaction_id: str | None
+    broker_addr: str
+
+
+def _client_id() -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    return f"{ip}@{os.getpid()}#rocketspark#{time.monotonic_ns()}"
+
+
+class RemotingClient:
+    """A client of one RocketMQ cluster, reached through its NameServers; thread-safe."""
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        *,
+        credentials: Credentials | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = 3.0,
+        client_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.namesrv = parse_namesrv(namesrv) if isinstance(namesrv, str) else list(namesrv)
+        self.credentials = credentials
+        self.timeout = timeout
+        self.client_id = client_id or _client_id()
+        self.faults = LatencyFaults()
+        self._clock = clock
+        self._connections = Connections(connect_timeout=connect_timeout)
+        self._ns_index = random.randrange(len(self.namesrv))
+        self._lock = threading.Lock()
+        self._routes: dict[str, tuple[TopicRoute, float]] = {}
+        self._pull_from: dict[MessageQueue, int] = {}
+        self._producer_groups: set[str] = set()
+        self._consumer_groups: dict[str, set[str]] = {}  # group -> topics
+        self._heartbeat: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"RemotingClient({';'.join(self.namesrv)!r})"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def command(
+        self,
+        code: int,
+        header: h.Header | Mapping[str, str] | None = None,
+        body: Body | None = None,
+    ) -> RemotingCommand:
+        """A request with ``header``'s fields, signed when the client has credentials."""
+        ext = header.to_ext_fields() if isinstance(header, h.Header) else dict(header or {})
+        if self.credentials is not None:
+            self.credentials.sign(ext, body)
+        return RemotingCommand.request(code, ext, body=body)
+
+    def invoke(
+        self,
+        address: str,
+        code: int,
+        header: h.Header | Mapping[str, str] | None = None,
+        body: Body | None = None,
+        *,
+        timeout: float | None = None,
+        expected: Iterable[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """Send one request to ``address`` and check its answer's code (see ``check_response``)."""
+        response = self._connections.invoke(
+            address, self.command(code, header, body), timeout or self.timeout
+        )
+        return check_response(
+            response, expected=tuple(expected), request_code=code, address=address
+        )
+
+    def invoke_async(
+        self,
+        address: str,
+        code: int,
+        header: h.Header | Mapping[str, str] | None = None,
+        body: Body | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Future[RemotingCommand]:
+        return self._connections.get(address).invoke_async(
+            self.command(code, header, body), timeout or self.timeout
+        )
+
+    def invoke_oneway(
+        self, address: str, code: int, header: h.Header | Mapping[str, str] | None = None
+    ) -> None:
+        self._connections.get(address).invoke_oneway(self.command(code, header))
+
+    def register_handler(self, code: int, handler: Handler) -> None:
+        """Serve the brokers' requests of ``code`` (e.g. CHECK_TRANSACTION_STATE)."""
+        self._connections.register_handler(code, handler)
+
+    def close(self) -> None:
+        """Unregister from the brokers, stop heartbeats and close every connection."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._producer_groups or self._consumer_groups:
+            self._unregister()
+        self._connections.close_all()
+
+    # -- NameServer ------------------------------------------------------------------------
+
+    def invoke_namesrv(
+        self,
+        code: int,
+        header: h.Header | Mapping[str, str] | None = None,
+        *,
+        expected: Iterable[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """Ask the NameServers in turn, from the last that answered; raise the last error."""
+        errors: list[str] = []
+        n = len(self.namesrv)
+        for i in range(n):
+            k = (self._ns_index + i) % n
+            addr = self.namesrv[k]
+            try:
+                response = self.invoke(addr, code, header, expected=expected)
+            except (RemotingConnectError, RemotingTimeoutError) as e:
+                errors.append(str(e))
+                continue
+            self._ns_index = k
+            return response
+        raise RemotingConnectError(
+            f"no NameServer answered {request_name(code)}: " + "; ".join(errors),
+            address=";".join(self.namesrv),
+        )
+
+    def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
+        """The topic's route (cached for ROUTE_TTL s); UnknownTopicError if it has none."""
+        now = self._clock()
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and now - cached[1] < ROUTE_TTL:
+            return cached[0]
+        response = self.invoke_namesrv(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            h.GetRouteInfoRequestHeader(topic=topic),
+            expected=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST),
+        )
+        if response.code == ResponseCode.TOPIC_NOT_EXIST or response.body is None:
+            with self._lock:
+                self._routes.pop(topic, None)
+            raise UnknownTopicError(
+                f"topic {topic!r} does not exist on the cluster (NameServer "
+                f"{';'.join(self.namesrv)})"
+            )
+        route = TopicRoute.parse(topic, response.body)
+        with self._lock:
+            self._routes[topic] = (route, now)
+        return route
+
+    def has_topic(self, topic: str) -> bool:
+        try:
+            self.route(topic)
+        except UnknownTopicError:
+            return False
+        return True
+
+    def cluster_info(self) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_INFO: ``brokerAddrTable`` and ``clusterAddrTable``."""
+        response = self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        return loads_lenient(bytes(response.body or b"{}").decode("utf-8"))
+
+    def brokers(self, cluster: str | None = None) -> dict[str, dict[int, str]]:
+        """Broker name → {broker id: address}, of ``cluster`` (None: every cluster)."""
+        info = self.cluster_info()
+        names: set[str] | None = None
+        if cluster is not None:
+            names = set((info.get("clusterAddrTable") or {}).get(cluster) or ())
+        out = {}
+        for name, data in (info.get("brokerAddrTable") or {}).items():
+            if names is None or name in names:
+                out[name] = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
+        return dict(sorted(out.items()))
+
+    def topic_list(self) -> list[str]:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER: every topic the NameServers route."""
+        response = self.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        data = loads_lenient(bytes(response.body or b"{}").decode("utf-8"))
+        return sorted(data.get("topicList") or ())
+
+    # -- which broker ------------------------------------------------------------------------
+
+    def master(self, topic: str, broker_name: str) -> str:
+        """The master address of ``broker_name`` in ``topic``'s route (refreshed once)."""
+        for refresh in (False, True):
+            b = self.route(topic, refresh=refresh).broker(broker_name)
+            if b is not None and b.master:
+                return b.master
+        raise RemotingError(
+            f"broker {broker_name!r} of topic {topic!r} has no master in the NameServers' "
+            f"route ({';'.join(self.namesrv)})"
+        )
+
+    def read_address(self, mq: MessageQueue) -> str:
+        """Where to pull ``mq`` from: the member the last answer suggested, else the master."""
+        want = self._pull_from.get(mq, MASTER_ID)
+        for refresh in (False, True):
+            b = self.route(mq.topic, refresh=refresh).broker(mq.broker)
+            if b is not None:
+                addr = b.address(want)
+                if addr is not None:
+                    return addr
+        raise RemotingError(
+            f"broker {mq.broker!r} of topic {mq.topic!r} is not in the NameServers' "
+            f"route ({';'.join(self.namesrv)})"
+        )
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def _offset(self, code: int, mq: MessageQueue, header: h.Header) -> int:
+        response = self.invoke(self.master(mq.topic, mq.broker), code, header)
+        return int(response.ext_fields["offset"])
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._offset(
+            RequestCode.GET_MAX_OFFSET,
+            mq,
+            h.GetMaxOffsetRequestHeader(
+                topic=mq.topic, queue_id=mq.queue_id, broker_name=mq.broker
+            ),
+        )
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._offset(
+            RequestCode.GET_MIN_OFFSET,
+            mq,
+            h.GetMinOffsetRequestHeader(
+                topic=mq.topic, queue_id=mq.queue_id, broker_name=mq.broker
+            ),
+        )
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._offset(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            mq,
+            h.SearchOffsetRequestHeader(
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                timestamp=timestamp_ms,
+                broker_name=mq.broker,
+            ),
+        )
+
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` on its broker; None if it has none."""
+        response = self.invoke(
+            self.master(mq.topic, mq.broker),
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            h.QueryConsumerOffsetRequestHeader(
+                consumer_group=group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                broker_name=mq.broker,
+            ),
+            expected=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        offset = int(response.ext_fields["offset"])
+        return None if offset < 0 else offset
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Commit the group's next offset of ``mq`` on its master (synchronously)."""
+        header = h.UpdateConsumerOffsetRequestHeader(
+            consumer_group=group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            commit_offset=offset,
+            broker_name=mq.broker,
+        )
+        addr = self.master(mq.topic, mq.broker)
+        try:
+            self.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+        except RemotingCommandError as e:
+            if e.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise
+            self.create_group(group, [addr])
+            self.invoke(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+
+    # -- pull --------------------------------------------------------------------------------
+
+    def pull_async(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        *,
+        group: str,
+        expression: str = "*",
+        suspend_ms: int = 0,
+        max_bytes: int | None = None,
+        address: str | None = None,
+    ) -> Future[RemotingCommand]:
+        """Send a PULL_MESSAGE for ``mq`` from ``offset``; :meth:`pull_answer` reads its answer.
+
+        ``suspend_ms`` > 0 asks the broker to hold the request until a message
+        arrives or that time passes (long polling).
+        """
+        sys_flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_ms else 0)
+        header = h.PullMessageRequestHeader(
+            consumer_group=group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=int(sys_flag),
+            commit_offset=0,
+            suspend_timeout_millis=suspend_ms,
+            subscription=expression,
+            sub_version=0,
+            expression_type="TAG",
+            max_msg_bytes=max_bytes,
+            broker_name=mq.broker,
+        )
+        return self.invoke_async(
+            address or self.read_address(mq),
+            RequestCode.PULL_MESSAGE,
+            header,
+            timeout=self.timeout + suspend_ms / 1000.0 + (SUSPEND_MARGIN if suspend_ms else 0),
+        )
+
+    def pull_answer(self, mq: MessageQueue, response: RemotingCommand, address: str) -> PullAnswer:
+        """Read a pull's answer; remember the broker it suggests for the next pull."""
+        status = _PULL_STATUS.get(response.code)
+        if status is None:
+            check_response(response, request_code=RequestCode.PULL_MESSAGE, address=address)
+            raise AssertionError("unreachable")
+        head = h.PullMessageResponseHeader.from_ext_fields(response.ext_fields)
+        if head.suggest_which_broker_id != self._pull_from.get(mq, MASTER_ID):
+            self._pull_from[mq] = head.suggest_which_broker_id
+        return PullAnswer(
+            status,
+            head.next_begin_offset,
+            head.min_offset,
+            head.max_offset,
+            head.suggest_which_broker_id,
+            response.body if status is PullStatus.FOUND else None,
+        )
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        *,
+        group: str,
+        expression: str = "*",
+        suspend_ms: int = 0,
+        max_bytes: int | None = None,
+    ) -> PullAnswer:
+        """Pull up to ``max_nums`` messages of ``mq`` from ``offset`` (see :meth:`pull_async`)."""
+        address = self.read_address(mq)
+        future = self.pull_async(
+            mq,
+            offset,
+            max_nums,
+            group=group,
+            expression=expression,
+            suspend_ms=suspend_ms,
+            max_bytes=max_bytes,
+            address=address,
+        )
+        return self.pull_answer(mq, future.result(), address)
+
+    # -- send --------------------------------------------------------------------------------
+
+    def send(
+        self,
+        mq: MessageQueue,
+        body: Body,
+        *,
+        producer_group: str,
+        properties: str,
+        born_timestamp: int,
+        sys_flag: int = 0,
+        flag: int = 0,
+        batch: bool = False,
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+        timeout: float | None = None,
+    ) -> SendAnswer:
+        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE with ``batch``) to ``mq``'s master.
+
+        Records the broker's latency for queue selection (:attr:`faults`); a
+        failure marks the broker unavailable for a while and is raised.
+        """
+        header = h.SendMessageRequestHeader(
+            producer_group=producer_group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            flag=flag,
+            properties=properties,
+            reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+            batch=batch,
+            broker_name=mq.broker,
+        ).to_v2()
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        addr = self.master(mq.topic, mq.broker)
+        start = time.monotonic()
+        try:
+            response = self.invoke(addr, code, header, body, timeout=timeout)
+        except (RemotingConnectError, RemotingTimeoutError) as e:
+            self.faults.record(
+                mq.broker,
+                (time.monotonic() - start) * 1000,
+                failed=True,
+                reachable=not isinstance(e, RemotingConnectError),
+            )
+            raise
+        except RemotingCommandError:
+            self.faults.record(mq.broker, (time.monotonic() - start) * 1000, failed=True)
+            raise
+        self.faults.record(mq.broker, (time.monotonic() - start) * 1000)
+        head = h.SendMessageResponseHeader.from_ext_fields(response.ext_fields)
+        return SendAnswer(
+            MessageQueue(mq.topic, mq.broker, head.queue_id),
+            head.queue_offset,
+            head.msg_id,
+            head.transaction_id,
+            addr,
+        )
+
+    def end_transaction(self, address: str, header: h.EndTransactionRequestHeader) -> None:
+        """END_TRANSACTION, one-way as RocketMQ's producer sends it."""
+        self.invoke_oneway(address, RequestCode.END_TRANSACTION, header)
+
+    def send_back(self, address: str, header: h.ConsumerSendMsgBackRequestHeader) -> None:
+        """CONSUMER_SEND_MSG_BACK to the broker that holds the message."""
+        self.invoke(address, RequestCode.CONSUMER_SEND_MSG_BACK, header)
+
+    # -- messages by key and id ------------------------------------------------------------
+
+    def query_message(
+        self, address: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> Body | None:
+        """QUERY_MESSAGE: the records of ``topic`` indexed under ``key`` on one broker."""
+        response = self.invoke(
+            address,
+            RequestCode.QUERY_MESSAGE,
+            h.QueryMessageRequestHeader(
+                topic=topic,
+                key=key,
+                max_num=max_num,
+                begin_timestamp=begin_ms,
+                end_timestamp=end_ms,
+            ),
+            expected=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        return response.body if response.code == ResponseCode.SUCCESS else None
+
+    def view_message(self, address: str, commitlog_offset: int) -> Body:
+        """VIEW_MESSAGE_BY_ID: the record at a CommitLog offset of the broker at ``address``."""
+        response = self.invoke(
+            address,
+            RequestCode.VIEW_MESSAGE_BY_ID,
+            h.ViewMessageRequestHeader(offset=commitlog_offset),
+        )
+        return response.body or b""
+
+    # -- administration ----------------------------------------------------------------------
+
+    def create_topic(
+        self, topic: str, queues: int, *, cluster: str | None = None, perm: int = 6
+    ) -> TopicRoute:
+        """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (None: every cluster),
+        then wait until the NameServers route the topic to all of them."""
+        masters = {
+            name: ids[MASTER_ID] for name, ids in self.brokers(cluster).items() if MASTER_ID in ids
+        }
+        if not masters:
+            raise RemotingError(
+                f"no master broker in cluster {cluster or '(any)'} to create {topic!r} on"
+            )
+        header = h.CreateTopicRequestHeader(
+            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm
+        )
+        for addr in masters.values():
+            self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        deadline = time.monotonic() + max(self.timeout, 30.0)
+        while True:  # brokers register the topic with the NameServers on their next beat
+            try:
+                route = self.route(topic, refresh=True)
+                if {q.broker_name for q in route.queue_datas} >= set(masters):
+                    return route
+            except UnknownTopicError:
+                pass
+            if time.monotonic() > deadline:
+                raise RemotingTimeoutError(
+                    f"topic {topic!r} was created on {sorted(masters)} but the NameServers "
+                    f"do not route it yet",
+                    address=";".join(self.namesrv),
+                )
+            time.sleep(0.2)
+
+    def create_group(self, group: str, addresses: Iterable[str]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with RocketMQ's defaults on each broker."""
+        body = json.dumps(
+            {
+                "groupName": group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "retryQueueNums": 1,
+                "retryMaxTimes": 16,
+                "brokerId": MASTER_ID,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        ).encode()
+        for addr in addresses:
+            self.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    def register_producer(self, group: str) -> None:
+        """Heartbeat as a producer of ``group`` (check-backs come to this client)."""
+        with self._lock:
+            new = group not in self._producer_groups
+            self._producer_groups.add(group)
+        if new:
+            self.heartbeat()
+
+    def register_consumer(self, group: str, topic: str) -> None:
+        """Heartbeat as a consumer of ``group`` reading ``topic`` (pull, no rebalance)."""
+        with self._lock:
+            topics = self._consumer_groups.setdefault(group, set())
+            new = topic not in topics
+            topics.add(topic)
+        if new:
+            self.heartbeat()
+
+    def _heartbeat_body(self) -> bytes:
+        with self._lock:
+            producers = sorted(self._producer_groups)
+            consumers = {g: sorted(t) for g, t in self._consumer_groups.items()}
+        data = {
+            "clientID": self.client_id,
+            "producerDataSet": [{"groupName": g} for g in producers],
+            "consumerDataSet": [
+                {
+                    "groupName": g,
+                    "consumeType": "CONSUME_ACTIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "classFilterMode": False,
+                            "topic": t,
+                            "subString": "*",
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "subVersion": 0,
+                            "expressionType": "TAG",
+                        }
+                        for t in topics
+                    ],
+                }
+                for g, topics in sorted(consumers.items())
+            ],
+        }
+        return json.dumps(data).encode()
+
+    def _masters(self) -> list[str]:
+        topics = list(self._routes)
+        addrs: set[str] = set()
+        for t in topics:
+            cached = self._routes.get(t)
+            if cached is not None:
+                addrs.update(cached[0].masters().values())
+        if not addrs:
+            addrs.update(ids[MASTER_ID] for ids in self.brokers().values() if MASTER_ID in ids)
+        return sorted(addrs)
+
+    def heartbeat(self) -> None:
+        """Send HEART_BEAT to every master this client knows; start the periodic beat."""
+        body = self._heartbeat_body()
+        for addr in self._masters():
+            try:
+                self.invoke(addr, RequestCode.HEART_BEAT, body=body)
+            except (RemotingConnectError, RemotingTimeoutError) as e:
+                log.warning("heartbeat to %s failed: %s", addr, e)
+        with self._lock:
+            if self._heartbeat is None and not self._closed.is_set():
+                self._heartbeat = threading.Thread(
+                    target=self._beat, name="rocketspark-heartbeat", daemon=True
+                )
+                self._heartbeat.start()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_INTERVAL):
+            try:
+                self.heartbeat()
+            except Exception as e:  # noqa: BLE001 - a missed beat is retried on the next
+                log.warning("heartbeat failed: %s", e)
+
+    def _unregister(self) -> None:
+        for addr in self._masters():
+            for g in sorted(self._producer_groups):
+                self._unregister_one(
+                    addr,
+                    h.UnregisterClientRequestHeader(client_id=self.client_id, producer_group=g),
+                )
+            for g in sorted(self._consumer_groups):
+                self._unregister_one(
+                    addr,
+                    h.UnregisterClientRequestHeader(client_id=self.client_id, consumer_group=g),
+                )
+
+    def _unregister_one(self, addr: str, header: h.UnregisterClientRequestHeader) -> None:
+        try:
+            self.invoke(addr, RequestCode.UNREGISTER_CLIENT, header, timeout=3.0)
+        except RemotingError as e:
+            log.info("unregistering from %s: %s", addr, e)
