@@ -387,7 +387,8 @@ class Connection:
             executor = self._executor or self._own_executor
             if executor is None:
                 executor = self._own_executor = ThreadPoolExecutor(
-                    HANDLER_THREADS, thread_name_prefix=f"rocketspark-remoting-{self._address}"
+                    HANDLER_THREADS,
+                    thread_name_prefix=f"rocketspark-remoting-handler-{self._address}",
                 )
         try:
             executor.submit(self._serve, request, sock)
