@@ -151,7 +151,8 @@ def test_oneway_expects_no_response(server, conn):
 def test_server_requests_go_to_handlers_and_are_answered_with_their_opaque(server, conn):
     calls = []
 
-    def check_state(req: RemotingCommand) -> RemotingCommand:
+    def check_state(req: RemotingCommand, via: Connection) -> RemotingCommand:
+        assert via is conn
         calls.append(threading.current_thread().name)
         return RemotingCommand(ResponseCode.SUCCESS, ext_fields={"seen": req.ext_fields["msgId"]})
 
@@ -180,7 +181,7 @@ def test_unknown_server_requests_are_answered_not_supported(server, conn):
 def test_a_failing_handler_answers_system_error_and_a_oneway_request_nothing(server, conn):
     seen = threading.Event()
 
-    def boom(req: RemotingCommand) -> RemotingCommand:
+    def boom(req: RemotingCommand, via: Connection) -> RemotingCommand:
         seen.set()
         raise RuntimeError("no such group")
 
@@ -201,7 +202,9 @@ def test_a_failing_handler_answers_system_error_and_a_oneway_request_nothing(ser
 
 def test_a_slow_handler_does_not_hold_up_responses(server, conn):
     release = threading.Event()
-    conn.register_handler(RequestCode.CHECK_TRANSACTION_STATE, lambda req: release.wait(WAIT))
+    conn.register_handler(
+        RequestCode.CHECK_TRANSACTION_STATE, lambda req, via: None if release.wait(WAIT) else None
+    )
     conn.connect()
     server.wait_accepted()
     server.reply(RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, opaque=1))
@@ -291,7 +294,7 @@ def test_connections_keep_one_per_address(server):
         a = conns.get(server.address)
         assert conns.get(server.address) is a and conns.get(other.address) is not a
         assert bytes(conns.invoke(other.address, request(b"o"), timeout=WAIT).body) == b"o"
-        conns.register_handler(RequestCode.CHECK_TRANSACTION_STATE, lambda r: None)
+        conns.register_handler(RequestCode.CHECK_TRANSACTION_STATE, lambda req, via: None)
         conns.get(server.address).invoke(request(), timeout=WAIT)
         server.reply(RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, opaque=3))
         assert server.wait_for(2)[1].code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
@@ -328,3 +331,12 @@ def test_split_address():
     for bad in ("host", ":9876", "h:x", "h:0", "h:70000"):
         with pytest.raises(ConfigError, match="host:port"):
             split_address(bad)
+
+
+def test_the_connect_timeout_bounds_connecting():
+    # A non-routable address: the SYN goes unanswered (or the network is unreachable at once).
+    started = time.monotonic()
+    with Connection("10.255.255.1:9876", connect_timeout=0.5) as conn:
+        with pytest.raises(RemotingConnectError, match="10.255.255.1:9876 within 0.5 s"):
+            conn.connect()
+    assert time.monotonic() - started < 3
