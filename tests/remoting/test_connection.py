@@ -334,9 +334,24 @@ def test_split_address():
 
 
 def test_the_connect_timeout_bounds_connecting():
-    # A non-routable address: the SYN goes unanswered (or the network is unreachable at once).
-    started = time.monotonic()
-    with Connection("10.255.255.1:9876", connect_timeout=0.5) as conn:
-        with pytest.raises(RemotingConnectError, match="10.255.255.1:9876 within 0.5 s"):
-            conn.connect()
-    assert time.monotonic() - started < 3
+    # A listener that never accepts, with its accept queue full: SYNs go unanswered.
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        fillers = []
+        try:
+            for _ in range(3):
+                filler = socket.socket()
+                filler.settimeout(0.2)
+                fillers.append(filler)
+                try:
+                    filler.connect(listener.getsockname())
+                except OSError:
+                    break  # the queue is full
+            started = time.monotonic()
+            with Connection(address, connect_timeout=0.5) as conn:
+                with pytest.raises(RemotingConnectError, match=f"{address} within 0.5 s"):
+                    conn.connect()
+            assert 0.4 < time.monotonic() - started < 3
+        finally:
+            for filler in fillers:
+                filler.close()
