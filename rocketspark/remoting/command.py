@@ -44,6 +44,7 @@ from rocketspark.remoting.codes import (
 
 __all__ = [
     "MAX_FRAME_SIZE",
+    "Body",
     "RemotingCommand",
     "decode_payload",
     "frame_length",
@@ -73,7 +74,9 @@ HEADER_OFFSET = MARKER.size  # within the payload
 
 # ext field keys whose values are never shown by repr (ACL signatures and the like).
 _SECRET_KEY_PARTS = ("signature", "secret", "password", "token")
+_LANGUAGES = frozenset(LanguageCode)
 
+# A body as given to a command (sent without a copy) or as decoded (a view of the frame).
 Body = bytes | bytearray | memoryview
 
 
@@ -441,7 +444,7 @@ def _decode_binary_header(header: memoryview) -> dict[str, Any]:
         raise RemotingFrameError(f"ROCKETMQ header holds text that is not UTF-8: {e}") from None
     return {
         "code": code,
-        "language": language,
+        "language": LanguageCode(language) if language in _LANGUAGES else language,
         "version": version,
         "opaque": opaque,
         "flag": flag,

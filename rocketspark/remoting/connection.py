@@ -57,8 +57,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Serves a request the server sent; returns the response, or None to send none.
-Handler = Callable[[RemotingCommand], RemotingCommand | None]
+# Serves a request the server sent on a connection (which says where it came from and can
+# send requests of its own, e.g. END_TRANSACTION after CHECK_TRANSACTION_STATE); returns
+# the response, or None to send none.
+Handler = Callable[[RemotingCommand, "Connection"], RemotingCommand | None]
 
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds without progress before a send gives the connection up
@@ -137,6 +139,7 @@ class Connection:
         self._executor = executor
         self._own_executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # the socket, the pending table, the executor
+        self._connect_lock = threading.Lock()  # one connect at a time, outside _lock
         self._write_lock = threading.Lock()  # one frame at a time on the socket
         self._sock: socket.socket | None = None
         self._pending: dict[int, _Pending] = {}
@@ -165,8 +168,7 @@ class Connection:
 
     def connect(self) -> None:
         """Open the connection now if it is not open; raises RemotingConnectError."""
-        with self._lock:
-            self._socket()
+        self._socket()
 
     def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send ``request`` and return its response, waiting at most ``timeout`` seconds.
@@ -201,9 +203,7 @@ class Connection:
         """
         cmd = replace(request, opaque=self._next_opaque(), flag=request.flag | RpcFlag.ONEWAY)
         buffers = cmd.encode()
-        with self._lock:
-            sock = self._socket()
-        self._send(sock, buffers)
+        self._send(self._socket(), buffers)
 
     def close(self) -> None:
         """Close the connection: requests in flight fail with RemotingConnectError.
@@ -243,9 +243,12 @@ class Connection:
         cmd = replace(request, opaque=opaque, flag=request.flag & ~RpcFlag.ONEWAY)
         buffers = cmd.encode()
         future: Future[RemotingCommand] = Future()
-        with self._lock:
+        while True:
             sock = self._socket()
-            self._pending[opaque] = _Pending(future, sock, cmd.code, timeout)
+            with self._lock:
+                if self._sock is sock:  # not dropped meanwhile: its drop will fail this one
+                    self._pending[opaque] = _Pending(future, sock, cmd.code, timeout)
+                    break
         try:
             self._send(sock, buffers)
         except RemotingConnectError:
@@ -254,21 +257,34 @@ class Connection:
         return opaque, future
 
     def _socket(self) -> socket.socket:
-        """The open socket, connecting first if there is none; call holding ``_lock``."""
-        if self._closed:
-            raise RemotingError(f"the connection to {self._address} was closed")
-        if self._sock is not None:
-            return self._sock
-        try:
-            sock = socket.create_connection((self._host, self._port), self._connect_timeout)
-        except OSError as e:
-            raise RemotingConnectError(
-                f"cannot connect to {self._address} within {self._connect_timeout:g} s: {e}",
-                address=self._address,
-            ) from e
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self._send_timeout)  # the reader waits through idle timeouts
-        self._sock = sock
+        """The open socket, connecting first if there is none.
+
+        Connecting holds ``_connect_lock`` only, so responses on other sockets and
+        expiries go on meanwhile.
+        """
+        sock = self._sock
+        if sock is not None and not self._closed:
+            return sock
+        with self._connect_lock:
+            with self._lock:
+                if self._closed:
+                    raise RemotingError(f"the connection to {self._address} was closed")
+                if self._sock is not None:
+                    return self._sock
+            try:
+                sock = socket.create_connection((self._host, self._port), self._connect_timeout)
+            except OSError as e:
+                raise RemotingConnectError(
+                    f"cannot connect to {self._address} within {self._connect_timeout:g} s: {e}",
+                    address=self._address,
+                ) from e
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self._send_timeout)  # the reader waits through idle timeouts
+            with self._lock:
+                if self._closed:
+                    sock.close()
+                    raise RemotingError(f"the connection to {self._address} was closed")
+                self._sock = sock
         reader = threading.Thread(
             target=self._read_loop,
             args=(sock,),
@@ -387,7 +403,8 @@ class Connection:
             executor = self._executor or self._own_executor
             if executor is None:
                 executor = self._own_executor = ThreadPoolExecutor(
-                    HANDLER_THREADS, thread_name_prefix=f"rocketspark-remoting-{self._address}"
+                    HANDLER_THREADS,
+                    thread_name_prefix=f"rocketspark-remoting-handler-{self._address}",
                 )
         try:
             executor.submit(self._serve, request, sock)
@@ -405,7 +422,9 @@ class Connection:
             )
         else:
             try:
-                response = handler(request)
+                response = handler(request, self)
+                if response is not None and not isinstance(response, RemotingCommand):
+                    raise TypeError(f"the handler returned {type(response).__name__}")
             except Exception as e:
                 log.exception("%s: the handler of %s failed", self._address, request.code_name)
                 response = RemotingCommand.response_to(

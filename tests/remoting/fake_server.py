@@ -43,6 +43,7 @@ class FakeServer:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self.conn: socket.socket | None = None
+        self._conns: list[socket.socket] = []
         self._write = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -54,8 +55,11 @@ class FakeServer:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            self.conn = conn
-            self.accepted += 1
+            with self.received:
+                self.conn = conn
+                self._conns.append(conn)
+                self.accepted += 1
+                self.received.notify_all()
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -83,6 +87,11 @@ class FakeServer:
             )
             return list(self.requests)
 
+    def wait_accepted(self, count: int = 1, timeout: float = 5.0) -> None:
+        """Wait until ``count`` connections were accepted (the last one is ``self.conn``)."""
+        with self.received:
+            assert self.received.wait_for(lambda: self.accepted >= count, timeout)
+
     def reply(self, cmd: RemotingCommand) -> None:
         """Send ``cmd`` (a response, or a request of the server's own) to the current client."""
         self.send_raw(cmd.to_bytes())
@@ -104,6 +113,8 @@ class FakeServer:
     def close(self) -> None:
         self._closed = True
         self.drop()
+        for conn in self._conns:
+            conn.close()
         self._listener.close()
 
     def __enter__(self) -> FakeServer:
