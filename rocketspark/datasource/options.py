@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rocketspark.client import SubscriptionExpression, canonical_key
+from rocketspark.client import ClientRef, SubscriptionExpression, canonical_key
 from rocketspark.errors import ConfigError
 
 STORE_OPTION_PREFIX = "rocketmq."
@@ -254,6 +254,21 @@ OPTIONS: dict[str, Option] = {
             _RW,
         ),
         Option(
+            "nameServer",
+            _text,
+            None,
+            "NameServers of a RocketMQ cluster, host:port;host:port (instead of store)",
+            _RW,
+        ),
+        Option("accessKey", _text, None, "ACL access key (default: $ROCKETMQ_ACCESS_KEY)", _RW),
+        Option("secretKey", _text, None, "ACL secret key (default: $ROCKETMQ_SECRET_KEY)", _RW),
+        Option("timeoutMs", _positive_int, None, "cluster: a request's answer (10000)", _RW),
+        Option("connectTimeoutMs", _positive_int, None, "cluster: making a connection (3000)", _RW),
+        Option(
+            "pullBatchSize", _positive_int, None, "cluster: messages asked for per pull (32)", _R
+        ),
+        Option("pullPipeline", _positive_int, None, "cluster: pulls in flight per queue (8)", _R),
+        Option(
             "brokerName", _text, None, "broker name in offsets and rows (default: the store's)", _R
         ),
         Option(
@@ -458,13 +473,52 @@ def parse_options(options: Mapping[str, str], role: Literal["read", "write"]) ->
                 "rocketmq.<broker.conf key> for the store"
             )
         values[opt.key] = opt.parse(opt.key, str(value))
-        raw[opt.key] = value
+        raw[opt.key] = "(secret)" if opt.key in SECRET_OPTIONS else value
     if values.get("store") is not None and "storePathRootDir" in overrides:
         raise ConfigError(
             f"options store and {store_keys['storePathRootDir']} both name the store "
             "directory; give only one of them"
         )
     return ParsedOptions(values, overrides, raw)
+
+
+# The options a cluster reference carries as the remote client's settings.
+CLUSTER_SETTINGS = ("timeoutMs", "connectTimeoutMs", "pullBatchSize", "pullPipeline")
+# Options whose values are never shown (errors, logs, the parsed options' raw values).
+SECRET_OPTIONS = frozenset({"secretKey"})
+
+
+def client_ref(options: ParsedOptions) -> ClientRef:
+    """The endpoint the options name: an embedded store (``store``, the default) or a
+    cluster (``nameServer``); ConfigError naming the options that conflict."""
+    namesrv = options.get("nameServer")
+    if namesrv is None:
+        given = [k for k in ("accessKey", "secretKey", *CLUSTER_SETTINGS) if k in options.raw]
+        if given:
+            raise ConfigError(f"option {given[0]} applies to a cluster: give nameServer too")
+        return ClientRef.embedded(options.get("store"), options.store_overrides)
+    for key in ("store", "brokerName"):
+        if options.get(key) is not None:
+            raise ConfigError(
+                f"options nameServer and {key} exclude each other: nameServer reads a "
+                "cluster (whose brokers name themselves), store an embedded store"
+            )
+    if options.store_overrides:
+        key = next(iter(options.store_overrides))
+        raise ConfigError(
+            f"option {STORE_OPTION_PREFIX}{key} sets an embedded store; a cluster's brokers "
+            "keep their own broker.conf"
+        )
+    settings = {k: str(options[k]) for k in CLUSTER_SETTINGS if options.get(k) is not None}
+    group = options.get("group")
+    if group:
+        settings["consumerGroup"] = group
+    return ClientRef.cluster(
+        namesrv,
+        settings,
+        access_key=options.get("accessKey"),
+        secret_key=options.get("secretKey"),
+    )
 
 
 def describe() -> str:

@@ -72,7 +72,7 @@ from rocketspark.datasource.ledger import (
     default_producer_group,
 )
 from rocketspark.datasource.locations import location_key
-from rocketspark.datasource.options import ParsedOptions
+from rocketspark.datasource.options import ParsedOptions, client_ref
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_FIRST_HALF,
@@ -196,7 +196,7 @@ class SinkPlan:
             )
         exactly_once = options["deliveryGuarantee"] == "exactly_once"
         columns = validate_schema(schema, default_topic, exactly_once)
-        ref = ClientRef.embedded(options.get("store"), options.store_overrides).require()
+        ref = client_ref(options).require()
         client = ref.connect()
         if default_topic and not client.has_topic(default_topic) and not client.auto_create_topics:
             raise UnknownTopicError(

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from rocketspark.client import ARROW_SCHEMA, Client, ClientRef, MessageQueue, validate_group
 from rocketspark.datasource.offsets import EARLIEST, LATEST, Positions, from_json, to_json
-from rocketspark.datasource.options import ParsedOptions
+from rocketspark.datasource.options import ParsedOptions, client_ref
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
@@ -143,7 +143,7 @@ class SourcePlan:
             )
         if options.get("group"):
             validate_group(options["group"])
-        ref = ClientRef.embedded(options.get("store"), options.store_overrides).require()
+        ref = client_ref(options).require()
         plan = cls(ref, options, streaming=bool(streaming))
         client = ref.connect()
         plan.broker = options.get("brokerName") or ""

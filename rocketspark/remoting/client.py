@@ -372,6 +372,9 @@ class RemotingClient:
                 consumer_group=group,
                 topic=mq.topic,
                 queue_id=mq.queue_id,
+                # else a group that never committed reads as offset 0 of a queue whose
+                # first message is still in memory
+                set_zero_if_not_found=False,
                 broker_name=mq.broker,
             ),
             expected=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
