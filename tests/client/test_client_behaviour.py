@@ -1,8 +1,9 @@
 """One behaviour suite for every Client backend (the ``client`` fixture's parameters).
 
 Only ``rocketspark.client`` is used inside the tests, so a backend joins by
-adding a parameter: "embedded" today; a remote client against our own server,
-and against a cluster named by ROCKETSPARK_NAMESRV, later.
+adding an entry to ``tests/helpers/backends.py``'s BACKENDS (which the data
+source's end-to-end tests share): "embedded" today; a remote client against our
+own server, and against a cluster named by ROCKETSPARK_NAMESRV, later.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 import pytest
 
 from rocketspark.client import (
-    ClientRef,
     Message,
     MessageQueue,
     TransactionState,
@@ -28,26 +28,13 @@ from rocketspark.errors import (
     TransactionError,
     UnknownTopicError,
 )
-
-# Every delay level one second: a retry is due a second after it is sent back.
-FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
+from tests.helpers.backends import BACKENDS, FAST
 
 
-def _embedded(tmp_path):
-    from rocketspark.store import MessageStore
-
-    path = str(tmp_path / "store")
-    MessageStore.open(path).close()  # an empty store: the client never creates one
-    return ClientRef.embedded(path, FAST)
-
-
-_BACKENDS = {"embedded": _embedded}
-
-
-@pytest.fixture(params=sorted(_BACKENDS))
+@pytest.fixture(params=sorted(BACKENDS))
 def client(request, tmp_path):
-    ref = _BACKENDS[request.param](tmp_path)
-    yield ref.connect()
+    # FAST: a retry is due a second after it is sent back
+    yield BACKENDS[request.param](tmp_path, FAST).client
     close_all()
 
 
