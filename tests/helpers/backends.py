@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketspark.client import Client, ClientRef, MessageExt, MessageQueue, TransactionState
+from rocketspark.message.model import PROPERTY_REAL_TOPIC
 
 # Every delay level one second: a message sent back is due a second later.
 FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
@@ -38,6 +39,7 @@ class Backend:
     ref: ClientRef
     options: dict[str, str]  # the data source's options that reach it (.options(**options))
     api: dict[str, Any]  # keyword arguments of deadletter's functions that reach it
+    own: bool  # the test's alone (a store made for it), not shared with other tests
     _open_jobs: Callable[[], list[str]] = field(repr=False)
 
     @property
@@ -104,8 +106,12 @@ class Backend:
             )
         return out
 
-    def open_halves(self, producer_group: str | None = None) -> list[MessageExt]:
-        """The half messages still open (of ``producer_group``), left as they are."""
+    def open_halves(self, *topics: str, producer_group: str | None = None) -> list[MessageExt]:
+        """The half messages still open for ``topics`` (of ``producer_group``), left open.
+
+        A backend that is the test's own (``own``) answers every open half, whatever
+        its topic; a shared one only the halves of the topics named (the test's own).
+        """
         seen: list[MessageExt] = []
 
         def keep(half: MessageExt) -> TransactionState:
@@ -115,11 +121,17 @@ class Backend:
         # The embedded backend asks about every open half now, and leaves what is
         # answered UNKNOWN open where it is.
         self.client.check_transactions(producer_group, keep)
-        return seen
+        if self.own:
+            return seen
+        return [h for h in seen if h.properties.get(PROPERTY_REAL_TOPIC) in topics]
 
-    def open_jobs(self) -> list[str]:
-        """The exactly-once batch jobs whose gate is not shut yet (sorted)."""
-        return self._open_jobs()
+    def open_jobs(self, *jobs: str) -> list[str]:
+        """The exactly-once batch jobs among ``jobs`` whose gate is not shut yet (sorted).
+
+        A backend that is the test's own (``own``) answers every open job.
+        """
+        found = self._open_jobs()
+        return found if self.own else [j for j in found if j in jobs]
 
 
 def embedded(directory: Path, settings: Mapping[str, str]) -> Backend:
@@ -140,6 +152,7 @@ def embedded(directory: Path, settings: Mapping[str, str]) -> Backend:
         ClientRef.embedded(path, settings),
         {"store": path, **{f"rocketmq.{k}": v for k, v in settings.items()}},
         {"store": path, "store_options": dict(settings)},
+        True,
         open_jobs,
     )
 
