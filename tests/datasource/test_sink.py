@@ -432,13 +432,13 @@ def test_a_failed_batch_write_leaves_no_half_open_once_its_tasks_stop(spark, sto
     """One task fails while the other is still writing: the job's abort runs before
     that task's halves are in the store.
 
-    Embedded only: the writing task is stalled on a flock of the store's topic table.
-
     The writing task is stalled on the store's topic table (its first half creates
     the half topic) until the write has failed, i.e. the abort is over, or (when
     the abort waits for the task) for a while. A write before it warms the
     driver's Python worker, so that the abort is over before Spark kills the
     stalled task's Python worker (spark.python.task.killTimeout).
+
+    Embedded only: the stall is a flock of the store's topic table file.
     """
     store.create_topic("out", queues=2)
     store.create_topic("warm", queues=1)

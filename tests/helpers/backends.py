@@ -118,8 +118,9 @@ class Backend:
             seen.append(half)
             return TransactionState.UNKNOWN
 
-        # The embedded backend asks about every open half now, and leaves what is
-        # answered UNKNOWN open where it is.
+        # The embedded backend's check asks about every open half at once and leaves
+        # those answered UNKNOWN where they are. (A broker asks about old halves
+        # only, and later: a cluster backend will list them another way.)
         self.client.check_transactions(producer_group, keep)
         if self.own:
             return seen
