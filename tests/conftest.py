@@ -26,6 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "broker: starts a real Apache RocketMQ NameServer and broker (JVMs; "
         "deselect with -m 'not broker')",
     )
+    config.addinivalue_line(
+        "markers",
+        "embedded_only: about the embedded store's directory itself (its files, its "
+        "clock, a process writing it); runs on a store, not on every backend",
+    )
 
 
 @pytest.fixture

@@ -1,47 +1,60 @@
-"""Retries, dead letters as Delta tables, and replay, on a real SparkSession with Delta."""
+"""Retries, dead letters as Delta tables, and replay, on a real SparkSession with Delta.
+
+The tests run on every backend (``tests/helpers/backends.py``): they seed and
+verify through the backend's client, on topics and groups of their own, and
+reach it with the backend's keyword arguments (``backend.api``).
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from rocketspark.client import Message, close_all
 from rocketspark.deadletter import RetryPipeline, materialize, replay
 from rocketspark.errors import ConfigError
-from rocketspark.store import Message, MessageStore
+from tests.helpers.backends import BACKENDS, FAST
 
 pytestmark = pytest.mark.spark
 
-# Every delay level one second: 16 retries take seconds, not hours.
-FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
+# (FAST: every delay level one second, so 16 retries take seconds, not hours)
 
 
-@pytest.fixture(scope="module")
-def dlq_world(spark, tmp_path_factory):
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request, tmp_path):
+    yield BACKENDS[request.param](tmp_path, FAST)
+    close_all()
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def dlq_world(request, spark, tmp_path_factory):
     """A pipeline that fails two of twenty messages every time, run until both are dead."""
     root = tmp_path_factory.mktemp("dlq")
-    store_dir = str(root / "store")
-    with MessageStore.open(store_dir, **FAST) as s:
-        s.create_topic("orders", queues=2)
-        # the bad ones as an exactly-once batch write's committed copies would be
-        written = {
-            "RS_SINK": "batch-0123456789abcdef",
-            "PGROUP": "rocketspark-sink-batch-0123456789abcdef",
-            "__transactionId__": "x",
-            "RS_FIRST_HALF": "7",
-        }
-        s.put_batch(
-            [
-                Message(
-                    "orders",
-                    f"order-{i}" + ("-bad" if i in (3, 11) else ""),
-                    keys=[f"o-{i}"],
-                    tags="new",
-                    properties=written if i in (3, 11) else {},
-                )
-                for i in range(20)
-            ]
-        )
+    backend = BACKENDS[request.param](root, FAST)
+    client = backend.client
+    orders, etl = backend.fresh_topic("orders", queues=2), backend.fresh_name("etl")
+    # the bad ones as an exactly-once batch write's committed copies would be
+    written = {
+        "RS_SINK": "batch-0123456789abcdef",
+        "PGROUP": "rocketspark-sink-batch-0123456789abcdef",
+        "__transactionId__": "x",
+        "RS_FIRST_HALF": "7",
+    }
+    client.put_batch(
+        [
+            Message(
+                orders,
+                f"order-{i}" + ("-bad" if i in (3, 11) else ""),
+                keys=[f"o-{i}"],
+                tags="new",
+                properties=written if i in (3, 11) else {},
+            )
+            for i in range(20)
+        ]
+    )
     processed: list[str] = []
 
     def process(batch_df, batch_id):
@@ -59,48 +72,59 @@ def dlq_world(spark, tmp_path_factory):
 
     pipe = RetryPipeline(
         spark,
-        topic="orders",
-        group="etl",
+        topic=orders,
+        group=etl,
         process=process,
         checkpoint=str(root / "chk"),
-        store=store_dir,
-        store_options=FAST,
+        **backend.api,
     )
     q = pipe.start(processing_time="300 milliseconds")
     deadline = time.time() + 240
     try:
-        with MessageStore.open(store_dir, **FAST) as s:
-            while time.time() < deadline:
-                if s.has_topic("%DLQ%etl") and s.max_offset("%DLQ%etl", 0) >= 2:
-                    break
-                assert q.exception() is None
-                time.sleep(0.5)
+        while time.time() < deadline:
+            if _dead_letters(backend, etl) >= 2:
+                break
+            assert q.exception() is None
+            time.sleep(0.5)
     finally:
         q.stop()
     tables = {"retry": str(root / "retry_table"), "dlq": str(root / "dlq_table")}
     for query in materialize(
         spark,
-        group="etl",
+        group=etl,
         retry_table=tables["retry"],
         dlq_table=tables["dlq"],
         checkpoint=str(root / "mchk"),
-        store=store_dir,
-        store_options=FAST,
         available_now=True,
+        **backend.api,
     ):
         query.awaitTermination(180)
         assert query.exception() is None
-    return store_dir, tables, processed
+    yield SimpleNamespace(
+        backend=backend, orders=orders, group=etl, tables=tables, processed=processed
+    )
+    close_all()
+
+
+def _dead_letters(backend, group: str) -> int:
+    """How many messages %DLQ%group holds."""
+    client, dlq = backend.client, f"%DLQ%{group}"
+    return sum(client.max_offset(mq) for mq in client.queues(dlq)) if client.has_topic(dlq) else 0
+
+
+def _stored(backend, topic: str) -> int:
+    """How many messages ``topic`` holds (its queues' max offsets)."""
+    return sum(backend.client.max_offset(mq) for mq in backend.queues(topic))
 
 
 def test_failing_messages_retry_16_times_then_land_once_in_the_dlq_table(spark, dlq_world):
-    store_dir, tables, processed = dlq_world
+    tables, processed = dlq_world.tables, dlq_world.processed
     assert sorted(processed) == sorted(f"order-{i}" for i in range(20) if i not in (3, 11))
     dlq = spark.read.format("delta").load(tables["dlq"])
     rows = dlq.collect()
     assert sorted(r.body.decode() for r in rows) == ["order-11-bad", "order-3-bad"]
     for r in rows:
-        assert r.reconsumeTimes == 16 and r.originTopic == "orders"
+        assert r.reconsumeTimes == 16 and r.originTopic == dlq_world.orders
         assert r.reason == "boom: " + r.body.decode()
         assert r.keys in (["o-3"], ["o-11"]) and r.replayedAt is None
         assert r.firstFailureAt is not None and r.deadAt >= r.firstFailureAt
@@ -117,7 +141,7 @@ def test_failing_messages_retry_16_times_then_land_once_in_the_dlq_table(spark, 
 def test_dlq_table_reads_with_an_independent_delta_reader(dlq_world):
     import deltalake
 
-    _, tables, _ = dlq_world
+    tables = dlq_world.tables
     t = deltalake.DeltaTable(tables["dlq"]).to_pyarrow_table()
     assert sorted(b.decode() for b in t.column("body").to_pylist()) == [
         "order-11-bad",
@@ -127,44 +151,26 @@ def test_dlq_table_reads_with_an_independent_delta_reader(dlq_world):
 
 
 def test_replay_sends_dead_letters_back_once(spark, dlq_world):
-    store_dir, tables, _ = dlq_world
-    with MessageStore.open(store_dir, **FAST) as s:
-        before = sum(s.max_offset("orders", q) for q in range(2))
+    backend, orders, tables = dlq_world.backend, dlq_world.orders, dlq_world.tables
+    before = _stored(backend, orders)
     assert (
         replay(
             spark,
             dlq_table=tables["dlq"],
             condition="reason LIKE 'boom%order-3%'",
-            store=store_dir,
-            store_options=FAST,
+            **backend.api,
         )
         == 1
     )
     assert (
-        replay(
-            spark,
-            dlq_table=tables["dlq"],
-            condition="reason LIKE 'boom%'",
-            store=store_dir,
-            store_options=FAST,
-        )
-        == 1
+        replay(spark, dlq_table=tables["dlq"], condition="reason LIKE 'boom%'", **backend.api) == 1
     )  # only order-11 is left
     assert (
-        replay(
-            spark, dlq_table=tables["dlq"], condition="true", store=store_dir, store_options=FAST
-        )
-        == 0
+        replay(spark, dlq_table=tables["dlq"], condition="true", **backend.api) == 0
     )  # nothing twice without force
-    with MessageStore.open(store_dir, **FAST) as s:
-        new = [
-            m
-            for q in range(2)
-            for m in s.pull("orders", q, 0, 1000).messages
-            if m.properties.get("RS_REPLAY") == "true"
-        ]
-        assert sum(s.max_offset("orders", q) for q in range(2)) == before + 2
-        assert s.open_transactions() == []
+    new = [m for m in backend.messages(orders) if m.properties.get("RS_REPLAY") == "true"]
+    assert _stored(backend, orders) == before + 2
+    assert backend.open_halves(orders) == []
     assert sorted(m.body.decode() for m in new) == ["order-11-bad", "order-3-bad"]
     assert all(m.reconsume_times == 0 and m.keys in (["o-3"], ["o-11"]) for m in new)
     # the replay's own transaction, not the earlier write's: an abandoned-write clean-up
@@ -183,57 +189,61 @@ def test_replay_sends_dead_letters_back_once(spark, dlq_world):
             dlq_table=tables["dlq"],
             condition="msgId IS NOT NULL",
             force=True,
-            store=store_dir,
-            store_options=FAST,
+            **backend.api,
         )
         == 2
     )
 
 
 def test_bad_replay_input_is_a_clear_error(spark, dlq_world, tmp_path):
-    store_dir, tables, _ = dlq_world
+    backend, tables = dlq_world.backend, dlq_world.tables
     with pytest.raises(ConfigError, match="does not work on the dead-letter table"):
-        replay(
-            spark,
-            dlq_table=tables["dlq"],
-            condition="no_such_column = 1",
-            store=store_dir,
-            store_options=FAST,
-        )
+        replay(spark, dlq_table=tables["dlq"], condition="no_such_column = 1", **backend.api)
     with pytest.raises(ConfigError, match="no dead-letter table at"):
-        replay(spark, dlq_table=str(tmp_path / "nothing"), store=store_dir, store_options=FAST)
+        replay(spark, dlq_table=str(tmp_path / "nothing"), **backend.api)
     not_delta = tmp_path / "parquet"
     spark.range(3).write.parquet(str(not_delta))
     with pytest.raises(ConfigError, match="is not a Delta table"):
         materialize(
             spark,
-            group="etl",
+            group=dlq_world.group,
             retry_table=str(not_delta),
             dlq_table=str(tmp_path / "d2"),
             checkpoint=str(tmp_path / "c"),
-            store=store_dir,
-            store_options=FAST,
+            **backend.api,
         )
 
 
 @pytest.mark.slow
-def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path):
+def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(backend, tmp_path):
     import os
     import random
     import signal
     import subprocess
     import sys
 
-    store_dir, chk = str(tmp_path / "store"), str(tmp_path / "chk")
-    with MessageStore.open(store_dir, **FAST) as s:
-        s.create_topic("in", queues=2)
-        s.create_topic("done", queues=1)
-        s.put_batch([Message("in", f"m{i}" + ("-bad" if i in (4, 9) else "")) for i in range(30)])
+    chk = str(tmp_path / "chk")
+    in_, done = backend.fresh_topic("in", queues=2), backend.fresh_topic("done", queues=1)
+    g = backend.fresh_name("g")
+    backend.client.put_batch(
+        [Message(in_, f"m{i}" + ("-bad" if i in (4, 9) else "")) for i in range(30)]
+    )
+    ref = backend.ref
+    spec = json.dumps(
+        {
+            "options": backend.options,
+            "api": backend.api,
+            "ref": [ref.kind, ref.address, ref.options],
+            "in": in_,
+            "done": done,
+            "group": g,
+        }
+    )
     script = os.path.join(os.path.dirname(__file__), "helpers", "retry_pipeline.py")
     rng = random.Random(5)
     for _ in range(3):
         p = subprocess.Popen(
-            [sys.executable, script, store_dir, chk],
+            [sys.executable, script, spec, chk],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -242,19 +252,18 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(tmp_path
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     p = subprocess.run(
-        [sys.executable, script, store_dir, chk], capture_output=True, text=True, timeout=600
+        [sys.executable, script, spec, chk], capture_output=True, text=True, timeout=600
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    with MessageStore.open(store_dir, **FAST) as s:
-        done = [m.body.decode() for m in s.pull("done", 0, 0, 1000).messages]
-        dead = [m for m in s.pull("%DLQ%g", 0, 0, 100).messages]
-        retries = [m for m in s.pull("%RETRY%g", 0, 0, 1000).messages]
-        assert s.open_transactions() == []
-    assert sorted(done) == sorted(f"m{i}" for i in range(30) if i not in (4, 9))
-    assert sorted(m.body.decode() for m in dead) == ["m4-bad", "m9-bad"]
+    written = backend.bodies(done)
+    dead = backend.rows(f"%DLQ%{g}")
+    retries = backend.rows(f"%RETRY%{g}")
+    assert backend.open_halves(in_, done) == []
+    assert written == sorted(f"m{i}" for i in range(30) if i not in (4, 9))
+    assert sorted(m["body"].decode() for m in dead) == ["m4-bad", "m9-bad"]
     per_message: dict[str, list[int]] = {}
     for m in retries:
-        per_message.setdefault(m.body.decode(), []).append(m.reconsume_times)
+        per_message.setdefault(m["body"].decode(), []).append(m["reconsumeTimes"])
     assert {k: sorted(v) for k, v in per_message.items()} == {
         "m4-bad": list(range(1, 17)),
         "m9-bad": list(range(1, 17)),
@@ -265,56 +274,51 @@ def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_worl
     """Halves left by a replay that died before its MERGE are rolled back; after it, committed."""
     from rocketspark.deadletter import PROPERTY_REPLAY_ID, _replay_group
 
-    store_dir, tables, _ = dlq_world
+    backend, orders, tables = dlq_world.backend, dlq_world.orders, dlq_world.tables
+    client = backend.client
     group = _replay_group(tables["dlq"])
-    with MessageStore.open(store_dir, **FAST) as s:
-        # died before the MERGE: an id the table never saw
-        lost = s.prepare(
-            Message("orders", b"lost replay"),
-            producer_group=group,
-            properties={PROPERTY_REPLAY_ID: "never-merged"},
+
+    def prepare(body: bytes, producer_group: str, replay_id: str):
+        (half,) = client.prepare_batch(
+            [Message(orders, body, properties={PROPERTY_REPLAY_ID: replay_id})],
+            producer_group=producer_group,
         )
-        # died after the MERGE: the id of a replay the table recorded
-        recorded = (
-            spark.read.format("delta")
-            .load(tables["dlq"])
-            .where("replayId IS NOT NULL")
-            .select("replayId")
-            .first()
-            .replayId
-        )
-        kept = s.prepare(
-            Message("orders", b"recorded replay"),
-            producer_group=group,
-            properties={PROPERTY_REPLAY_ID: recorded},
-        )
-        # another table's replay, between its prepare and its MERGE: not this one's to undo
-        other = s.prepare(
-            Message("orders", b"other table"),
-            producer_group=_replay_group(tables["dlq"] + "-other"),
-            properties={PROPERTY_REPLAY_ID: "in-flight"},
-        )
-    replay(spark, dlq_table=tables["dlq"], condition="false", store=store_dir, store_options=FAST)
-    with MessageStore.open(store_dir, **FAST) as s:
-        assert s.transaction_status(lost) == "rolled_back"
-        assert s.transaction_status(kept) == "committed"
-        assert s.transaction_status(other) == "open"
-        s.rollback_transaction(other)
-        assert s.open_transactions() == []
+        return half
+
+    # died before the MERGE: an id the table never saw
+    prepare(b"lost replay", group, "never-merged")
+    # died after the MERGE: the id of a replay the table recorded
+    recorded = (
+        spark.read.format("delta")
+        .load(tables["dlq"])
+        .where("replayId IS NOT NULL")
+        .select("replayId")
+        .first()
+        .replayId
+    )
+    prepare(b"recorded replay", group, recorded)
+    # another table's replay, between its prepare and its MERGE: not this one's to undo
+    other = prepare(b"other table", _replay_group(tables["dlq"] + "-other"), "in-flight")
+    replay(spark, dlq_table=tables["dlq"], condition="false", **backend.api)
+    # lost: rolled back (neither stored nor open); kept: committed; other: still open
+    stored = backend.bodies(orders)
+    assert "lost replay" not in stored and "recorded replay" in stored
+    assert [h.body for h in backend.open_halves(orders)] == [b"other table"]
+    client.end_transactions([other.queue_offset], commit=False)
+    assert backend.open_halves(orders) == []
 
 
 def test_materialize_with_a_new_checkpoint_adds_no_row_twice(spark, dlq_world, tmp_path):
-    store_dir, tables, _ = dlq_world
+    backend, tables = dlq_world.backend, dlq_world.tables
     counts = {k: spark.read.format("delta").load(t).count() for k, t in tables.items()}
     for query in materialize(
         spark,
-        group="etl",
+        group=dlq_world.group,
         retry_table=tables["retry"],
         dlq_table=tables["dlq"],
         checkpoint=str(tmp_path / "new-chk"),
-        store=store_dir,
-        store_options=FAST,
         available_now=True,
+        **backend.api,
     ):
         query.awaitTermination(180)
         assert query.exception() is None
@@ -322,17 +326,15 @@ def test_materialize_with_a_new_checkpoint_adds_no_row_twice(spark, dlq_world, t
 
 
 def test_replay_sends_a_dead_letter_once_even_if_its_table_has_it_twice(spark, dlq_world, tmp_path):
-    store_dir, tables, _ = dlq_world
+    backend, orders, tables = dlq_world.backend, dlq_world.orders, dlq_world.tables
     twice = str(tmp_path / "dlq-twice")
     dlq = spark.read.format("delta").load(tables["dlq"]).where("body LIKE '%3-bad'")
     dlq.unionAll(dlq).write.format("delta").partitionBy("day").save(twice)
-    with MessageStore.open(store_dir, **FAST) as s:
-        before = sum(s.max_offset("orders", q) for q in range(2))
-    assert replay(spark, dlq_table=twice, force=True, store=store_dir, store_options=FAST) == 1
-    with MessageStore.open(store_dir, **FAST) as s:
-        assert sum(s.max_offset("orders", q) for q in range(2)) == before + 1
-        assert s.open_transactions() == []
-        m = s.pull("orders", 0, 0, 1000).messages + s.pull("orders", 1, 0, 1000).messages
+    before = _stored(backend, orders)
+    assert replay(spark, dlq_table=twice, force=True, **backend.api) == 1
+    assert _stored(backend, orders) == before + 1
+    assert backend.open_halves(orders) == []
+    m = backend.messages(orders)
     replayed = [x for x in m if x.properties.get("RS_REPLAY") == "true"][-1]
     # a new incident if it fails again: the old failure is not carried over
     assert "RS_FAILURE_REASON" not in replayed.properties
@@ -345,23 +347,22 @@ def _offsets_row(offset, reason="boom"):
     return namedtuple("Row", "commitLogOffset reason")(offset, reason)
 
 
-def test_send_back_checks_what_process_returned(tmp_path):
-    store_dir = str(tmp_path / "store")
-    with MessageStore.open(store_dir, **FAST) as s:
-        s.create_topic("orders", queues=1)
-        s.create_topic("payroll", queues=1)
-        (mine,) = s.put_batch([Message("orders", b"order")])
-        (foreign,) = s.put_batch([Message("payroll", b"salary")])
+def test_send_back_checks_what_process_returned(backend, tmp_path):
+    orders, payroll = (
+        backend.fresh_topic("orders", queues=1),
+        backend.fresh_topic("payroll", queues=1),
+    )
+    (mine,) = backend.client.put_batch([Message(orders, b"order")])
+    (foreign,) = backend.client.put_batch([Message(payroll, b"salary")])
     pipe = RetryPipeline(
         None,
-        topic="orders",
-        group="etl",
+        topic=orders,
+        group=backend.fresh_name("etl"),
         process=lambda df, i: None,
         checkpoint=str(tmp_path / "chk"),
-        store=store_dir,
-        store_options=FAST,
+        **backend.api,
     )
-    with pytest.raises(ConfigError, match="a message of topic 'payroll'"):
+    with pytest.raises(ConfigError, match=f"a message of topic '{payroll}'"):
         pipe.send_back([_offsets_row(foreign.commitlog_offset)], 0, "q1")
     with pytest.raises(ConfigError, match="commitLogOffset 7, which is not a message"):
         pipe.send_back([_offsets_row(7)], 0, "q1")
@@ -403,31 +404,32 @@ def test_a_merge_that_met_a_concurrent_write_is_run_again(monkeypatch):
     assert len(calls) == 1
 
 
-def test_failed_rows_are_named_by_msg_id(tmp_path):
+def test_failed_rows_are_named_by_msg_id(backend, tmp_path):
     """process() names failed rows by msgId (host and commitLog offset of one broker's
     message); a msgId of no message here is refused like a bad commitLogOffset."""
     from collections import namedtuple
 
     row = namedtuple("Row", "msgId reason")
-    store_dir = str(tmp_path / "store")
-    with MessageStore.open(store_dir, **FAST) as s:
-        s.create_topic("orders", queues=1)
-        (mine,) = s.put_batch([Message("orders", b"order")])
+    orders = backend.fresh_topic("orders", queues=1)
+    (mine,) = backend.client.put_batch([Message(orders, b"order")])
     pipe = RetryPipeline(
         None,
-        topic="orders",
-        group="etl",
+        topic=orders,
+        group=backend.fresh_name("etl"),
         process=lambda df, i: None,
         checkpoint=str(tmp_path / "chk"),
-        store=store_dir,
-        store_options=FAST,
+        **backend.api,
     )
     elsewhere = mine.msg_id[:-16] + "%016X" % (mine.commitlog_offset + 10_000)
     with pytest.raises(ConfigError, match=f"msgId {elsewhere}, which is not a message"):
         pipe.send_back([row(elsewhere, "boom")], 0, "q1")
     assert pipe.send_back([row(mine.msg_id, "boom")] * 2, 0, "q1") == 1
-    with MessageStore.open(store_dir, **FAST) as s:
-        (sent,) = s.pull("SCHEDULE_TOPIC_XXXX", 2, 0, 10).messages
+    # it waits in the schedule topic's queue of its delay level (3: queue 2)
+    (sent,) = [
+        backend.client.get_message(r["msgId"])
+        for r in backend.rows("SCHEDULE_TOPIC_XXXX")
+        if r["queueId"] == 2 and dict(r["properties"]).get("ORIGIN_MESSAGE_ID") == mine.msg_id
+    ]
     assert sent.properties["ORIGIN_MESSAGE_ID"] == mine.msg_id
     assert sent.properties["RS_FAILURE_REASON"] == "boom"
 

@@ -1,8 +1,9 @@
 """One behaviour suite for every Client backend (the ``client`` fixture's parameters).
 
 Only ``rocketspark.client`` is used inside the tests, so a backend joins by
-adding a parameter: "embedded" today; a remote client against our own server,
-and against a cluster named by ROCKETSPARK_NAMESRV, later.
+adding an entry to ``tests/helpers/backends.py``'s BACKENDS (which the data
+source's end-to-end tests share): "embedded" today; a remote client against our
+own server, and against a cluster named by ROCKETSPARK_NAMESRV, later.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+import uuid
 
 import pytest
 
 from rocketspark.client import (
-    ClientRef,
     Message,
     MessageQueue,
     TransactionState,
@@ -28,27 +29,19 @@ from rocketspark.errors import (
     TransactionError,
     UnknownTopicError,
 )
-
-# Every delay level one second: a retry is due a second after it is sent back.
-FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
+from tests.helpers.backends import BACKENDS, FAST
 
 
-def _embedded(tmp_path):
-    from rocketspark.store import MessageStore
-
-    path = str(tmp_path / "store")
-    MessageStore.open(path).close()  # an empty store: the client never creates one
-    return ClientRef.embedded(path, FAST)
-
-
-_BACKENDS = {"embedded": _embedded}
-
-
-@pytest.fixture(params=sorted(_BACKENDS))
+@pytest.fixture(params=sorted(BACKENDS))
 def client(request, tmp_path):
-    ref = _BACKENDS[request.param](tmp_path)
-    yield ref.connect()
+    # FAST: a retry is due a second after it is sent back
+    yield BACKENDS[request.param](tmp_path, FAST).client
     close_all()
+
+
+def _fresh(prefix: str) -> str:
+    """A name no other test uses: a cluster is shared across tests."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _put(client, topic: str, n: int, **kw):
@@ -65,6 +58,7 @@ def test_a_reference_pickles_and_connects_to_one_client_per_process(client):
     assert again.connect() is client and connect(again) is client
 
 
+@pytest.mark.embedded_only
 def test_a_directory_without_a_store_is_refused_and_left_alone(tmp_path):
     from rocketspark.errors import StorePathError
 
@@ -77,43 +71,49 @@ def test_a_directory_without_a_store_is_refused_and_left_alone(tmp_path):
 
 
 def test_topics_and_their_queues(client):
-    info = client.create_topic("orders", queues=3)
-    assert info.name == "orders" and info.read_queue_nums == 3
-    assert client.has_topic("orders") and not client.has_topic("nope")
-    assert "orders" in {t.name for t in client.topics()}
-    assert client.topic("orders").write_queue_nums == 3
-    queues = client.queues("orders")
+    orders = _fresh("orders")
+    nope = _fresh("nope")
+    info = client.create_topic(orders, queues=3)
+    assert info.name == orders and info.read_queue_nums == 3
+    assert client.has_topic(orders) and not client.has_topic(nope)
+    assert orders in {t.name for t in client.topics()}
+    assert client.topic(orders).write_queue_nums == 3
+    queues = client.queues(orders)
     assert [q.queue_id for q in queues] == [0, 1, 2]
-    assert all(isinstance(q, MessageQueue) and q.topic == "orders" for q in queues)
+    assert all(isinstance(q, MessageQueue) and q.topic == orders for q in queues)
     assert len({q.broker for q in queues}) == 1
     with pytest.raises(UnknownTopicError):
-        client.topic("nope")
+        client.topic(nope)
     with pytest.raises(UnknownTopicError):
-        client.queues("nope")
+        client.queues(nope)
 
 
 # -- positions -------------------------------------------------------------------------
 
 
 def test_offsets_are_the_next_to_read(client):
-    client.create_topic("orders", queues=1)
-    (mq,) = client.queues("orders")
+    orders = _fresh("orders")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
     assert (client.min_offset(mq), client.max_offset(mq)) == (0, 0)
     before = client.now_ms()
-    _put(client, "orders", 5)
+    _put(client, orders, 5)
     assert (client.min_offset(mq), client.max_offset(mq)) == (0, 5)
     assert client.offset_for_timestamp(mq, before - 60_000) == 0
     assert client.offset_for_timestamp(mq, client.now_ms() + 60_000) == 5
 
 
 def test_group_offsets_are_committed_per_queue(client):
-    client.create_topic("orders", queues=2)
-    q0, q1 = client.queues("orders")
-    _put(client, "orders", 4)
-    assert client.committed_offset("g", q0) is None
-    client.commit_offsets("g", {q0: 2, q1: 1})
-    assert (client.committed_offset("g", q0), client.committed_offset("g", q1)) == (2, 1)
-    assert client.committed_offset("other", q0) is None
+    orders = _fresh("orders")
+    g = _fresh("g")
+    other = _fresh("other")
+    client.create_topic(orders, queues=2)
+    q0, q1 = client.queues(orders)
+    _put(client, orders, 4)
+    assert client.committed_offset(g, q0) is None
+    client.commit_offsets(g, {q0: 2, q1: 1})
+    assert (client.committed_offset(g, q0), client.committed_offset(g, q1)) == (2, 1)
+    assert client.committed_offset(other, q0) is None
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -122,10 +122,11 @@ def test_group_offsets_are_committed_per_queue(client):
 def test_arrow_reads_have_the_row_schema_and_filter_by_tag(client):
     from rocketspark.client import ARROW_SCHEMA
 
-    client.create_topic("orders", queues=1)
-    (mq,) = client.queues("orders")
+    orders = _fresh("orders")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
     client.put_batch(
-        [Message("orders", f"m{i}".encode(), tags="a" if i % 2 else "b") for i in range(6)]
+        [Message(orders, f"m{i}".encode(), tags="a" if i % 2 else "b") for i in range(6)]
     )
     batches, nxt = client.read_batches(mq, 0, 6)
     assert nxt == 6 and all(b.schema == ARROW_SCHEMA for b in batches)
@@ -140,14 +141,15 @@ def test_arrow_reads_have_the_row_schema_and_filter_by_tag(client):
 
 
 def test_a_message_is_found_by_msg_id_and_by_key(client):
-    client.create_topic("orders", queues=2)
+    orders = _fresh("orders")
+    client.create_topic(orders, queues=2)
     results = client.put_batch(
-        [Message("orders", b"x", keys=["k1"]), Message("orders", b"y", keys=["k2"])]
+        [Message(orders, b"x", keys=["k1"]), Message(orders, b"y", keys=["k2"])]
     )
     got = client.get_message(results[1].msg_id)
-    assert (got.body, got.msg_id, got.topic) == (b"y", results[1].msg_id, "orders")
+    assert (got.body, got.msg_id, got.topic) == (b"y", results[1].msg_id, orders)
     assert client.message_id_at(results[0].commitlog_offset) == results[0].msg_id
-    assert [m.body for m in client.query_by_key("orders", "k1")] == [b"x"]
+    assert [m.body for m in client.query_by_key(orders, "k1")] == [b"x"]
     with pytest.raises((OffsetOutOfRangeError, ConfigError)):
         client.get_message(results[1].msg_id[:-16] + "00000000FFFFFFFF")
 
@@ -156,11 +158,12 @@ def test_a_message_is_found_by_msg_id_and_by_key(client):
 
 
 def test_columns_and_messages_land_alike(client):
-    client.create_topic("orders", queues=1)
-    (mq,) = client.queues("orders")
-    rs = client.put_columns([b"a", b"b"], topic="orders", tags=["t", None], keys=["k", None])
+    orders = _fresh("orders")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
+    rs = client.put_columns([b"a", b"b"], topic=orders, tags=["t", None], keys=["k", None])
     assert [r.queue_offset for r in rs] == [0, 1]
-    rs = client.put_batch([Message("orders", b"c", tags="t")])
+    rs = client.put_batch([Message(orders, b"c", tags="t")])
     assert rs[0].queue_offset == 2
     rows = [r for b in client.read_batches(mq, 0, 3)[0] for r in b.to_pylist()]
     assert [(r["body"], r["tags"]) for r in rows] == [(b"a", "t"), (b"b", None), (b"c", "t")]
@@ -170,13 +173,15 @@ def test_columns_and_messages_land_alike(client):
 
 
 def test_halves_are_invisible_until_ended(client):
-    client.create_topic("orders", queues=1)
-    (mq,) = client.queues("orders")
+    orders = _fresh("orders")
+    pg = _fresh("pg")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
     halves = client.prepare_columns(
         [b"h1", b"h2", b"h3"],
-        producer_group="pg",
+        producer_group=pg,
         extra_properties={"RS_SINK": "s"},
-        topic="orders",
+        topic=orders,
     )
     offsets = [h.queue_offset for h in halves]
     assert offsets == list(range(offsets[0], offsets[0] + 3))
@@ -187,18 +192,21 @@ def test_halves_are_invisible_until_ended(client):
     assert client.max_offset(mq) == 2
     with pytest.raises(TransactionError):
         client.end_transactions(offsets[2:], commit=True)
-    (single,) = client.prepare_batch([Message("orders", b"one")], producer_group="pg")
+    (single,) = client.prepare_batch([Message(orders, b"one")], producer_group=pg)
     client.end_transactions([single.queue_offset], commit=True)
     assert client.max_offset(mq) == 3
 
 
 def test_open_halves_are_decided_by_the_answer(client):
-    client.create_topic("orders", queues=1)
-    (mq,) = client.queues("orders")
+    orders = _fresh("orders")
+    other_group = _fresh("other")
+    pg = _fresh("pg")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
     halves = client.prepare_batch(
-        [Message("orders", f"h{i}".encode()) for i in range(4)], producer_group="pg"
+        [Message(orders, f"h{i}".encode()) for i in range(4)], producer_group=pg
     )
-    (other,) = client.prepare_batch([Message("orders", b"theirs")], producer_group="other")
+    (other,) = client.prepare_batch([Message(orders, b"theirs")], producer_group=other_group)
     offsets = [h.queue_offset for h in halves]
     verdict = {
         b"h0": TransactionState.COMMIT,
@@ -211,7 +219,7 @@ def test_open_halves_are_decided_by_the_answer(client):
         asked.append(half.body)
         return verdict[half.body]
 
-    counts = client.check_transactions("pg", answer, in_flight=[offsets[3]])
+    counts = client.check_transactions(pg, answer, in_flight=[offsets[3]])
     assert counts["commit"] == 1 and counts["rollback"] == 1
     assert sorted(asked) == [b"h0", b"h1", b"h2"]  # not the in-flight one, not theirs
     assert client.max_offset(mq) == 1
@@ -226,20 +234,22 @@ def test_open_halves_are_decided_by_the_answer(client):
 
 
 def test_a_message_sent_back_comes_back_in_the_retry_topic_when_due(client):
-    client.create_topic("orders", queues=1)
-    client.ensure_group("g")
-    (r,) = _put(client, "orders", 1)
-    assert client.send_back("g", [r.msg_id], properties=[{"WHY": "boom"}]) == 1
-    assert client.has_topic("%RETRY%g")
-    (retry,) = client.queues("%RETRY%g")
+    orders = _fresh("orders")
+    g = _fresh("g")
+    client.create_topic(orders, queues=1)
+    client.ensure_group(g)
+    (r,) = _put(client, orders, 1)
+    assert client.send_back(g, [r.msg_id], properties=[{"WHY": "boom"}]) == 1
+    assert client.has_topic(f"%RETRY%{g}")
+    (retry,) = client.queues(f"%RETRY%{g}")
     deadline = time.time() + 10
     while client.max_offset(retry) == 0 and time.time() < deadline:
         client.tick()
         time.sleep(0.2)
     rows = [x for b in client.read_batches(retry, 0, 1)[0] for x in b.to_pylist()]
-    assert [x["body"] for x in rows] == [b"orders-0"]
+    assert [x["body"] for x in rows] == [f"{orders}-0".encode()]
     props = dict(rows[0]["properties"])
-    assert props["WHY"] == "boom" and props["RETRY_TOPIC"] == "orders"
+    assert props["WHY"] == "boom" and props["RETRY_TOPIC"] == orders
     assert rows[0]["reconsumeTimes"] == 1
 
 
@@ -247,17 +257,18 @@ def test_a_message_sent_back_comes_back_in_the_retry_topic_when_due(client):
 
 
 def test_a_lock_is_exclusive_while_held(client):
+    name = _fresh("t")
     order = []
     held = threading.Event()
 
     def other():
         held.wait(10)
-        with client.lock("t"):
+        with client.lock(name):
             order.append("other")
 
     t = threading.Thread(target=other)
     t.start()
-    with client.lock("t"):
+    with client.lock(name):
         held.set()
         time.sleep(0.3)
         order.append("first")
@@ -266,22 +277,23 @@ def test_a_lock_is_exclusive_while_held(client):
 
 
 def test_the_sink_ledger_records_batches_and_ends_jobs(client):
+    sink, j1, j2 = _fresh("s"), _fresh("j1"), _fresh("j2")
     ledger = client.sink_ledger()
-    assert ledger.get("s") == (-1, None) and ledger.query("s") is None
-    ledger.begin("s", 0, [(3, 5)], "q")
-    assert ledger.get("s") == (-1, (0, [(3, 5)])) and ledger.pending_query("s") == "q"
-    ledger.finish("s", 0, "q")
-    assert client.sink_ledger().get("s") == (0, None) and ledger.query("s") == "q"
-    ledger.start_job("j1")
-    writes = ledger.job_writes("j1")
+    assert ledger.get(sink) == (-1, None) and ledger.query(sink) is None
+    ledger.begin(sink, 0, [(3, 5)], "q")
+    assert ledger.get(sink) == (-1, (0, [(3, 5)])) and ledger.pending_query(sink) == "q"
+    ledger.finish(sink, 0, "q")
+    assert client.sink_ledger().get(sink) == (0, None) and ledger.query(sink) == "q"
+    ledger.start_job(j1)
+    writes = ledger.job_writes(j1)
     with writes.writing():
         pass
-    with ledger.ending_job("j1"):
+    with ledger.ending_job(j1):
         pass
     with pytest.raises(SinkJobEndedError), writes.writing():
         pass
     writes.close()
-    ledger.start_job("j2")
+    ledger.start_job(j2)
     ledger.end_stale_jobs(client.now_ms() + 60_000)
-    with pytest.raises(SinkJobEndedError), ledger.job_writes("j2").writing():
+    with pytest.raises(SinkJobEndedError), ledger.job_writes(j2).writing():
         pass

@@ -1,10 +1,22 @@
-"""A fresh store per test (the SparkSession is shared: tests/conftest.py)."""
+"""The RocketMQ each test reaches (the SparkSession is shared: tests/conftest.py).
+
+``backend`` runs a test once per backend of ``tests/helpers/backends.py``;
+``store_path`` and ``store`` are for the tests marked ``embedded_only``, which
+are about the embedded store's directory itself.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from rocketspark.client import close_all
+from tests.helpers.backends import BACKENDS
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request, tmp_path):
+    yield BACKENDS[request.param](tmp_path, {})
+    close_all()  # this process's handles; workers keep theirs until they exit
 
 
 @pytest.fixture

@@ -1,4 +1,10 @@
-"""The rocketmq source on a real SparkSession (local[2]) and a real store."""
+"""The rocketmq source on a real SparkSession (local[2]) and a real RocketMQ.
+
+Each test runs on every backend (the ``backend`` fixture): it seeds and
+verifies through the backend's client, on topics and groups of its own, and
+reaches it with the backend's options. The tests marked ``embedded_only`` are
+about the embedded store's directory itself and run on a store.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +19,16 @@ from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from rocketspark.store import Message, MessageStore
+from rocketspark.client import Message
 from tests.datasource.spark_version import ADMISSION_CONTROL, FILTER_PUSHDOWN
 
 pytestmark = pytest.mark.spark
 
 
-def _fill(store: MessageStore, topic: str, n: int, queues: int = 2, **kw) -> None:
-    if not store.has_topic(topic):
-        store.create_topic(topic, queues=queues)
-    store.put_batch(
+def _fill(client, topic: str, n: int, queues: int = 2, **kw) -> None:
+    if not client.has_topic(topic):
+        client.create_topic(topic, queues=queues)
+    client.put_batch(
         [
             Message(
                 topic,
@@ -40,42 +46,52 @@ def _bodies(df) -> list[str]:
     return sorted(r.body.decode() for r in df.select("body").collect())
 
 
-def test_batch_read_returns_every_message_with_its_fields(spark, store_path, store):
-    _fill(store, "orders", 20, properties={"region": "eu"})
-    df = spark.read.format("rocketmq").option("store", store_path).option("topic", "orders").load()
+def _read(spark, backend):
+    return spark.read.format("rocketmq").options(**backend.options)
+
+
+def test_batch_read_returns_every_message_with_its_fields(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 20, properties={"region": "eu"})
+    df = _read(spark, backend).option("topic", orders).load()
     got = df.select(
         "topic", "queueId", "queueOffset", F.col("body").cast("string").alias("b"), "tags", "keys"
     )
-    expected = []
-    for q in range(2):
-        for m in store.pull("orders", q, 0, max_msgs=100).messages:
-            expected.append(("orders", q, m.queue_offset, m.body.decode(), m.tags, m.keys))
+    expected = [
+        (orders, m.queue_id, m.queue_offset, m.body.decode(), m.tags, m.keys)
+        for m in backend.messages(orders)
+    ]
     want = spark.createDataFrame(expected, got.schema)
     assert_df_equality(got, want, ignore_row_order=True)
-    row = df.filter("queueId = 0 and queueOffset = 0").collect()[0]
-    m = store.pull("orders", 0, 0, 1).messages[0]
+    mq = backend.queues(orders)[0]
+    row = df.filter(
+        f"brokerName = '{mq.broker}' and queueId = {mq.queue_id} and queueOffset = 0"
+    ).collect()[0]
+    (m,) = backend.client.query_by_key(orders, row.keys[0])  # found by its key, not the row
+    assert (m.queue_id, m.queue_offset) == (mq.queue_id, 0)
     assert (row.msgId, row.uniqKey, row.commitLogOffset, row.storeHost) == (
         m.msg_id,
         m.uniq_key,
         m.commitlog_offset,
         str(m.store_host),
     )
-    assert row.brokerName == store.config.broker_name
+    assert row.brokerName == mq.broker
     # TAGS, KEYS and UNIQ_KEY are columns, not also properties.
     assert dict(row.properties) == {"region": "eu"} and m.properties["TAGS"] == row.tags
 
 
-def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_path, store):
-    _fill(store, "orders", 40)
+def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 40)
 
     def base():  # a DataFrameReader keeps the options set on it: a fresh one each time
-        return spark.read.format("rocketmq").option("store", store_path).option("topic", "orders")
+        return _read(spark, backend).option("topic", orders)
 
-    broker = store.config.broker_name
+    broker = backend.broker(orders)
     ranged = (
         base()
-        .option("startingOffsets", json.dumps({"orders": {broker: {"0": 5, "1": -2}}}))
-        .option("endingOffsets", json.dumps({"orders": {broker: {"0": 8, "1": -1}}}))
+        .option("startingOffsets", json.dumps({orders: {broker: {"0": 5, "1": -2}}}))
+        .option("endingOffsets", json.dumps({orders: {broker: {"0": 8, "1": -1}}}))
         .load()
     )
     assert ranged.filter("queueId = 0").count() == 3
@@ -91,10 +107,15 @@ def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, store_pat
     assert past.count() == 40
 
 
+@pytest.mark.embedded_only
 def test_assign_and_per_queue_timestamps_pick_queues_and_starts(spark, store_path, clock):
     """Kafka's assign and startingOffsetsByTimestamp / endingOffsetsByTimestamp, with the
     broker level of RocketMQ's MessageQueue: the JSON's queues only, each from (or
-    before) its first message stored at or after its own timestamp."""
+    before) its first message stored at or after its own timestamp.
+
+    Embedded only: the store's clock stamps the messages at chosen times."""
+    from rocketspark.store import MessageStore
+
     with MessageStore.open(store_path, clock=clock) as store:
         store.create_topic("orders", queues=3)
         for q in range(3):  # stored at t=1000, 2000, ..., 5000 in every queue
@@ -161,34 +182,17 @@ def test_assign_and_per_queue_timestamps_pick_queues_and_starts(spark, store_pat
     assert sorted(got) == ["0-4", "1-3", "1-4"]
 
 
-def test_large_ranges_are_split_into_partitions(spark, store_path, store):
-    _fill(store, "orders", 100, queues=1)
-    df = (
-        spark.read.format("rocketmq")
-        .option("store", store_path)
-        .option("topic", "orders")
-        .option("maxRecordsPerPartition", "30")
-        .load()
-    )
+def test_large_ranges_are_split_into_partitions(spark, backend):
+    orders, few = backend.fresh_topic("orders"), backend.fresh_topic("few")
+    _fill(backend.client, orders, 100, queues=1)
+    df = _read(spark, backend).option("topic", orders).option("maxRecordsPerPartition", "30").load()
     assert df.rdd.getNumPartitions() == 4
     assert sorted(r.queueOffset for r in df.collect()) == list(range(100))
-    df2 = (
-        spark.read.format("rocketmq")
-        .option("store", store_path)
-        .option("topic", "orders")
-        .option("minPartitions", "5")
-        .load()
-    )
+    df2 = _read(spark, backend).option("topic", orders).option("minPartitions", "5").load()
     assert df2.rdd.getNumPartitions() == 5 and df2.count() == 100
     # At least minPartitions, even when the ranges do not divide evenly.
-    _fill(store, "few", 5, queues=1)
-    df3 = (
-        spark.read.format("rocketmq")
-        .option("store", store_path)
-        .option("topic", "few")
-        .option("minPartitions", "4")
-        .load()
-    )
+    _fill(backend.client, few, 5, queues=1)
+    df3 = _read(spark, backend).option("topic", few).option("minPartitions", "4").load()
     assert df3.rdd.getNumPartitions() == 4
     assert sorted(r.queueOffset for r in df3.collect()) == list(range(5))
 
@@ -276,33 +280,30 @@ def test_large_ranges_are_split_into_partitions(spark, store_path, store):
         ),
     ],
 )
-def test_bad_options_fail_at_load_with_a_clear_message(spark, store_path, store, options, message):
-    _fill(store, "orders", 2)
-    reader = spark.read.format("rocketmq").option("store", store_path)
+def test_bad_options_fail_at_load_with_a_clear_message(spark, backend, options, message):
+    # "orders" (2 queues), its broker "broker-a" and "nope" (no topic) are this test's names
+    orders, nope = backend.fresh_topic("orders"), backend.fresh_topic("nope")
+    _fill(backend.client, orders, 2)
+    broker = backend.broker(orders)
+
+    def ours(text: str) -> str:
+        return text.replace("orders", orders).replace("broker-a", broker).replace("nope", nope)
+
+    reader = _read(spark, backend)
     for k, v in options.items():
-        reader = reader.option(k, v)
-    with pytest.raises(Exception, match=re.escape(message)):
+        reader = reader.option(k, ours(v))
+    with pytest.raises(Exception, match=re.escape(ours(message))):
         reader.load()  # at load(), not later from a worker
 
 
-def test_bad_stream_options_fail_at_load(spark, store_path, store):
-    _fill(store, "orders", 2)
+def test_bad_stream_options_fail_at_load(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 2)
     with pytest.raises(Exception, match="minOffsetsPerTrigger .* is larger"):
-        (
-            spark.readStream.format("rocketmq")
-            .option("store", store_path)
-            .option("topic", "orders")
-            .option("minOffsetsPerTrigger", "10")
-            .option("maxOffsetsPerTrigger", "5")
-            .load()
+        _stream(
+            spark, backend.options, topic=orders, minOffsetsPerTrigger=10, maxOffsetsPerTrigger=5
         )
-    df = (
-        spark.readStream.format("rocketmq")
-        .option("store", store_path)
-        .option("topic", "orders")
-        .option("endingOffsets", "latest")
-        .load()
-    )
+    df = _stream(spark, backend.options, topic=orders, endingOffsets="latest")
     q = None
     with pytest.raises(Exception, match="option endingOffsets applies to batch reads only") as e:
         q = df.writeStream.format("noop").start()  # stream-only checks: at start()
@@ -314,8 +315,8 @@ def test_bad_stream_options_fail_at_load(spark, store_path, store):
     assert "UnboundLocalError" not in str(e.value)
 
 
-def _stream(spark, store_path, **options):
-    reader = spark.readStream.format("rocketmq").option("store", store_path)
+def _stream(spark, where: dict[str, str], **options):
+    reader = spark.readStream.format("rocketmq").options(**where)
     for k, v in options.items():
         reader = reader.option(k, str(v))
     return reader.load()
@@ -342,15 +343,14 @@ def _run_available_now(df, tmp_path, name: str, batches: list | None = None):
     return out, chk
 
 
-def test_stream_available_now_reads_once_and_resumes_from_checkpoint(
-    spark, store_path, store, tmp_path
-):
-    _fill(store, "orders", 30)
-    df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="etl")
+def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, backend, tmp_path):
+    orders, etl = backend.fresh_topic("orders"), backend.fresh_name("etl")
+    _fill(backend.client, orders, 30)
+    df = _stream(spark, backend.options, topic=orders, startingOffsets="earliest", group=etl)
     out, _ = _run_available_now(df, tmp_path, "s")
-    _fill(store, "orders", 10)  # 10 more, bodies orders-0..9 again
+    _fill(backend.client, orders, 10)  # 10 more, bodies orders-0..9 again
     _run_available_now(
-        _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="etl"),
+        _stream(spark, backend.options, topic=orders, startingOffsets="earliest", group=etl),
         tmp_path,
         "s",
     )
@@ -363,20 +363,20 @@ def test_stream_available_now_reads_once_and_resumes_from_checkpoint(
     # Spark never tells the source that the last batch of an AvailableNow run is done:
     # the group trails by that batch (5 per queue) until the next run.
     trail = 0 if ADMISSION_CONTROL else 5
-    assert store.lag("etl", "orders") == {("orders", 0): trail, ("orders", 1): trail}
+    assert backend.lag(etl, orders) == {(orders, 0): trail, (orders, 1): trail}
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
-    spark, store_path, store, tmp_path
+    spark, backend, tmp_path
 ):
-    store.create_topic("big", queues=2)
-    store.put_batch(
-        [Message("big", b"x", queue_id=0) for _ in range(95)]
-        + [Message("big", b"y", queue_id=1) for _ in range(5)]
+    big = backend.fresh_topic("big", queues=2)
+    backend.client.put_batch(
+        [Message(big, b"x", queue_id=0) for _ in range(95)]
+        + [Message(big, b"y", queue_id=1) for _ in range(5)]
     )
     batches: list = []
     df = _stream(
-        spark, store_path, topic="big", startingOffsets="earliest", maxOffsetsPerTrigger=20
+        spark, backend.options, topic=big, startingOffsets="earliest", maxOffsetsPerTrigger=20
     )
     out, _ = _run_available_now(df, tmp_path, "m", batches)
     sizes = [n for _, n in sorted(batches) if n]
@@ -389,12 +389,12 @@ def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
     assert first == 5
 
 
-def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, store, tmp_path):
-    store.create_topic("trickle", queues=1)
+def test_min_offsets_per_trigger_waits_for_enough_messages(spark, backend, tmp_path):
+    trickle = backend.fresh_topic("trickle", queues=1)
     df = _stream(
         spark,
-        store_path,
-        topic="trickle",
+        backend.options,
+        topic=trickle,
         startingOffsets="earliest",
         minOffsetsPerTrigger=50,
         maxTriggerDelay="1h",
@@ -411,7 +411,7 @@ def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, st
         .start()
     )
     try:
-        store.put_batch([Message("trickle", b"a") for _ in range(10)])
+        backend.client.put_batch([Message(trickle, b"a") for _ in range(10)])
         if not ADMISSION_CONTROL:  # Spark 4.0/4.1: no read limits, the 10 come at once
             deadline = time.time() + 60
             while sum(seen) < 10 and time.time() < deadline:
@@ -420,7 +420,7 @@ def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, st
             return
         time.sleep(3)
         assert sum(seen) == 0  # 10 < 50: still waiting
-        store.put_batch([Message("trickle", b"b") for _ in range(45)])
+        backend.client.put_batch([Message(trickle, b"b") for _ in range(45)])
         deadline = time.time() + 60
         while sum(seen) < 55 and time.time() < deadline:
             time.sleep(0.2)
@@ -429,9 +429,12 @@ def test_min_offsets_per_trigger_waits_for_enough_messages(spark, store_path, st
         q.stop()
 
 
-def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store, tmp_path):
-    _fill(store, "shop-orders", 6)
-    df = _stream(spark, store_path, topicPattern="shop-.*", startingOffsets="earliest")
+def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, backend, tmp_path):
+    shop = backend.fresh_name("shop")  # "shop-orders" and "shop-payments" of this test
+    shop_orders, shop_payments = f"{shop}-orders", f"{shop}-payments"
+    other = backend.fresh_topic("other")
+    _fill(backend.client, shop_orders, 6)
+    df = _stream(spark, backend.options, topicPattern=f"{shop}-.*", startingOffsets="earliest")
     got: list = []
     lock = threading.Lock()
 
@@ -449,16 +452,16 @@ def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store,
         deadline = time.time() + 60
         while len(got) < 6 and time.time() < deadline:
             time.sleep(0.2)
-        _fill(store, "shop-payments", 4)  # a new topic: read from its earliest
-        _fill(store, "other", 3)  # does not match
+        _fill(backend.client, shop_payments, 4)  # a new topic: read from its earliest
+        _fill(backend.client, other, 3)  # does not match
         while len(got) < 10 and time.time() < deadline:
             time.sleep(0.2)
         time.sleep(1)
     finally:
         q.stop()
     assert sorted(got) == sorted(
-        [("shop-orders", f"shop-orders-{i}") for i in range(6)]
-        + [("shop-payments", f"shop-payments-{i}") for i in range(4)]
+        [(shop_orders, f"{shop_orders}-{i}") for i in range(6)]
+        + [(shop_payments, f"{shop_payments}-{i}") for i in range(4)]
     )
 
 
@@ -467,16 +470,17 @@ def test_topic_pattern_picks_up_a_new_topic_mid_stream(spark, store_path, store,
     [("true", {}), ("false", {}), ("true", {"startingTimestamp": "99999999999999"})],
 )
 def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
-    spark, store_path, store, tmp_path, fail_on_data_loss, start
+    spark, backend, tmp_path, fail_on_data_loss, start
 ):
     """Spark asks for the initial offset again when a restarted query re-runs a batch 0
     that never committed (its end comes from the offset log). A "latest" worked out
     anew was past that end: the query failed, or with failOnDataLoss=false read the
     queues from their earliest offset, history and all. (So was a starting timestamp
     after every message.)"""
-    _fill(store, "orders", 100)
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 100)
     chk = str(tmp_path / "chk")
-    df = _stream(spark, store_path, topic="orders", failOnDataLoss=fail_on_data_loss, **start)
+    df = _stream(spark, backend.options, topic=orders, failOnDataLoss=fail_on_data_loss, **start)
 
     def fail(batch_df, batch_id):
         raise RuntimeError("the sink is down")
@@ -489,7 +493,7 @@ def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
     )
     with pytest.raises(StreamingQueryException, match="the sink is down"):
         q.awaitTermination(120)
-    _fill(store, "orders", 10)  # arrives before the restart
+    _fill(backend.client, orders, 10)  # arrives before the restart
     got = []
     # (Spark 4.0/4.1 end an AvailableNow run that re-ran an uncommitted batch there,
     # without asking the source for more: the next run reads on)
@@ -504,14 +508,20 @@ def test_a_latest_start_is_the_same_after_a_restart_before_batch_0_committed(
         )
         q.awaitTermination(120)
         assert q.exception() is None
-    assert sorted(got) == sorted(f"orders-{i}" for i in range(10))  # the new ten only
+    assert sorted(got) == sorted(f"{orders}-{i}" for i in range(10))  # the new ten only
 
 
+@pytest.mark.embedded_only
 def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_path, store, tmp_path):
     """As RocketMQ's consumer drops a queue it no longer has, the group's offsets are
-    committed for the queues still read: a queue gone made every commit fail."""
+    committed for the queues still read: a queue gone made every commit fail.
+
+    Embedded only: the store shrinks a topic whose queues hold messages (force=True);
+    the Client interface has no such call."""
     _fill(store, "orders", 40, queues=4)
-    df = _stream(spark, store_path, topic="orders", startingOffsets="earliest", group="g4")
+    df = _stream(
+        spark, {"store": store_path}, topic="orders", startingOffsets="earliest", group="g4"
+    )
     _run_available_now(df, tmp_path, "a")
     store.create_topic("orders", queues=2, force=True)  # fewer queues now
     _fill(store, "orders", 10)
@@ -521,13 +531,14 @@ def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_pat
         assert [store.committed_offset("g4", "orders", q) for q in range(2)] == [15, 15]
 
 
-def test_a_schema_of_ones_own_is_refused_before_a_task_runs(spark, store_path, store):
-    _fill(store, "orders", 2)
+def test_a_schema_of_ones_own_is_refused_before_a_task_runs(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 2)
     df = (
         spark.read.format("rocketmq")
         .schema("topic string, queueOffset long")
-        .option("store", store_path)
-        .option("topic", "orders")
+        .options(**backend.options)
+        .option("topic", orders)
         .load()
     )
     with pytest.raises(Exception, match="the rocketmq source has a fixed schema") as e:
@@ -535,22 +546,27 @@ def test_a_schema_of_ones_own_is_refused_before_a_task_runs(spark, store_path, s
     assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in str(e.value)
 
 
-def test_starting_offsets_group_resumes_where_the_group_is(spark, store_path, store, tmp_path):
-    _fill(store, "orders", 10)
-    store.commit_offset("etl2", "orders", 0, 3)
-    store.commit_offset("etl2", "orders", 1, 5)
-    df = _stream(spark, store_path, topic="orders", startingOffsets="group", group="etl2")
+def test_starting_offsets_group_resumes_where_the_group_is(spark, backend, tmp_path):
+    orders, etl2 = backend.fresh_topic("orders"), backend.fresh_name("etl2")
+    _fill(backend.client, orders, 10)
+    q0, q1 = backend.queues(orders)
+    backend.client.commit_offsets(etl2, {q0: 3, q1: 5})
+    df = _stream(spark, backend.options, topic=orders, startingOffsets="group", group=etl2)
     out, _ = _run_available_now(df, tmp_path, "g")
     rows = spark.read.parquet(out).collect()
     assert sorted((r.queueId, r.queueOffset) for r in rows) == [(0, 3), (0, 4)]
     # (before Spark 4.2 the last AvailableNow batch is not committed to the group)
-    assert store.committed_offset("etl2", "orders", 0) == (5 if ADMISSION_CONTROL else 3)
+    assert backend.client.committed_offset(etl2, q0) == (5 if ADMISSION_CONTROL else 3)
 
 
+@pytest.mark.embedded_only
 def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tmp_path):
     # The checkpoint says offset 10, the store it now reads (another directory, as after
     # a restore) ends at 3: data loss. The default fails naming the queue;
     # failOnDataLoss=false reads the new queue from its earliest offset.
+    # (Embedded only: a second store directory stands for the restored one.)
+    from rocketspark.store import MessageStore
+
     def store_with(name: str, n: int, tag: str) -> str:
         path = str(tmp_path / name)
         with MessageStore.open(path) as s:
@@ -566,7 +582,7 @@ def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tm
 
         df = _stream(
             spark,
-            path,
+            {"store": path},
             topic="orders",
             startingOffsets="earliest",
             failOnDataLoss=str(fail).lower(),
@@ -604,25 +620,29 @@ def test_a_stream_whose_store_was_replaced_fails_or_restarts_the_queue(spark, tm
         assert error is None and got == ["b3"]
 
 
-def test_a_stream_starting_offset_past_the_queue_end_fails_at_start(spark, store_path, store):
-    _fill(store, "orders", 4, queues=1)
+def test_a_stream_starting_offset_past_the_queue_end_fails_at_start(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 4, queues=1)
+    broker = backend.broker(orders)
     with pytest.raises(
         Exception,
         match=re.escape(
-            "option startingOffsets: offset 50 for queue orders/broker-a/0 is past the "
+            f"option startingOffsets: offset 50 for queue {orders}/{broker}/0 is past the "
             "queue's end (4)"
         ),
     ):
         _stream(
             spark,
-            store_path,
-            topic="orders",
-            startingOffsets=json.dumps({"orders": {"broker-a": {"0": 50}}}),
+            backend.options,
+            topic=orders,
+            startingOffsets=json.dumps({orders: {broker: {"0": 50}}}),
         )
 
 
+@pytest.mark.embedded_only
 def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
-    import os
+    """Embedded only: the store's expired CommitLog segments are deleted."""
+    from rocketspark.store import MessageStore
 
     small = {"mappedFileSizeCommitLog": "4096", "mappedFileSizeConsumeQueue": "160"}
     path = str(tmp_path / "lossy")
@@ -661,22 +681,20 @@ def test_fail_on_data_loss_when_segments_were_deleted(spark, tmp_path):
     assert sorted(r.queueOffset for r in rows) == list(range(lo, 60))
 
 
-def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, store_path, store):
+def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, backend):
     import datetime as dt
 
-    _fill(store, "orders", 40)
-    _fill(store, "payments", 10)
+    orders, payments = backend.fresh_topic("orders"), backend.fresh_topic("payments")
+    _fill(backend.client, orders, 40)
+    _fill(backend.client, payments, 10)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
-        df = (
-            spark.read.format("rocketmq")
-            .option("store", store_path)
-            .option("topic", "orders,payments")
-            .load()
+        df = _read(spark, backend).option("topic", f"{orders},{payments}").load()
+        q = df.filter(
+            f"topic = '{orders}' and queueId = 1 and queueOffset >= 5 and queueOffset < 9"
         )
-        q = df.filter("topic = 'orders' and queueId = 1 and queueOffset >= 5 and queueOffset < 9")
         assert sorted((r.topic, r.queueId, r.queueOffset) for r in q.collect()) == [
-            ("orders", 1, o) for o in range(5, 9)
+            (orders, 1, o) for o in range(5, 9)
         ]
         # pushed down (Spark 4.1+): only the one queue range is planned and read
         assert q.rdd.getNumPartitions() == (1 if FILTER_PUSHDOWN else 4)
@@ -697,6 +715,7 @@ def test_a_bare_max_trigger_delay_is_milliseconds_as_in_kafkas_connector():
     assert delay("30s") == 30_000 and delay("15m") == 900_000
 
 
+@pytest.mark.embedded_only
 @pytest.mark.parametrize("role", ["read", "write"])
 def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
     """rocketmq.storePathRootDir beside store was dropped silently; it is refused as the
@@ -726,6 +745,7 @@ def test_the_store_directory_is_named_by_one_option_only(role, tmp_path):
     assert not tmp_path.joinpath("a").exists() and not tmp_path.joinpath("b").exists()
 
 
+@pytest.mark.embedded_only
 def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
     from rocketspark.client import ClientRef
     from rocketspark.errors import StorePathError
@@ -742,11 +762,13 @@ def test_a_read_of_a_directory_that_is_not_a_store_writes_nothing(tmp_path):
     assert os.listdir(other) == ["notes.txt"] and os.listdir(tmp_path / "empty") == []
 
 
+@pytest.mark.embedded_only
 def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_changes(tmp_path):
     """.option("rocketmq.mappedFileSizeConsumeQueue", ...) grew every ConsumeQueue file of
     the store it read, which then could not be read with its own settings."""
     from rocketspark.client import ClientRef, close_all
     from rocketspark.errors import ConfigError
+    from rocketspark.store import MessageStore
 
     root = str(tmp_path / "store")
     with MessageStore.open(root) as s:
@@ -765,7 +787,9 @@ def test_a_geometry_option_other_than_the_stores_is_refused_before_a_file_change
     close_all()
 
 
+@pytest.mark.embedded_only
 def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_path, store):
+    """Embedded only: a byte of a CommitLog file is flipped."""
     _fill(store, "orders", 4, queues=1)
     m = store.pull("orders", 0, 1, 1).messages[0]
     seg = store.commit_log.segment(m.commitlog_offset)
@@ -781,12 +805,14 @@ def test_a_damaged_body_fails_the_read_unless_check_crcs_is_false(spark, store_p
     assert sorted(r.body for r in rows) == [b"Orders-1", b"orders-0", b"orders-2", b"orders-3"]
 
 
+@pytest.mark.embedded_only
 def test_a_refused_geometry_option_is_named_as_the_option_given(tmp_path):
     """Spark lower-cases the key and the store sees keyword arguments: the error still
     names the option the user wrote, not a keyword argument they never passed."""
     from rocketspark.client import ClientRef, close_all
     from rocketspark.datasource.options import parse_options
     from rocketspark.errors import ConfigError
+    from rocketspark.store import MessageStore
 
     root = str(tmp_path / "store")
     with MessageStore.open(root, mappedFileSizeCommitLog=4096) as s:

@@ -1,24 +1,30 @@
 """A RetryPipeline run as its own process, so a test can SIGKILL it.
 
-python retry_pipeline.py STORE CHECKPOINT   # runs until both bad messages are dead
+python retry_pipeline.py SPEC CHECKPOINT   # runs until both bad messages are dead
+
+SPEC is a JSON object: ``options`` (the data source options that reach the
+RocketMQ), ``api`` (deadletter's keyword arguments that reach it), ``ref``
+(its ClientRef's kind, address and options), and the topics ``in`` and
+``done`` and the group ``group`` of this run.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 from pyspark.sql import functions as F
 
+from rocketspark.client import ClientRef
 from rocketspark.deadletter import RetryPipeline
 from rocketspark.session import local_session
-from rocketspark.store import MessageStore
-
-FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
 
 
 def main() -> None:
-    store, checkpoint = sys.argv[1:3]
+    spec, checkpoint = json.loads(sys.argv[1]), sys.argv[2]
+    kind, address, options = spec["ref"]
+    client = ClientRef(kind, address, tuple(tuple(o) for o in options)).connect()
     spark = local_session("rocketspark-retry-pipeline", delta=False)
 
     def process(batch_df, batch_id):
@@ -27,11 +33,10 @@ def main() -> None:
         (
             good.select("body")
             .write.format("rocketmq")
-            .option("store", store)
-            .option("topic", "done")
+            .options(**spec["options"])
+            .option("topic", spec["done"])
             .option("txnAppId", "retry-test")
             .option("txnVersion", str(batch_id))
-            .options(**{f"rocketmq.{k}": v for k, v in FAST.items()})
             .mode("append")
             .save()
         )
@@ -41,23 +46,22 @@ def main() -> None:
 
     pipe = RetryPipeline(
         spark,
-        topic="in",
-        group="g",
+        topic=spec["in"],
+        group=spec["group"],
         process=process,
         checkpoint=checkpoint,
-        store=store,
-        store_options=FAST,
         max_offsets_per_trigger=7,
+        **spec["api"],
     )
     q = pipe.start(processing_time="200 milliseconds")
     print("started", flush=True)
-    with MessageStore.open(store, **FAST) as s:
-        while True:
-            if q.exception() is not None:
-                raise SystemExit(f"query failed: {q.exception()}")
-            if s.has_topic("%DLQ%g") and s.max_offset("%DLQ%g", 0) >= 2:
-                break
-            time.sleep(0.3)
+    dlq = f"%DLQ%{spec['group']}"
+    while True:
+        if q.exception() is not None:
+            raise SystemExit(f"query failed: {q.exception()}")
+        if client.has_topic(dlq) and sum(client.max_offset(mq) for mq in client.queues(dlq)) >= 2:
+            break
+        time.sleep(0.3)
     time.sleep(1)
     q.stop()
 

@@ -1,10 +1,14 @@
 """A streaming query rocketmq → rocketmq, run as its own process so tests can SIGKILL it.
 
-python pipeline.py STORE CHECKPOINT MODE   # MODE: available_now | forever
+python pipeline.py OPTIONS IN OUT GROUP CHECKPOINT MODE   # MODE: available_now | forever
+
+OPTIONS is a JSON object of the data source options that reach the RocketMQ
+(a backend's ``options``); IN and OUT are the topics, GROUP the source's group.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 from pyspark.sql import functions as F
@@ -13,14 +17,15 @@ from rocketspark.session import local_session
 
 
 def main() -> None:
-    store, checkpoint, mode = sys.argv[1:4]
+    options, topic_in, topic_out, group, checkpoint, mode = sys.argv[1:7]
+    where = json.loads(options)
     spark = local_session("rocketspark-pipeline", delta=False)
     src = (
         spark.readStream.format("rocketmq")
-        .option("store", store)
-        .option("topic", "in")
+        .options(**where)
+        .option("topic", topic_in)
         .option("startingOffsets", "earliest")
-        .option("group", "pipeline")
+        .option("group", group)
         .option("maxOffsetsPerTrigger", "37")
         .load()
     )
@@ -33,8 +38,8 @@ def main() -> None:
     )
     writer = (
         out.writeStream.format("rocketmq")
-        .option("store", store)
-        .option("topic", "out")
+        .options(**where)
+        .option("topic", topic_out)
         .option("checkpointLocation", checkpoint)
     )
     if mode == "available_now":

@@ -1,0 +1,162 @@
+"""The RocketMQs the end-to-end tests run against: one registry, one object per test.
+
+``BACKENDS`` maps a backend's name to a function that makes a :class:`Backend`
+(from a fresh directory and the broker settings a test needs); the ``client``
+fixture of ``tests/client`` and the ``backend`` fixtures of the data source's
+tests are parametrised over it, so a backend joins every suite by one entry
+here. Today: "embedded", a store directory made for the test.
+
+A cluster is shared across tests (and across runs): a test must not assume an
+empty RocketMQ. Tests take their topic, group and sink names from
+:meth:`Backend.fresh_topic` / :meth:`Backend.fresh_name` (unique on every
+backend, so the embedded run checks that too) and seed and verify through
+:attr:`Backend.client` only. What the Client interface cannot tell (which
+halves are open, which batch jobs are not ended) is asked of the Backend, so
+each backend answers it its own way.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocketspark.client import Client, ClientRef, MessageExt, MessageQueue, TransactionState
+from rocketspark.message.model import PROPERTY_REAL_TOPIC
+
+# Every delay level one second: a message sent back is due a second later.
+FAST = {"messageDelayLevel": " ".join(["1s"] * 18)}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One RocketMQ a test reaches: its client, and how Spark and the Python API reach it."""
+
+    name: str
+    ref: ClientRef
+    options: dict[str, str]  # the data source's options that reach it (.options(**options))
+    api: dict[str, Any]  # keyword arguments of deadletter's functions that reach it
+    own: bool  # the test's alone (a store made for it), not shared with other tests
+    _open_jobs: Callable[[], list[str]] = field(repr=False)
+
+    @property
+    def client(self) -> Client:
+        """This process's client of the backend (connected again after close_all)."""
+        return self.ref.connect()
+
+    # -- names: unique, as on a cluster shared with other tests --------------------------
+
+    def fresh_name(self, prefix: str) -> str:
+        """A topic, group or sink name no other test uses: ``prefix`` and a random suffix."""
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+    def fresh_topic(self, prefix: str = "topic", *, queues: int | None = None) -> str:
+        """A new topic's name (created with ``queues`` queues unless None)."""
+        name = self.fresh_name(prefix)
+        if queues is not None:
+            self.client.create_topic(name, queues=queues)
+        return name
+
+    # -- what a test verifies ------------------------------------------------------------
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self.client.queues(topic)
+
+    def broker(self, topic: str) -> str:
+        """The broker of the topic's queues (the tests that name one expect one)."""
+        (broker,) = {mq.broker for mq in self.queues(topic)}
+        return broker
+
+    def rows(self, topic: str, *, expression: str = "*") -> list[dict[str, Any]]:
+        """Every stored row of ``topic`` (the source's schema), queue by queue in order."""
+        client = self.client
+        out: list[dict[str, Any]] = []
+        for mq in client.queues(topic):
+            start, end = client.min_offset(mq), client.max_offset(mq)
+            while start < end:
+                batches, nxt = client.read_batches(mq, start, end, expression=expression)
+                out.extend(r for b in batches for r in b.to_pylist())
+                if nxt <= start:
+                    break
+                start = nxt
+        return out
+
+    def messages(self, topic: str) -> list[MessageExt]:
+        """Every stored message of ``topic`` with all its properties (by msgId)."""
+        client = self.client
+        return [client.get_message(r["msgId"]) for r in self.rows(topic)]
+
+    def bodies(self, topic: str) -> list[str]:
+        """The sorted bodies of ``topic`` (nothing if there is no such topic)."""
+        if not self.client.has_topic(topic):
+            return []
+        return sorted(r["body"].decode() for r in self.rows(topic))
+
+    def lag(self, group: str, topic: str) -> dict[tuple[str, int], int]:
+        """Per (topic, queue id): messages the group has yet to consume."""
+        client = self.client
+        out = {}
+        for mq in client.queues(topic):
+            done = client.committed_offset(group, mq)
+            out[(mq.topic, mq.queue_id)] = client.max_offset(mq) - (
+                client.min_offset(mq) if done is None else done
+            )
+        return out
+
+    def open_halves(self, *topics: str, producer_group: str | None = None) -> list[MessageExt]:
+        """The half messages still open for ``topics`` (of ``producer_group``), left open.
+
+        A backend that is the test's own (``own``) answers every open half, whatever
+        its topic; a shared one only the halves of the topics named (the test's own).
+        """
+        seen: list[MessageExt] = []
+
+        def keep(half: MessageExt) -> TransactionState:
+            seen.append(half)
+            return TransactionState.UNKNOWN
+
+        # The embedded backend's check asks about every open half at once and leaves
+        # those answered UNKNOWN where they are. (A broker asks about old halves
+        # only, and later: a cluster backend will list them another way.)
+        self.client.check_transactions(producer_group, keep)
+        if self.own:
+            return seen
+        return [h for h in seen if h.properties.get(PROPERTY_REAL_TOPIC) in topics]
+
+    def open_jobs(self, *jobs: str) -> list[str]:
+        """The exactly-once batch jobs among ``jobs`` whose gate is not shut yet (sorted).
+
+        A backend that is the test's own (``own``) answers every open job.
+        """
+        found = self._open_jobs()
+        return found if self.own else [j for j in found if j in jobs]
+
+
+def embedded(directory: Path, settings: Mapping[str, str]) -> Backend:
+    """A store made for the test in ``directory``, with ``settings`` as broker.conf overrides."""
+    from rocketspark.client.embedded import JOB_DIR
+    from rocketspark.store import MessageStore
+
+    path = str(directory / "store")
+    MessageStore.open(path).close()  # an empty store: clients never create one
+    jobs = os.path.join(path, "config", JOB_DIR)
+
+    def open_jobs() -> list[str]:
+        names = os.listdir(jobs) if os.path.isdir(jobs) else []
+        return sorted(n.removesuffix(".lock") for n in names)
+
+    return Backend(
+        "embedded",
+        ClientRef.embedded(path, settings),
+        {"store": path, **{f"rocketmq.{k}": v for k, v in settings.items()}},
+        {"store": path, "store_options": dict(settings)},
+        True,
+        open_jobs,
+    )
+
+
+# The one list of backends; each takes a fresh directory and the broker settings.
+BACKENDS: dict[str, Callable[[Path, Mapping[str, str]], Backend]] = {"embedded": embedded}
