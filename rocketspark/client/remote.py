@@ -33,6 +33,7 @@ How the Client's operations map to a cluster:
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -53,6 +54,7 @@ from rocketspark.errors import (
     OffsetOutOfRangeError,
     RemotingCommandError,
     RemotingConnectError,
+    RemotingError,
     RemotingTimeoutError,
     UnknownTopicError,
 )
@@ -61,20 +63,30 @@ from rocketspark.message.byte_gather import gather_items
 from rocketspark.message.columns import Columns
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
     MessageExt,
+    SysFlag,
+    TransactionState,
+    check_extra_properties,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group
-from rocketspark.message.properties import encode_properties
+from rocketspark.message.properties import encode_properties, properties_text
 from rocketspark.message.record import UniqueIdGenerator, decode_record, parse_message_id
-from rocketspark.message.results import PullStatus, PutStatus
+from rocketspark.message.results import Halves, PullStatus, PutStatus
+from rocketspark.remoting import headers as hdr
 from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.client import PullAnswer, RemotingClient, SendAnswer, parse_namesrv
+from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.connection import Connection, check_response
 from rocketspark.remoting.route import PERM_READ, PERM_WRITE
 
 __all__ = ["RemoteClient", "close_all", "connect"]
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _open: dict[ClientRef, RemoteClient] = {}
@@ -178,6 +190,9 @@ class RemoteClient:
         self._ids = UniqueIdGenerator()
         self._ids_lock = threading.Lock()
         self._round_robin: dict[str, int] = {}
+        self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
+        self._answers_lock = threading.Lock()
+        self.remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
 
     def __repr__(self) -> str:
         return f"RemoteClient({self.where})"
@@ -308,19 +323,7 @@ class RemoteClient:
         return self._send(list(messages))
 
     def put_columns(self, bodies: Sequence[Any], **columns: Any) -> Sequence[PutResult]:
-        cols = Columns(
-            bodies,
-            columns.pop("topic", None),
-            columns.pop("topics", None),
-            columns.pop("tags", None),
-            columns.pop("keys", None),
-            columns.pop("properties", None),
-            columns.pop("queue_ids", None),
-            columns.pop("sharding_keys", None),
-        )
-        if columns:
-            raise TypeError(f"unknown columns {sorted(columns)}")
-        return self._send(cols.messages())
+        return self._send(_columns(bodies, columns).messages())
 
     def _write_queues(self, topic: str) -> list[MessageQueue]:
         queues = self.remoting.route(topic).write_queues()
@@ -429,7 +432,7 @@ class RemoteClient:
     def prepare_batch(
         self, messages: Sequence[Message], *, producer_group: str
     ) -> Sequence[PutResult]:
-        raise _not_yet("transactional half messages")
+        return self._prepare(list(messages), producer_group, None)
 
     def prepare_columns(
         self,
@@ -439,10 +442,174 @@ class RemoteClient:
         extra_properties: Mapping[str, str] | None = None,
         **columns: Any,
     ) -> Sequence[PutResult]:
-        raise _not_yet("transactional half messages (the exactly-once sink)")
+        return self._prepare(_columns(bodies, columns).messages(), producer_group, extra_properties)
+
+    def _prepare(
+        self, messages: list[Message], producer_group: str, extra: Mapping[str, str] | None
+    ) -> list[PutResult]:
+        """Send half messages, ``HALF_WINDOW`` in flight (a broker takes no batch of halves).
+
+        The client is registered as a producer of ``producer_group`` first, so the
+        brokers' check-backs for these halves can reach it.
+        """
+        validate_group(producer_group)
+        check_extra_properties(extra)
+        if not messages:
+            return []
+        self.remoting.register_producer(producer_group)
+        now = self.now_ms()
+        with self._ids_lock:
+            uniq = self._ids.next_ids(len(messages), now)
+        queues: dict[str, list[MessageQueue]] = {}
+        results: list[PutResult | None] = [None] * len(messages)
+        inflight: deque[tuple[int, MessageQueue, Future[RemotingCommand], str, float]] = deque()
+        try:
+            for i, m in enumerate(messages):
+                qs = queues.get(m.topic)
+                if qs is None:
+                    qs = queues[m.topic] = self._write_queues(m.topic)
+                props = m.all_properties()
+                props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
+                uniq[i] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+                if extra:
+                    props.update(extra)
+                props[PROPERTY_TRANSACTION_PREPARED] = "true"
+                props[PROPERTY_PRODUCER_GROUP] = producer_group
+                mq = self._queue(m, qs, None)
+                future, addr, started = self.remoting.send_async(
+                    mq,
+                    m.body,
+                    producer_group=producer_group,
+                    properties=properties_text(props),
+                    born_timestamp=m.born_timestamp or now,
+                    sys_flag=int(SysFlag.TRANSACTION_PREPARED),
+                    flag=m.flag,
+                )
+                inflight.append((i, mq, future, addr, started))
+                if len(inflight) >= HALF_WINDOW:
+                    self._half_result(inflight.popleft(), messages, uniq, now, results)
+            while inflight:
+                self._half_result(inflight.popleft(), messages, uniq, now, results)
+        finally:
+            for _, _, f, _, _ in inflight:
+                f.cancel()
+        return results  # type: ignore[return-value]
+
+    def _half_result(
+        self,
+        sent: tuple[int, MessageQueue, Future[RemotingCommand], str, float],
+        messages: list[Message],
+        uniq: list[str],
+        now: int,
+        results: list[PutResult | None],
+    ) -> None:
+        i, mq, future, addr, started = sent
+        answer = self.remoting.send_answer(mq, future, addr, started)
+        _, phy = parse_message_id(answer.offset_msg_id)
+        results[i] = PutResult(
+            PutStatus.PUT_OK,
+            messages[i].topic,
+            answer.mq.queue_id,
+            answer.queue_offset,  # the half's offset in RMQ_SYS_TRANS_HALF_TOPIC
+            phy,
+            answer.offset_msg_id,
+            uniq[i],
+            now,
+            0,
+            mq.broker,
+        )
+
+    def halves(self, results: Sequence[PutResult], *, producer_group: str) -> list[Halves]:
+        """The halves of prepare results, one :class:`Halves` per broker (in result order)."""
+        by_broker: dict[str, list[PutResult]] = {}
+        for r in results:
+            by_broker.setdefault(r.broker, []).append(r)
+        out = []
+        for broker, rs in by_broker.items():
+            offsets = [r.queue_offset for r in rs]
+            out.append(
+                Halves(
+                    broker,
+                    producer_group,
+                    _runs(offsets),
+                    tuple(r.commitlog_offset for r in rs),
+                    tuple(r.uniq_key for r in rs),
+                    tuple(r.topic for r in rs),
+                )
+            )
+        return out
+
+    def end_halves(self, halves: Iterable[Halves], *, commit: bool, guard: bool = False) -> None:
+        """END_TRANSACTION for every half, ``END_WINDOW`` in flight, each answer awaited.
+
+        RocketMQ's producer sends END_TRANSACTION one-way; here every answer is
+        awaited, so when this returns each half is ended (or an error is raised,
+        naming the first that failed) and a check-back that comes later finds
+        the committed copy (see :meth:`_on_check`). With ``guard``, a half whose
+        committed copy exists already (a commit cut short by a crash, then
+        finished) is rolled back instead: that only closes it.
+        """
+        state = SysFlag.TRANSACTION_COMMIT if commit else SysFlag.TRANSACTION_ROLLBACK
+        errors: list[BaseException] = []
+        for h in halves:
+            addr = self.remoting.broker_master(h.broker)
+            conn = self.remoting.connection(addr)
+            topics = h.topics or ("",) * len(h)
+            inflight: deque[Future[RemotingCommand]] = deque()
+            rows = zip(
+                h.offsets().tolist(), h.commitlog_offsets, h.transaction_ids, topics, strict=True
+            )
+            for offset, phy, uniq, topic in rows:
+                flag = state
+                if guard and commit and self._committed_copy(addr, topic, uniq):
+                    flag = SysFlag.TRANSACTION_ROLLBACK
+                request = self.remoting.command(
+                    RequestCode.END_TRANSACTION,
+                    hdr.EndTransactionRequestHeader(
+                        topic=topic or None,
+                        producer_group=h.producer_group,
+                        tran_state_table_offset=offset,
+                        commit_log_offset=phy,
+                        commit_or_rollback=int(flag),
+                        from_transaction_check=False,
+                        msg_id=uniq,
+                        transaction_id=uniq,
+                        broker_name=h.broker,
+                    ),
+                )
+                inflight.append(conn.invoke_async(request, self.remoting.timeout))
+                if len(inflight) >= END_WINDOW:
+                    _ended(inflight.popleft(), addr, errors)
+            while inflight:
+                _ended(inflight.popleft(), addr, errors)
+        if errors:
+            raise errors[0]
+
+    def _committed_copy(self, address: str, topic: str, uniq: str) -> bool:
+        """Whether the broker at ``address`` holds the committed copy of half ``uniq``
+        (a message of ``topic`` with that UNIQ_KEY: QUERY_MESSAGE by unique key)."""
+        if not topic:
+            return False
+        body = self.remoting.query_message(
+            address, topic, uniq, 1, 0, self.now_ms() + 60_000, unique=True
+        )
+        if body is None:
+            return False
+        starts, _ = arrow.record_positions(body, what=f"QUERY_MESSAGE answer of {address}")
+        for s in starts.tolist():
+            m = decode_record(body, s, verify_crc=False)
+            if (
+                m.topic == topic
+                and m.uniq_key == uniq
+                and not m.sys_flag & SysFlag.TRANSACTION_PREPARED
+            ):
+                return True
+        return False
 
     def end_transactions(self, halves: Iterable[int], *, commit: bool) -> None:
-        raise _not_yet("END_TRANSACTION")
+        raise ConfigError(
+            "a cluster's halves are ended by Halves (end_halves), not by half-queue offsets"
+        )
 
     def check_transactions(
         self,
@@ -451,7 +618,64 @@ class RemoteClient:
         *,
         in_flight: Iterable[int] = (),
     ) -> dict[str, int]:
-        raise _not_yet("transaction check-backs")
+        """Register ``answer`` for the brokers' check-backs of ``producer_group``'s halves.
+
+        A broker asks about halves older than its transactionTimeOut, every
+        transactionCheckInterval, of a producer of the half's group that is
+        connected: this client is registered as one. Nothing is answered now,
+        so every count is 0.
+        """
+        key = producer_group or ""
+        with self._answers_lock:
+            self._answers[key] = answer
+        if producer_group is not None:
+            self.remoting.register_producer(producer_group)
+        return {"commit": 0, "rollback": 0, "unknown": 0}
+
+    def _on_check(self, request: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """CHECK_TRANSACTION_STATE: answer with END_TRANSACTION (one-way) on the same
+        connection, as RocketMQ's producer does; no answer registered: no reply."""
+        head = hdr.CheckTransactionStateRequestHeader.from_ext_fields(request.ext_fields)
+        msg = decode_record(request.body or b"", 0, verify_crc=False)
+        group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        with self._answers_lock:
+            answer = self._answers.get(group) or self._answers.get("")
+        if answer is None:
+            return None
+        try:
+            state = answer(msg)
+        except Exception:  # noqa: BLE001 - the broker asks again; the half stays open
+            log.exception("answering the check-back of half %s failed", head.commit_log_offset)
+            state = TransactionState.UNKNOWN
+        flag = {
+            TransactionState.COMMIT: SysFlag.TRANSACTION_COMMIT,
+            TransactionState.ROLLBACK: SysFlag.TRANSACTION_ROLLBACK,
+        }.get(state, 0)
+        # A broker checks halves whose END it has not read yet (its op queue lags behind
+        # under load), and commits a half again on a second COMMIT: a duplicate. A half
+        # whose committed copy exists is rolled back instead, which only closes it.
+        uniq = msg.uniq_key or head.msg_id or ""
+        if flag == SysFlag.TRANSACTION_COMMIT and self._committed_copy(
+            conn.address, msg.topic, uniq
+        ):
+            flag = SysFlag.TRANSACTION_ROLLBACK
+        conn.invoke_oneway(
+            self.remoting.command(
+                RequestCode.END_TRANSACTION,
+                hdr.EndTransactionRequestHeader(
+                    topic=msg.topic,
+                    producer_group=group,
+                    tran_state_table_offset=head.tran_state_table_offset,
+                    commit_log_offset=head.commit_log_offset,
+                    commit_or_rollback=int(flag),
+                    from_transaction_check=True,
+                    msg_id=uniq,
+                    transaction_id=head.transaction_id,
+                    broker_name=head.broker_name,
+                ),
+            )
+        )
+        return None
 
     def ensure_group(self, group: str) -> None:
         validate_group(group)
@@ -483,6 +707,42 @@ class RemoteClient:
 
 
 PRODUCER_GROUP = "rocketspark-producer"
+HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
+END_WINDOW = 256  # END_TRANSACTION requests in flight
+
+
+def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseException]) -> None:
+    try:
+        check_response(future.result(), request_code=RequestCode.END_TRANSACTION, address=address)
+    except RemotingError as e:
+        errors.append(e)
+
+
+def _columns(bodies: Sequence[Any], columns: dict[str, Any]) -> Columns:
+    cols = Columns(
+        bodies,
+        columns.pop("topic", None),
+        columns.pop("topics", None),
+        columns.pop("tags", None),
+        columns.pop("keys", None),
+        columns.pop("properties", None),
+        columns.pop("queue_ids", None),
+        columns.pop("sharding_keys", None),
+    )
+    if columns:
+        raise TypeError(f"unknown columns {sorted(columns)}")
+    return cols
+
+
+def _runs(offsets: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """Offsets in order as runs [start, end) of consecutive ones."""
+    runs: list[list[int]] = []
+    for o in offsets:
+        if runs and runs[-1][1] == o:
+            runs[-1][1] = o + 1
+        else:
+            runs.append([o, o + 1])
+    return tuple((a, b) for a, b in runs)
 
 
 def _not_yet(what: str) -> ConfigError:

@@ -53,6 +53,7 @@ class PutResult:
     uniq_key: str
     store_timestamp: int
     store_size: int
+    broker: str = ""  # the broker that stored it ("": the embedded store's)
 
 
 class PutResults(Sequence[PutResult]):
@@ -179,6 +180,7 @@ class Halves:
     runs: tuple[tuple[int, int], ...]
     commitlog_offsets: tuple[int, ...] = ()
     transaction_ids: tuple[str, ...] = ()
+    topics: tuple[str, ...] = ()  # each half's real topic (a broker's), in run order
 
     def __len__(self) -> int:
         return sum(end - start for start, end in self.runs)

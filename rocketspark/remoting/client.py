@@ -56,7 +56,13 @@ from rocketspark.remoting import headers as h
 from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode, request_name
 from rocketspark.remoting.command import Body, RemotingCommand
-from rocketspark.remoting.connection import Connections, Handler, check_response, split_address
+from rocketspark.remoting.connection import (
+    Connection,
+    Connections,
+    Handler,
+    check_response,
+    split_address,
+)
 from rocketspark.remoting.fault import LatencyFaults
 from rocketspark.remoting.route import MASTER_ID, TopicRoute
 
@@ -313,6 +319,24 @@ class RemotingClient:
             f"route ({';'.join(self.namesrv)})"
         )
 
+    def broker_master(self, broker_name: str) -> str:
+        """The master address of ``broker_name``: from a cached route, else the cluster info."""
+        for route, _ in list(self._routes.values()):
+            b = route.broker(broker_name)
+            if b is not None and b.master:
+                return b.master
+        addr = self.brokers().get(broker_name, {}).get(MASTER_ID)
+        if addr is None:
+            raise RemotingError(
+                f"broker {broker_name!r} has no master in the NameServers' cluster info "
+                f"({';'.join(self.namesrv)})"
+            )
+        return addr
+
+    def connection(self, address: str) -> Connection:
+        """The connection to ``address`` (for one-way requests sent in a loop)."""
+        return self._connections.get(address)
+
     def read_address(self, mq: MessageQueue) -> str:
         """Where to pull ``mq`` from: the member the last answer suggested, else the master."""
         want = self._pull_from.get(mq, MASTER_ID)
@@ -489,6 +513,35 @@ class RemotingClient:
 
     # -- send --------------------------------------------------------------------------------
 
+    def _send_request(
+        self,
+        mq: MessageQueue,
+        body: Body,
+        producer_group: str,
+        properties: str,
+        born_timestamp: int,
+        sys_flag: int,
+        flag: int,
+        batch: bool,
+        reconsume_times: int | None,
+        max_reconsume_times: int | None,
+    ) -> tuple[str, int, h.Header]:
+        header = h.SendMessageRequestHeader(
+            producer_group=producer_group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            flag=flag,
+            properties=properties,
+            reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+            batch=batch,
+            broker_name=mq.broker,
+        ).to_v2()
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        return self.master(mq.topic, mq.broker), code, header
+
     def send(
         self,
         mq: MessageQueue,
@@ -509,36 +562,79 @@ class RemotingClient:
         Records the broker's latency for queue selection (:attr:`faults`); a
         failure marks the broker unavailable for a while and is raised.
         """
-        header = h.SendMessageRequestHeader(
+        future, addr, started = self.send_async(
+            mq,
+            body,
             producer_group=producer_group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            sys_flag=sys_flag,
-            born_timestamp=born_timestamp,
-            flag=flag,
             properties=properties,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            flag=flag,
+            batch=batch,
             reconsume_times=reconsume_times,
             max_reconsume_times=max_reconsume_times,
-            batch=batch,
-            broker_name=mq.broker,
-        ).to_v2()
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        addr = self.master(mq.topic, mq.broker)
-        start = time.monotonic()
+            timeout=timeout,
+        )
+        return self.send_answer(mq, future, addr, started)
+
+    def send_async(
+        self,
+        mq: MessageQueue,
+        body: Body,
+        *,
+        producer_group: str,
+        properties: str,
+        born_timestamp: int,
+        sys_flag: int = 0,
+        flag: int = 0,
+        batch: bool = False,
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[Future[RemotingCommand], str, float]:
+        """Start a send (see :meth:`send`); :meth:`send_answer` reads its answer."""
+        addr, code, header = self._send_request(
+            mq,
+            body,
+            producer_group,
+            properties,
+            born_timestamp,
+            sys_flag,
+            flag,
+            batch,
+            reconsume_times,
+            max_reconsume_times,
+        )
+        started = time.monotonic()
         try:
-            response = self.invoke(addr, code, header, body, timeout=timeout)
+            future = self.invoke_async(addr, code, header, body, timeout=timeout)
+        except RemotingConnectError:
+            self.faults.record(mq.broker, 0, failed=True, reachable=False)
+            raise
+        return future, addr, started
+
+    def send_answer(
+        self, mq: MessageQueue, future: Future[RemotingCommand], addr: str, started: float
+    ) -> SendAnswer:
+        """Wait for a send's answer; record the broker's latency; raise a failure."""
+        try:
+            response = check_response(
+                future.result(),
+                request_code=RequestCode.SEND_MESSAGE_V2,
+                address=addr,
+            )
         except (RemotingConnectError, RemotingTimeoutError) as e:
             self.faults.record(
                 mq.broker,
-                (time.monotonic() - start) * 1000,
+                (time.monotonic() - started) * 1000,
                 failed=True,
                 reachable=not isinstance(e, RemotingConnectError),
             )
             raise
         except RemotingCommandError:
-            self.faults.record(mq.broker, (time.monotonic() - start) * 1000, failed=True)
+            self.faults.record(mq.broker, (time.monotonic() - started) * 1000, failed=True)
             raise
-        self.faults.record(mq.broker, (time.monotonic() - start) * 1000)
+        self.faults.record(mq.broker, (time.monotonic() - started) * 1000)
         head = h.SendMessageResponseHeader.from_ext_fields(response.ext_fields)
         return SendAnswer(
             MessageQueue(mq.topic, mq.broker, head.queue_id),
@@ -559,19 +655,31 @@ class RemotingClient:
     # -- messages by key and id ------------------------------------------------------------
 
     def query_message(
-        self, address: str, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+        self,
+        address: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_ms: int,
+        end_ms: int,
+        *,
+        unique: bool = False,
     ) -> Body | None:
-        """QUERY_MESSAGE: the records of ``topic`` indexed under ``key`` on one broker."""
+        """QUERY_MESSAGE: the records of ``topic`` indexed under ``key`` on one broker
+        (``unique``: ``key`` is a UNIQ_KEY, as RocketMQ's queryMessageByUniqKey asks)."""
+        fields = h.QueryMessageRequestHeader(
+            topic=topic,
+            key=key,
+            max_num=max_num,
+            begin_timestamp=begin_ms,
+            end_timestamp=end_ms,
+        ).to_ext_fields()
+        if unique:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
         response = self.invoke(
             address,
             RequestCode.QUERY_MESSAGE,
-            h.QueryMessageRequestHeader(
-                topic=topic,
-                key=key,
-                max_num=max_num,
-                begin_timestamp=begin_ms,
-                end_timestamp=end_ms,
-            ),
+            fields,
             expected=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         return response.body if response.code == ResponseCode.SUCCESS else None
