@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import itertools
 import numbers
 import socket
 from collections.abc import Iterable, Mapping
@@ -418,6 +419,19 @@ class Message:
         return message_properties(
             self.properties, tags=self.tags, keys=self.keys, delay_level=self.delay_level
         )
+
+
+def check_messages(messages: Iterable[object]) -> list[Message] | tuple[Message, ...]:
+    """Return ``messages`` as a list or tuple of Messages (which checked their fields when
+    made); raise InvalidMessageError naming the first that is not one."""
+    if not isinstance(messages, (list, tuple)):
+        messages = list(messages)
+    if not all(map(isinstance, messages, itertools.repeat(Message))):
+        i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
+        raise InvalidMessageError(
+            f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}"
+        )
+    return messages  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

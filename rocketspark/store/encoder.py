@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -880,6 +880,14 @@ class Encoder:
             dispatch=tran in (0, SysFlag.TRANSACTION_COMMIT),
             delay_ms=delay_ms,
         )
+
+    def messages(self, messages: Sequence[Message], now: int) -> list[PreparedRecord]:
+        """Encode checked Messages for a per-record append, each with a new UNIQ_KEY."""
+        for i, m in enumerate(messages):
+            if m.delay_level:
+                self.check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
+        ids = self.ids.next_ids(len(messages), now)
+        return [self.message(m, now, uid) for m, uid in zip(messages, ids, strict=False)]
 
     def check_delay_level(self, level: int, where: str = "") -> int:
         """Return ``level`` if it is one of the configured delay levels (1..n)."""
