@@ -28,7 +28,6 @@ from rocketspark.errors import (
     InvalidMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
-    UnknownTopicError,
 )
 from rocketspark.message.byte_gather import Pieces
 from rocketspark.message.java_hash import java_string_hash, tags_code
@@ -89,7 +88,7 @@ from rocketspark.store.columns import (
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.topic_config import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable, unknown_topic
 
 # A columnar put encoded: the batch, the UNIQ_KEY prefix and first counter, the rows
 # that have their own UNIQ_KEY (row -> key), the rows with keys and their KEYS text.
@@ -745,9 +744,10 @@ class Encoder:
         cfg = self.topics.get(topic)
         if cfg is None:
             if check_topic and not self.config.auto_create_topic_enable:
-                raise UnknownTopicError(
-                    f"topic {topic!r} does not exist in store {self.root}; create it first "
-                    "(MessageStore.create_topic or `rocketspark topic create`)"
+                raise unknown_topic(
+                    topic,
+                    self.root,
+                    "create it first (MessageStore.create_topic or `rocketspark topic create`)",
                 )
             validate_topic(topic)
             self.topics.create(

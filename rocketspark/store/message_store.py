@@ -18,7 +18,6 @@ from rocketspark.errors import (
     ConfigError,
     OffsetOutOfRangeError,
     StoreClosedError,
-    UnknownTopicError,
 )
 from rocketspark.message.model import (
     TRANS_HALF_TOPIC,
@@ -222,10 +221,7 @@ class MessageStore:
 
     def topic(self, topic: str) -> TopicInfo:
         """Return the configuration of ``topic``; raise UnknownTopicError if absent."""
-        info = self.topics.info(topic)
-        if info is None:
-            raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
-        return info
+        return self.topics.require(topic, self.root)
 
     def has_topic(self, topic: str) -> bool:
         """Does ``topic`` exist?"""
