@@ -14,11 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from rocketspark.errors import (
-    ConfigError,
-    OffsetOutOfRangeError,
-    StoreClosedError,
-)
+from rocketspark.errors import ConfigError, StoreClosedError
 from rocketspark.message.model import (
     TRANS_HALF_TOPIC,
     Message,
@@ -28,7 +24,6 @@ from rocketspark.message.model import (
 )
 from rocketspark.message.names import validate_group, validate_topic
 from rocketspark.message.results import PullResult, PutResult, PutResults, no_results
-from rocketspark.store import clean, group_offsets
 from rocketspark.store.columns import Columns
 from rocketspark.store.config import MessageStoreConfig, open_config
 from rocketspark.store.half_resolution import half_offset_array, half_offsets
@@ -101,6 +96,8 @@ class MessageStore:
         self._schedule = parts.schedule
         self._send_backs = parts.send_backs
         self.reader = parts.reader
+        self.group_offsets = parts.group_offsets
+        self._clean = parts.clean
         self._closed = False
 
     # -- opening and closing -------------------------------------------------------
@@ -353,18 +350,7 @@ class MessageStore:
         """Delete CommitLog segments older than fileReservedTime (``reserved_hours``), and
         what pointed into them; returns how many files of each kind went (see clean.py)."""
         self._check_open()
-        return clean.delete_expired(
-            appender=self.appender,
-            state=self.state,
-            commit_log=self.commit_log,
-            queues=self.queues,
-            index=self.index,
-            root=self.root,
-            now_ms=now_ms,
-            reserved_hours=(
-                self.config.file_reserved_time if reserved_hours is None else reserved_hours
-            ),
-        )
+        return self._clean.delete_expired(now_ms, reserved_hours)
 
     # -- flushing ----------------------------------------------------------------------
 
@@ -422,20 +408,12 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` will next consume ``offset`` of the queue."""
         self._check_open()
-        validate_group(group)
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"offset to commit must be >= 0, got {offset}")
-        self.queues.existing(topic, queue_id)
-        self.offsets.commit(group, topic, queue_id, offset)
+        self.group_offsets.commit(group, topic, queue_id, offset)
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""
         self._check_open()
-        if not offsets:
-            return
-        validate_group(group)
-        group_offsets.check_commits(offsets, self.topic)
-        self.offsets.commit_many(group, offsets)
+        self.group_offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Return the group's next offset for the queue, or None if it never committed."""
@@ -444,17 +422,9 @@ class MessageStore:
 
     def lag(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
         """Return, per (topic, queue), how many messages the group has yet to consume
-        (from the min offset where it never committed; see group_offsets.lag)."""
+        (from the min offset where it never committed; see GroupOffsets.lag)."""
         self._check_open()
-        return group_offsets.lag(
-            group,
-            topic,
-            offsets=self.offsets,
-            topics=self.topics,
-            queues=self.queues,
-            commit_log=self.commit_log,
-            topic_info=self.topic,
-        )
+        return self.group_offsets.lag(group, topic)
 
     # -- retry and dead letters --------------------------------------------------------
 

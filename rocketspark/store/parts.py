@@ -18,12 +18,14 @@ from rocketspark.message.record import HostAddress
 from rocketspark.store import layout
 from rocketspark.store.appender import Appender
 from rocketspark.store.checkpoint import StoreCheckpoint
+from rocketspark.store.clean import CleanService
 from rocketspark.store.commit_log import CommitLog
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.consume_queue import ConsumeQueues
 from rocketspark.store.disk_guard import DiskGuard, reserve_sparse_files
 from rocketspark.store.dispatch import Dispatcher
 from rocketspark.store.encoder import Encoder
+from rocketspark.store.group_offsets import GroupOffsets
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.metadata import (
     ConsumerOffsetTable,
@@ -62,6 +64,8 @@ class StoreParts:
     schedule: ScheduleService
     send_backs: SendBack
     reader: Reader
+    group_offsets: GroupOffsets
+    clean: CleanService
 
 
 def compose(
@@ -200,6 +204,16 @@ def compose(
         schedule=schedule,
         send_backs=send_backs,
         reader=reader,
+        group_offsets=GroupOffsets(root, offsets, topics, queues, commit_log),
+        clean=CleanService(
+            appender=appender,
+            state=state,
+            commit_log=commit_log,
+            queues=queues,
+            index=index,
+            root=root,
+            reserved_hours=config.file_reserved_time,
+        ),
     )
 
 
