@@ -44,6 +44,7 @@ PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
 
 KEY_SEPARATOR = " "
 NAME_VALUE_SEPARATOR = "\x01"
@@ -542,6 +543,13 @@ class MessageQueue:
 # new id).
 PROPERTY_SINK_ID = "RS_SINK"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# Our own properties of dead letters (deadletter.py): why a message failed and when it
+# first did, on a message sent back; on a replayed dead letter, that it is one and the
+# replay that sent it.
+PROPERTY_FAILURE_REASON = "RS_FAILURE_REASON"
+PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
+PROPERTY_REPLAY = "RS_REPLAY"
+PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
 
 
 class TransactionState(enum.Enum):
