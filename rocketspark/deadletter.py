@@ -39,24 +39,36 @@ from rocketspark.client import Client, ClientRef, Message, TransactionState
 from rocketspark.datasource.locations import location_key
 from rocketspark.errors import ConfigError, RocketSparkError, UnknownTopicError
 from rocketspark.message.model import (
+    PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_FAILURE_REASON,
+    PROPERTY_FIRST_FAILURE,
     PROPERTY_FIRST_HALF,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_REPLAY,
+    PROPERTY_REPLAY_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SINK_ID,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     QUERY_ID_PROPERTY,
+    SCHEDULE_TOPIC,
     dlq_topic,
     retry_topic,
 )
 
 log = logging.getLogger(__name__)
 
-PROPERTY_REASON = "RS_FAILURE_REASON"
-PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
-PROPERTY_REPLAY = "RS_REPLAY"
-PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
 REPLAY_GROUP = "rocketspark-replay"  # + "-" and a hash of the table: one group a table
 # Properties a replayed message does not carry over from its dead letter: the retry
 # bookkeeping, the failure (a replayed message that fails again is a new incident),
@@ -70,19 +82,19 @@ _RETRY_ONLY = (
     PROPERTY_REAL_TOPIC,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_DELAY_TIME_LEVEL,
-    "UNIQ_KEY",
-    "TAGS",
-    "KEYS",
-    "MAX_OFFSET",
-    "MIN_OFFSET",
-    "CONSUME_START_TIME",
-    PROPERTY_REASON,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_TAGS,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_FAILURE_REASON,
     PROPERTY_FIRST_FAILURE,
-    "PGROUP",
-    "__transactionId__",
-    "TRAN_MSG",
-    "TRANSACTION_CHECK_TIMES",
-    "TRAN_PREPARED_QUEUE_OFFSET",
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_FIRST_HALF,
     PROPERTY_SINK_ID,
     PROPERTY_REPLAY,
@@ -210,7 +222,7 @@ class RetryPipeline:
             else hashlib.sha1(f"{self._location}\x00{query_id}".encode()).hexdigest()[:12]
         )
         mark = f"rs-retry-{pipeline}-{batch_id}"
-        for t in (retry_topic(self.group), dlq_topic(self.group), "SCHEDULE_TOPIC_XXXX"):
+        for t in (retry_topic(self.group), dlq_topic(self.group), SCHEDULE_TOPIC):
             if client.has_topic(t) and client.query_by_key(t, mark, max_num=1):
                 log.info(
                     "pipeline %s: retries of batch %d were sent before; not again",
@@ -247,9 +259,9 @@ class RetryPipeline:
             keys = " ".join([*(k for k in m.keys if not k.startswith("rs-retry-")), mark])
             props.append(
                 {
-                    PROPERTY_REASON: _reason_text(r.reason),
+                    PROPERTY_FAILURE_REASON: _reason_text(r.reason),
                     PROPERTY_FIRST_FAILURE: m.properties.get(PROPERTY_FIRST_FAILURE, now),
-                    "KEYS": keys,
+                    PROPERTY_KEYS: keys,
                 }
             )
         return client.send_back(self.group, ids, properties=props)
@@ -375,7 +387,10 @@ def materialize(
         reconsume = "reconsumeTimes - 1" if at == "deadAt" else "reconsumeTimes"
         cols = (
             _COMMON_COLUMNS.format(
-                reason=PROPERTY_REASON, first=PROPERTY_FIRST_FAILURE, at=at, reconsume=reconsume
+                reason=PROPERTY_FAILURE_REASON,
+                first=PROPERTY_FIRST_FAILURE,
+                at=at,
+                reconsume=reconsume,
             )
             + extra
         )

@@ -76,7 +76,14 @@ from rocketspark.datasource.options import ParsedOptions
 from rocketspark.errors import ConfigError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_FIRST_HALF,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_SINK_ID,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     QUERY_ID_PROPERTY,
     RESERVED_PROPERTIES,
     is_system_topic,
@@ -111,13 +118,13 @@ SINK_COLUMNS: dict[str, tuple[tuple[type, ...], str]] = {
 # refused instead: RESERVED_PROPERTIES.)
 SINK_REPLACED_PROPERTIES = frozenset(
     {
-        "TRAN_MSG",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "PGROUP",
-        "__transactionId__",
-        "TRANSACTION_CHECK_TIMES",
-        "TRAN_PREPARED_QUEUE_OFFSET",
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_TRANSACTION_CHECK_TIMES,
+        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
         PROPERTY_FIRST_HALF,
         PROPERTY_SINK_ID,
     }

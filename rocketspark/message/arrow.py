@@ -45,6 +45,12 @@ from rocketspark.message.model import (
     MessageExt,
     SysFlag,
 )
+from rocketspark.message.properties import (
+    NAME_VALUE_BYTE,
+    NAME_VALUE_SEPARATOR_BYTES,
+    PROPERTY_BYTE,
+    PROPERTY_SEPARATOR_BYTES,
+)
 from rocketspark.message.record import (
     HEADER_V4,
     HEADER_V4_DTYPE,
@@ -578,7 +584,7 @@ def _parse_grouped(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
         members = order[bounds[g] : bounds[g + 1]]
         sample = members[np.linspace(0, len(members) - 1, min(8, len(members))).astype(np.int64)]
         rows = data[off[sample][:, None] + np.arange(width)]
-        seps = (rows == 1) | (rows == 2)
+        seps = (rows == NAME_VALUE_BYTE) | (rows == PROPERTY_BYTE)
         if not bool((seps == seps[0]).all()):
             return None
     grouped = props.take(pa.array(order))
@@ -617,15 +623,15 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
         return None
     data = np.frombuffer(data_buf, dtype=np.uint8, count=width * n, offset=first).reshape(n, width)
     row0 = data[0].tobytes()
-    if row0[-1] != 2:
+    if row0[-1] != PROPERTY_BYTE:
         return None
     names: list[bytes] = []
     spans: list[tuple[int, int]] = []  # each value's [start, end) within a row
     fixed: list[int] = []  # the columns every row must share with the first
     at = 0
-    for item in row0[:-1].split(b"\x02"):
-        name, sep, value = item.partition(b"\x01")
-        if not sep or 1 in value or not item:
+    for item in row0[:-1].split(PROPERTY_SEPARATOR_BYTES):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR_BYTES)
+        if not sep or NAME_VALUE_BYTE in value or not item:
             return None  # an item the general parser must judge
         names.append(name)
         fixed.extend(range(at, at + len(name) + 1))
@@ -637,7 +643,10 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     if bool((data[:, cols] != data[0, cols]).any()):
         return None
     # The template's separators are in every row; exactly k of each means no others.
-    if int(np.count_nonzero(data == 1)) != k * n or int(np.count_nonzero(data == 2)) != k * n:
+    if (
+        int(np.count_nonzero(data == NAME_VALUE_BYTE)) != k * n
+        or int(np.count_nonzero(data == PROPERTY_BYTE)) != k * n
+    ):
         return None
     kept = [j for j, x in enumerate(names) if x not in _COLUMN_NAMES]  # the map's items
     if k - len(kept) != len(_COLUMN_NAMES.intersection(names)):
@@ -713,10 +722,10 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
         else np.empty(0, dtype=np.uint8)
     )
     rec_start, rec_end = off[:-1], off[1:]
-    sep2 = np.flatnonzero(data[: rec_end[-1] if n else 0] == 2)
+    sep2 = np.flatnonzero(data[: rec_end[-1] if n else 0] == PROPERTY_BYTE)
     nonempty = rec_end > rec_start
     last_byte = data[np.maximum(rec_end - 1, 0)] if len(data) else np.zeros(n, np.uint8)
-    open_rows = np.flatnonzero(nonempty & (last_byte != 2))
+    open_rows = np.flatnonzero(nonempty & (last_byte != PROPERTY_BYTE))
     # Item ends (exclusive): every \x02, and the end of a record lacking a final \x02
     # (ordered before a \x02 at the same place, which belongs to the next record).
     ends = np.concatenate((sep2, rec_end[open_rows]))
@@ -728,7 +737,7 @@ def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.A
         starts[0] = rec_start[rows[0]]
         same = rows[1:] == rows[:-1]
         starts[1:] = np.where(same, ends[:-1] + 1, rec_start[rows[1:]])
-    sep1 = np.flatnonzero(data[: rec_end[-1] if n else 0] == 1)
+    sep1 = np.flatnonzero(data[: rec_end[-1] if n else 0] == NAME_VALUE_BYTE)
     at = np.searchsorted(sep1, starts)
     found = at < len(sep1)
     mid = np.where(found, sep1[np.minimum(at, max(len(sep1) - 1, 0))] if len(sep1) else 0, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import itertools
 import numbers
 import socket
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,7 @@ PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
 
 KEY_SEPARATOR = " "
 NAME_VALUE_SEPARATOR = "\x01"
@@ -420,6 +422,19 @@ class Message:
         )
 
 
+def check_messages(messages: Iterable[object]) -> list[Message] | tuple[Message, ...]:
+    """Return ``messages`` as a list or tuple of Messages (which checked their fields when
+    made); raise InvalidMessageError naming the first that is not one."""
+    if not isinstance(messages, (list, tuple)):
+        messages = list(messages)
+    if not all(map(isinstance, messages, itertools.repeat(Message))):
+        i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
+        raise InvalidMessageError(
+            f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}"
+        )
+    return messages  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class HostAddress:
     """A host as RocketMQ stores it: raw IP bytes (4 or 16) and a port."""
@@ -528,6 +543,13 @@ class MessageQueue:
 # new id).
 PROPERTY_SINK_ID = "RS_SINK"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# Our own properties of dead letters (deadletter.py): why a message failed and when it
+# first did, on a message sent back; on a replayed dead letter, that it is one and the
+# replay that sent it.
+PROPERTY_FAILURE_REASON = "RS_FAILURE_REASON"
+PROPERTY_FIRST_FAILURE = "RS_FIRST_FAILURE_MS"
+PROPERTY_REPLAY = "RS_REPLAY"
+PROPERTY_REPLAY_ID = "RS_REPLAY_ID"
 
 
 class TransactionState(enum.Enum):

@@ -59,7 +59,10 @@ __all__ = [
     "HALF_HEAD",
     "HALF_TAIL",
     "MESSAGE_ORDER",
+    "NAME_VALUE_BYTE",
     "NAME_VALUE_SEPARATOR",
+    "NAME_VALUE_SEPARATOR_BYTES",
+    "PROPERTY_BYTE",
     "PROPERTY_SEPARATOR",
     "PROPERTY_SEPARATOR_BYTES",
     "committed_properties",
@@ -72,11 +75,12 @@ __all__ = [
 ]
 
 # The separators (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR from model, re-exported
-# here with the layout) as bytes values (0x01, 0x02) for byte-level scans, and the
-# item separator as bytes for byte templates.
+# here with the layout) as byte values (0x01, 0x02) for byte-level scans, and as
+# bytes for byte templates and splits.
 NAME_VALUE_BYTE = ord(NAME_VALUE_SEPARATOR)
 PROPERTY_BYTE = ord(PROPERTY_SEPARATOR)
 PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode("ascii")
+NAME_VALUE_SEPARATOR_BYTES = NAME_VALUE_SEPARATOR.encode("ascii")
 TRUE = "true"  # TRAN_MSG's value on a half message
 
 

@@ -42,6 +42,7 @@ from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueues
 from rocketspark.store.disk_guard import DiskGuard
 from rocketspark.store.dispatch import Dispatcher
+from rocketspark.store.encoder import EncodedColumns
 from rocketspark.store.index_service import IndexService
 from rocketspark.store.store_state import FLUSH_LOCK_FILE, StoreState, WriteLock
 
@@ -353,6 +354,21 @@ class Appender:
     def locked(self) -> Append:
         """``with appender.locked() as append:`` the write lock, caught up with other writers."""
         return self._append
+
+    def append_records(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
+        """Append ``prepared`` as one append under the write lock; see :meth:`after`."""
+        with self._append as append:
+            results = append.records(prepared, now)
+        return self.after(results)
+
+    def append_columns(self, encoded: EncodedColumns, now: int) -> PutResults:
+        """Append a columnar put (``Encoder.columns``) as one append under the write lock."""
+        batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings = encoded
+        with self._append as append:
+            results, _ = append.columns(
+                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+            )
+        return self.after(results)
 
     # -- queue offsets ---------------------------------------------------------
 

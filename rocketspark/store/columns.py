@@ -175,6 +175,24 @@ class Columns:
         self.checked = False  # the columns of Messages, whose fields they checked
 
     @classmethod
+    def of_keywords(cls, bodies: Sequence[Any], columns: dict[str, Any]) -> Columns:
+        """The columns of ``put_columns``'s keyword arguments, given as a dict (consumed);
+        TypeError for a keyword that names no column."""
+        cols = cls(
+            bodies,
+            columns.pop("topic", None),
+            columns.pop("topics", None),
+            columns.pop("tags", None),
+            columns.pop("keys", None),
+            columns.pop("properties", None),
+            columns.pop("queue_ids", None),
+            columns.pop("sharding_keys", None),
+        )
+        if columns:
+            raise TypeError(f"unknown columns {sorted(columns)}")
+        return cols
+
+    @classmethod
     def of_messages(cls, messages: Sequence[Message]) -> Columns:
         extra = None
         if any(m.flag or m.reconsume_times or m.born_timestamp for m in messages):

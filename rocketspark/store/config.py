@@ -501,6 +501,27 @@ def canonical_key(key: str) -> str | None:
     return opt.key if opt is not None else None
 
 
+def open_config(
+    path: str | os.PathLike[str] | None, config_file: str | None, overrides: dict[str, object]
+) -> tuple[MessageStoreConfig, dict[str, str]]:
+    """Return the config ``MessageStore.open`` opens with, and the keys set on purpose.
+
+    ``overrides`` go on top of ``config_file`` (see :meth:`MessageStoreConfig.load`);
+    ``path``, when given, is the storePathRootDir (ConfigError if an override names it
+    too). The second value maps each override's broker.conf key to where it was set.
+    """
+    if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"the store path must be a str or os.PathLike, got {path!r}")
+        for key in overrides:
+            if canonical_key(key) == "storePathRootDir":
+                raise ConfigError(f"the store path is given twice, as path and as {key}")
+        overrides = {**overrides, "store_path_root_dir": os.fspath(path)}
+    config = MessageStoreConfig.load(config_file, **overrides)
+    explicit = {canonical_key(key) or key: f"keyword argument {key}" for key in overrides}
+    return config, explicit
+
+
 def _lookup(key: str, where: str, *, allow_snake_case: bool) -> _Option:
     """Return the option named ``key``; raise ConfigError with a suggestion if there is none."""
     opt = _BY_KEY.get(key)

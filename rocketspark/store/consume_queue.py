@@ -20,20 +20,17 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
+from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rocketspark.store.mapped_file import (
     CONSUME_QUEUE_CHUNK,
     MappedFile,
     MappedFileQueue,
     data_end,
 )
-
-if TYPE_CHECKING:
-    from rocketspark.store.topic_config import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable, unknown_topic
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(
@@ -444,7 +441,7 @@ class ConsumeQueues:
         """
         cfg = self.topics.get(topic)
         if cfg is None:
-            raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
+            raise unknown_topic(topic, self.root)
         check_queue(
             cfg["topicName"], queue_id, int(cfg["readQueueNums"]), int(cfg["writeQueueNums"])
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,6 @@ from rocketspark.errors import (
     InvalidMessageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
-    UnknownTopicError,
 )
 from rocketspark.message.byte_gather import Pieces
 from rocketspark.message.java_hash import java_string_hash, tags_code
@@ -89,7 +88,7 @@ from rocketspark.store.columns import (
 )
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
-from rocketspark.store.topic_config import TopicConfigTable
+from rocketspark.store.topic_config import TopicConfigTable, unknown_topic
 
 # A columnar put encoded: the batch, the UNIQ_KEY prefix and first counter, the rows
 # that have their own UNIQ_KEY (row -> key), the rows with keys and their KEYS text.
@@ -745,9 +744,10 @@ class Encoder:
         cfg = self.topics.get(topic)
         if cfg is None:
             if check_topic and not self.config.auto_create_topic_enable:
-                raise UnknownTopicError(
-                    f"topic {topic!r} does not exist in store {self.root}; create it first "
-                    "(MessageStore.create_topic or `rocketspark topic create`)"
+                raise unknown_topic(
+                    topic,
+                    self.root,
+                    "create it first (MessageStore.create_topic or `rocketspark topic create`)",
                 )
             validate_topic(topic)
             self.topics.create(
@@ -880,6 +880,14 @@ class Encoder:
             dispatch=tran in (0, SysFlag.TRANSACTION_COMMIT),
             delay_ms=delay_ms,
         )
+
+    def messages(self, messages: Sequence[Message], now: int) -> list[PreparedRecord]:
+        """Encode checked Messages for a per-record append, each with a new UNIQ_KEY."""
+        for i, m in enumerate(messages):
+            if m.delay_level:
+                self.check_delay_level(m.delay_level, f"message {i} (topic {m.topic!r}): ")
+        ids = self.ids.next_ids(len(messages), now)
+        return [self.message(m, now, uid) for m, uid in zip(messages, ids, strict=False)]
 
     def check_delay_level(self, level: int, where: str = "") -> int:
         """Return ``level`` if it is one of the configured delay levels (1..n)."""

@@ -172,3 +172,8 @@ def half_offsets(half: object) -> list[int] | np.ndarray:
                 raise OffsetOutOfRangeError(f"no half message at offset {h} of {TRANS_HALF_TOPIC}")
             out.append(int(h))
     return out
+
+
+def half_offset_array(half: object) -> np.ndarray | None:
+    """:func:`half_offsets` as an int64 array; None stays None (no offsets given)."""
+    return None if half is None else np.asarray(half_offsets(half), dtype=np.int64)

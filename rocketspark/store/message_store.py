@@ -9,66 +9,26 @@ work is the parts'; the facade checks that the store is open and delegates.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from rocketspark.errors import (
-    ConfigError,
-    DiskFullError,
-    FlushTimeoutError,
-    InvalidMessageError,
-    OffsetOutOfRangeError,
-    StoreClosedError,
-    StoreLockedError,
-    StorePathError,
-    UnknownTopicError,
-)
+from rocketspark.errors import ConfigError, StoreClosedError
 from rocketspark.message.model import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
     TRANS_HALF_TOPIC,
     Message,
     MessageExt,
     TopicInfo,
+    check_messages,
 )
 from rocketspark.message.names import validate_group, validate_topic
-from rocketspark.message.record import (
-    HostAddress,
-    body_crc,
-)
-from rocketspark.message.results import (
-    PullResult,
-    PutResult,
-    PutResults,
-    no_results,
-)
-from rocketspark.store import clean, group_offsets, layout
+from rocketspark.message.results import PullResult, PutResult, PutResults, no_results
 from rocketspark.store.columns import Columns
-from rocketspark.store.commit_log import (
-    PreparedRecord,
-)
-from rocketspark.store.config import MessageStoreConfig, canonical_key
-from rocketspark.store.consume_queue import ConsumeQueue
-from rocketspark.store.disk_guard import reserve_sparse_files
-from rocketspark.store.half_resolution import half_offsets
-from rocketspark.store.parts import compose
-from rocketspark.store.recovery import RecoveryReport
-from rocketspark.store.store_state import (
-    ABORT_FILE,
-    STATE_FORMAT_VERSION,
-    StoreLock,
-    StoreState,
-)
+from rocketspark.store.config import MessageStoreConfig, open_config
+from rocketspark.store.half_resolution import half_offset_array, half_offsets
+from rocketspark.store.parts import open_store
 from rocketspark.store.transaction import HalfStatus, UnknownHalves
-
-log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
 
@@ -99,86 +59,25 @@ class MessageStore:
         the store's is refused. None: every geometry value that differs from
         the built-in default counts as set on purpose.
         """
-        self.config = config
-        self.root = os.path.abspath(config.store_path_root_dir)
         self.clock = clock
         self._closed = True
-        self.recovery_report: RecoveryReport | None = None
-        if explicit is None:
-            explicit = layout.explicit_geometry(config)
-        layout.prepare_directory(self.root, config, explicit, create)
-        self._lock = StoreLock(self.root)
-        try:
-            first = self._lock.acquire()
-        except PermissionError as exc:
-            raise StorePathError(
-                f"cannot open the store's lock file {exc.filename}: {exc.strerror}", path=self.root
-            ) from exc
-        try:
-            geometry = layout.settle_geometry(self.root, config, explicit)
-            config = dataclasses.replace(config, **geometry.as_config())
-            self.config = config
-            self._write_refused = None
-            if first:  # nobody else has the store open: nothing is being made or grown
-                segments = layout.check_file_sizes(self.root, geometry)
-                # Sparse files (an older store's) get their blocks now; when some cannot
-                # (a full disk), files are mapped read-only and writes refused until
-                # reopened.
-                self._write_refused = reserve_sparse_files(self.root, segments)
-            self._files_writable = self._write_refused is None
-            self.store_host = HostAddress.parse(config.broker_ip1, config.listen_port)
-            self.born_host = HostAddress(self.store_host.ip, os.getpid() & 0xFFFF)
-            self.state = StoreState(self.root)
-            self._check_state_format(first)
-            self._compose(config, clock)
-            if first:
-                self._recover(truncate_at, full_recovery)
-            elif truncate_at is not None:
-                raise StoreLockedError(
-                    f"store {self.root}: truncate_at needs the store to itself (recovery "
-                    "runs in the first process to open it); close the other processes"
-                )
-            # A holder that must close() for its exit to count as clean (see close).
-            self._counted = not exit_without_close
-            if self._counted:
-                with self.appender.write_lock:
-                    self.state.holders = self.state.holders + 1
-            self._closed = False
-            if config.flush_disk_type == "ASYNC_FLUSH":
-                self.appender.start_flusher(config.flush_interval_commit_log / 1000.0)
-        except BaseException:
-            self._lock.release()
-            self._lock.release_final()
-            raise
-
-    def _check_state_format(self, first: bool) -> None:
-        """Refuse a store open in a process of another state format, or written by a
-        newer rocketspark."""
-        version = self.state.format_version
-        if not first and version not in (None, STATE_FORMAT_VERSION):
-            raise StoreLockedError(
-                f"store {self.root} is open in a process using state format "
-                f"{version}; this rocketspark uses {STATE_FORMAT_VERSION}"
-            )
-        # a valid state file always has a version (StoreState sets None only when invalid)
-        if first and self.state.valid and version > STATE_FORMAT_VERSION:  # type: ignore[operator]
-            raise StoreLockedError(
-                f"store {self.root} was written by a newer rocketspark (state format "
-                f"{version} > {STATE_FORMAT_VERSION})"
-            )
-
-    def _compose(self, config: MessageStoreConfig, clock: Clock) -> None:
-        """Make the store's parts (parts.compose) and keep them as attributes."""
-        parts = compose(
-            root=self.root,
-            config=config,
+        opened = open_store(
+            config,
             clock=clock,
-            state=self.state,
-            store_host=self.store_host,
-            born_host=self.born_host,
-            writable=self._files_writable,
-            write_refused=self._write_refused,
+            create=create,
+            explicit=explicit,
+            truncate_at=truncate_at,
+            exit_without_close=exit_without_close,
+            full_recovery=full_recovery,
         )
+        self._opened = opened
+        self.root = opened.root
+        self.config = opened.config
+        self.recovery_report = opened.recovery_report
+        self.store_host = opened.store_host
+        self.born_host = opened.born_host
+        self.state = opened.state
+        parts = opened.parts
         self._guard = parts.guard
         self.commit_log = parts.commit_log
         self.checkpoint = parts.checkpoint
@@ -197,19 +96,9 @@ class MessageStore:
         self._schedule = parts.schedule
         self._send_backs = parts.send_backs
         self.reader = parts.reader
-
-    def _recover(self, truncate_at: int | None, full: bool) -> None:
-        """Recover (the first opener, holding the lock exclusively), then share the lock."""
-        try:
-            self.recovery_report = self.recovery.recover(truncate_at, full=full)
-        except Exception as exc:
-            if self._write_refused is None:
-                raise
-            raise DiskFullError(
-                f"store {self.root} needs recovery, which cannot write: {self._write_refused}"
-            ) from exc
-        self.recovery.adopt_unlisted_topics()
-        self._lock.downgrade()
+        self.group_offsets = parts.group_offsets
+        self._clean = parts.clean
+        self._closed = False
 
     # -- opening and closing -------------------------------------------------------
 
@@ -251,15 +140,7 @@ class MessageStore:
         verifies the whole CommitLog and every ConsumeQueue file, not only what
         the last run may have left unfinished.
         """
-        if path is not None:
-            if not isinstance(path, (str, os.PathLike)):
-                raise ConfigError(f"the store path must be a str or os.PathLike, got {path!r}")
-            for key in overrides:
-                if canonical_key(key) == "storePathRootDir":
-                    raise ConfigError(f"the store path is given twice, as path and as {key}")
-            overrides["store_path_root_dir"] = os.fspath(path)
-        config = MessageStoreConfig.load(config_file, **overrides)
-        explicit = {canonical_key(key) or key: f"keyword argument {key}" for key in overrides}
+        config, explicit = open_config(path, config_file, overrides)
         return cls(
             config,
             clock=clock,
@@ -287,7 +168,7 @@ class MessageStore:
         The instance then reads and writes files no longer in the directory
         (what it writes is lost with them): close it and open the path again.
         """
-        return not self._closed and self._lock.replaced()
+        return not self._closed and self._opened.lock.replaced()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -298,35 +179,7 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
-        self.appender.stop_flusher()
-        try:
-            self.flush()
-            if self._counted:
-                with self.appender.write_lock:
-                    self.state.holders = max(0, self.state.holders - 1)
-            # A store deleted (and maybe made again) under this instance: its files are
-            # gone from the directory, and what is at the path now is another store's,
-            # which a clean shutdown by path (the abort file) must not touch.
-            gone = self._lock.replaced()
-            last = self._lock.release()
-            if last and gone:
-                self._lock.release_final()
-            elif last:
-                try:
-                    self.state.flush()
-                    self.checkpoint.flush()
-                    abort = os.path.join(self.root, ABORT_FILE)
-                    if os.path.exists(abort):
-                        os.unlink(abort)
-                finally:
-                    self._lock.release_final()
-        finally:
-            self.queues.close()
-            self.commit_log.close()
-            self.index.close()
-            self.checkpoint.close()
-            self.state.close()
-            self.appender.close()
+        self._opened.close()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -365,10 +218,7 @@ class MessageStore:
 
     def topic(self, topic: str) -> TopicInfo:
         """Return the configuration of ``topic``; raise UnknownTopicError if absent."""
-        info = self.topics.info(topic)
-        if info is None:
-            raise UnknownTopicError(f"topic {topic!r} does not exist in store {self.root}")
-        return info
+        return self.topics.require(topic, self.root)
 
     def has_topic(self, topic: str) -> bool:
         """Does ``topic`` exist?"""
@@ -386,9 +236,6 @@ class MessageStore:
             yield from self.open_transactions()
 
     # -- queues ----------------------------------------------------------------------
-
-    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return self.queues.queue(topic, queue_id)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Return the next offset to be written in the queue (its message count so far)."""
@@ -431,31 +278,13 @@ class MessageStore:
         :class:`PutResults` sequence that builds each PutResult when asked.
         """
         self._check_open()
-        if not isinstance(messages, (list, tuple)):
-            messages = list(messages)
+        messages = check_messages(messages)
         if not messages:
             return []
-        if not all(map(isinstance, messages, itertools.repeat(Message))):
-            # a Message checked its fields when it was made; anything else did not
-            i = next(i for i, m in enumerate(messages) if not isinstance(m, Message))
-            raise InvalidMessageError(
-                f"message {i}: expected a rocketspark Message, got {type(messages[i]).__name__}"
-            )
         now = self.clock()
-        if not any(m.delay_level for m in messages):
-            if self.encoder.columnar:
-                return self._put_columns(Columns.of_messages(messages), now)
-        else:
-            for i, m in enumerate(messages):
-                if m.delay_level:
-                    self.encoder.check_delay_level(
-                        m.delay_level, f"message {i} (topic {m.topic!r}): "
-                    )
-        ids = self.encoder.ids.next_ids(len(messages), now)
-        prepared = [
-            self.encoder.message(m, now, uid) for m, uid in zip(messages, ids, strict=False)
-        ]
-        return self._append(prepared, now)
+        if self.encoder.columnar and not any(m.delay_level for m in messages):
+            return self._put_columns(Columns.of_messages(messages), now)
+        return self.appender.append_records(self.encoder.messages(messages, now), now)
 
     def put_columns(
         self,
@@ -502,41 +331,16 @@ class MessageStore:
         """
         self._check_open()
         validate_group(producer_group)
-        cols = Columns(
-            bodies,
-            columns.pop("topic", None),
-            columns.pop("topics", None),
-            columns.pop("tags", None),
-            columns.pop("keys", None),
-            columns.pop("properties", None),
-            columns.pop("queue_ids", None),
-            columns.pop("sharding_keys", None),
-        )
-        if columns:
-            raise TypeError(f"unknown columns {sorted(columns)}")
+        cols = Columns.of_keywords(bodies, columns)
         if not len(bodies):
             return no_results(self.store_host)
         return self._transactions.prepare_columns(
             cols, producer_group=producer_group, extra_properties=extra_properties
         )
 
-    def _put_columns(
-        self, cols: Columns, now: int, half: tuple[str, str] | None = None
-    ) -> PutResults:
+    def _put_columns(self, cols: Columns, now: int) -> PutResults:
         """The columnar put (no delay, IPv4 hosts): encoded, then one append."""
-        batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings = self.encoder.columns(
-            cols, now, half
-        )
-        with self.appender.locked() as append:
-            results, _ = append.columns(
-                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
-            )
-        return self.appender.after(results)
-
-    def _append(self, prepared: Sequence[PreparedRecord], now: int) -> list[PutResult]:
-        with self.appender.locked() as append:
-            results = append.records(prepared, now)
-        return self.appender.after(results)
+        return self.appender.append_columns(self.encoder.columns(cols, now), now)
 
     # -- expiry ----------------------------------------------------------------------
 
@@ -546,18 +350,7 @@ class MessageStore:
         """Delete CommitLog segments older than fileReservedTime (``reserved_hours``), and
         what pointed into them; returns how many files of each kind went (see clean.py)."""
         self._check_open()
-        return clean.delete_expired(
-            appender=self.appender,
-            state=self.state,
-            commit_log=self.commit_log,
-            queues=self.queues,
-            index=self.index,
-            root=self.root,
-            now_ms=now_ms,
-            reserved_hours=(
-                self.config.file_reserved_time if reserved_hours is None else reserved_hours
-            ),
-        )
+        return self._clean.delete_expired(now_ms, reserved_hours)
 
     # -- flushing ----------------------------------------------------------------------
 
@@ -615,20 +408,12 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that ``group`` will next consume ``offset`` of the queue."""
         self._check_open()
-        validate_group(group)
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"offset to commit must be >= 0, got {offset}")
-        self.queues.existing(topic, queue_id)
-        self.offsets.commit(group, topic, queue_id, offset)
+        self.group_offsets.commit(group, topic, queue_id, offset)
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""
         self._check_open()
-        if not offsets:
-            return
-        validate_group(group)
-        group_offsets.check_commits(offsets, self.topic)
-        self.offsets.commit_many(group, offsets)
+        self.group_offsets.commit_many(group, offsets)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """Return the group's next offset for the queue, or None if it never committed."""
@@ -637,17 +422,9 @@ class MessageStore:
 
     def lag(self, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
         """Return, per (topic, queue), how many messages the group has yet to consume
-        (from the min offset where it never committed; see group_offsets.lag)."""
+        (from the min offset where it never committed; see GroupOffsets.lag)."""
         self._check_open()
-        return group_offsets.lag(
-            group,
-            topic,
-            offsets=self.offsets,
-            topics=self.topics,
-            queues=self.queues,
-            commit_log=self.commit_log,
-            topic_info=self.topic,
-        )
+        return self.group_offsets.lag(group, topic)
 
     # -- retry and dead letters --------------------------------------------------------
 
@@ -731,12 +508,7 @@ class MessageStore:
     ) -> list[PutResult]:
         """Store several half messages under one lock."""
         validate_group(producer_group)
-        messages = list(messages)
-        for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise InvalidMessageError(
-                    f"message {i}: expected a rocketspark Message, got {type(m).__name__}"
-                )
+        messages = check_messages(messages)
         self._check_open()
         return self._transactions.prepare(
             messages, producer_group=producer_group, extra_properties=properties
@@ -767,10 +539,7 @@ class MessageStore:
         Halves at the half-queue offsets in ``exclude`` are left out (unread).
         """
         self._check_open()
-        ex = None if exclude is None else half_offsets(exclude)
-        return self._transactions.open_halves(
-            producer_group, None if ex is None else np.asarray(ex, dtype=np.int64)
-        )
+        return self._transactions.open_halves(producer_group, half_offset_array(exclude))
 
     def check_transactions(
         self,
@@ -793,9 +562,6 @@ class MessageStore:
         See ``TransactionService.check``.
         """
         self._check_open()
-        flying = None
-        if in_flight is not None:
-            flying = np.asarray(half_offsets(in_flight), dtype=np.int64)
         return self._transactions.check(
             callback,
             now_ms=now_ms,
@@ -803,7 +569,7 @@ class MessageStore:
             producer_group=producer_group,
             immediately=immediately,
             unknown=unknown,
-            in_flight=flying,
+            in_flight=half_offset_array(in_flight),
         )
 
     # -- queries ---------------------------------------------------------------------
@@ -817,11 +583,4 @@ class MessageStore:
         return self.reader.query_by_key(topic, key, begin_ms, end_ms, max_num)
 
 
-__all__ = [
-    "MessageStore",
-    "RecoveryReport",
-    "FlushTimeoutError",
-    "body_crc",
-    "DLQ_GROUP_TOPIC_PREFIX",
-    "RETRY_GROUP_TOPIC_PREFIX",
-]
+__all__ = ["Clock", "MessageStore", "system_clock"]

@@ -122,9 +122,7 @@ class SendBack:
         ]
         if not recs:
             return []
-        with self.appender.locked() as append:
-            results = append.records(recs, now)
-        return self.appender.after(results)
+        return self.appender.append_records(recs, now)
 
     def _record(
         self,

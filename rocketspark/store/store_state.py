@@ -111,6 +111,7 @@ class StoreState:
     """The mapped state file shared by every process that has the store open."""
 
     def __init__(self, root: str):
+        self.root = root
         self.path = os.path.join(root, STATE_FILE)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -130,6 +131,22 @@ class StoreState:
         magic, version, _ = STATE_HEADER.unpack_from(self._mm, 0)
         self.valid = magic == STATE_MAGIC
         self.format_version = version if self.valid else None
+
+    def check_format(self, first: bool) -> None:
+        """Refuse (StoreLockedError) a store open in a process of another state format
+        (``first``: this process is the first opener), or written by a newer rocketspark."""
+        version = self.format_version
+        if not first and version not in (None, STATE_FORMAT_VERSION):
+            raise StoreLockedError(
+                f"store {self.root} is open in a process using state format "
+                f"{version}; this rocketspark uses {STATE_FORMAT_VERSION}"
+            )
+        # a valid state file always has a version (None only when invalid)
+        if first and self.valid and version > STATE_FORMAT_VERSION:  # type: ignore[operator]
+            raise StoreLockedError(
+                f"store {self.root} was written by a newer rocketspark (state format "
+                f"{version} > {STATE_FORMAT_VERSION})"
+            )
 
     def damaged_fields(self) -> list[str]:
         """Return the checked fields whose check fails (all of them for a format-1 file)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rocketspark.errors import TopicShrinkError
+from rocketspark.errors import TopicShrinkError, UnknownTopicError
 from rocketspark.message.model import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -26,13 +26,27 @@ from rocketspark.message.model import (
 from rocketspark.message.names import validate_topic
 from rocketspark.store.metadata import JsonTable, as_dict, new_data_version
 
-__all__ = ["PERM_INHERIT", "PERM_READ", "PERM_WRITE", "TOPICS_FILE", "TopicConfigTable"]
+__all__ = [
+    "PERM_INHERIT",
+    "PERM_READ",
+    "PERM_WRITE",
+    "TOPICS_FILE",
+    "TopicConfigTable",
+    "unknown_topic",
+]
 
 TOPICS_FILE = "topics.json"
 
 PERM_READ = 0x4
 PERM_WRITE = 0x2
 PERM_INHERIT = 0x1
+
+
+def unknown_topic(topic: str, root: str, hint: str = "") -> UnknownTopicError:
+    """The error for a topic that topics.json of the store at ``root`` does not list
+    (``hint``: what to do about it, appended)."""
+    message = f"topic {topic!r} does not exist in store {root}"
+    return UnknownTopicError(f"{message}; {hint}" if hint else message)
 
 
 class TopicConfigTable(JsonTable):
@@ -73,6 +87,14 @@ class TopicConfigTable(JsonTable):
             int(cfg.get("perm", 6)),
             bool(cfg.get("order", False)),
         )
+
+    def require(self, topic: str, root: str) -> TopicInfo:
+        """Return the topic's TopicInfo; raise UnknownTopicError (naming the store at
+        ``root``) if there is no such topic."""
+        info = self.info(topic)
+        if info is None:
+            raise unknown_topic(topic, root)
+        return info
 
     def create(
         self,

@@ -190,9 +190,7 @@ class TransactionService:
                     reconsume_times=msg.reconsume_times,
                 )
             )
-        with self.appender.locked() as append:
-            results = append.records(prepared, now)
-        return self.appender.after(results)
+        return self.appender.append_records(prepared, now)
 
     def prepare_columns(
         self,
@@ -214,14 +212,8 @@ class TransactionService:
                 extra_properties=dict(extra_properties or {}),
             )
         now = self.clock()
-        batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings = encoder.columns(
-            cols, now, (producer_group, extra)
-        )
-        with self.appender.locked() as append:
-            results, _ = append.columns(
-                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
-            )
-        return self.appender.after(results)
+        encoded = encoder.columns(cols, now, (producer_group, extra))
+        return self.appender.append_columns(encoded, now)
 
     # -- commit / rollback -----------------------------------------------------------------
 

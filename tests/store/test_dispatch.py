@@ -65,7 +65,7 @@ def test_delivery_times_are_store_time_plus_the_levels_delay(tmp_path, clock):
     with MessageStore.open(tmp_path / "s", clock=clock, **SMALL) as s:
         s.create_topic("t", queues=1)
         r = s.put(Message("t", b"x", delay_level=3))
-        entry = s._cq(SCHEDULE_TOPIC, 2).entry(r.queue_offset)
+        entry = s.queues.queue(SCHEDULE_TOPIC, 2).entry(r.queue_offset)
         assert entry is not None
         assert entry[2] == r.store_timestamp + s.config.delay_levels_ms()[2]
 

@@ -359,7 +359,7 @@ def test_a_store_deleted_and_made_again_while_open_is_another_store(tmp_path):
     shutil.rmtree(root)
     assert old.replaced()
     new = MessageStore.open(root)
-    assert new._lock.first and not new.replaced() and old.replaced()
+    assert new._opened.lock.first and not new.replaced() and old.replaced()
     new.create_topic("t", queues=1)
     new.put(Message("t", b"kept"))
     assert os.path.exists(os.path.join(root, "abort"))  # the new store is open

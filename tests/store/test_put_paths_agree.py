@@ -178,7 +178,8 @@ def test_send_back_refuses_mismatched_columns_and_foreign_messages(tmp_path):
 def test_a_retry_pipelines_failure_reason_with_separators_is_stored_readably(tmp_path):
     """The reason is the user's text (an exception message): RocketMQ's property
     separators in it are replaced, not written into the record's properties."""
-    from rocketspark.deadletter import PROPERTY_REASON, RetryPipeline
+    from rocketspark.deadletter import RetryPipeline
+    from rocketspark.message.model import PROPERTY_FAILURE_REASON
 
     root = str(tmp_path / "store")
     with MessageStore.open(root) as s:
@@ -196,7 +197,7 @@ def test_a_retry_pipelines_failure_reason_with_separators_is_stored_readably(tmp
     assert pipe.send_back([row], 0, "q1") == 1
     with MessageStore.open(root) as s:
         (back,) = s.pull(SCHEDULE_TOPIC, 2, 0).messages
-        assert back.properties[PROPERTY_REASON] == "bad\ufffdEVIL\ufffdx row"
+        assert back.properties[PROPERTY_FAILURE_REASON] == "bad\ufffdEVIL\ufffdx row"
         assert "EVIL" not in back.properties
 
 
