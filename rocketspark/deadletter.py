@@ -584,7 +584,7 @@ def _replay(
         msgs.append(
             Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (), properties=props)
         )
-    halves = [h.queue_offset for h in client.prepare_batch(msgs, producer_group=group)]
+    halves = client.halves(client.prepare_batch(msgs, producer_group=group), producer_group=group)
     # By msgId alone: a dead letter in the table twice (two days) is stamped twice.
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
     with _table_lock(client, dlq_table):

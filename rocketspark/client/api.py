@@ -43,7 +43,7 @@ from rocketspark.message.model import (
     TransactionState,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group
-from rocketspark.message.results import PutResult
+from rocketspark.message.results import Halves, PutResult
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -53,6 +53,7 @@ __all__ = [
     "Answer",
     "Client",
     "ClientRef",
+    "Halves",
     "JobWrites",
     "Message",
     "MessageExt",
@@ -318,11 +319,16 @@ class Client(Protocol):
         """prepare_batch for columns (as put_columns): one run of half-queue offsets."""
         ...
 
-    def end_transactions(self, halves: Iterable[int], *, commit: bool) -> None:
-        """Commit (or roll back) the halves at these half-queue offsets (END_TRANSACTION).
+    def halves(self, results: Sequence[PutResult], *, producer_group: str) -> list[Halves]:
+        """What ending the halves of these prepare results needs: one Halves per broker."""
+        ...
 
-        Idempotent; a half ended the other way raises TransactionError and
-        nothing is written.
+    def end_transactions(self, halves: Sequence[Halves], *, commit: bool) -> None:
+        """Commit (or roll back) these halves (END_TRANSACTION).
+
+        Embedded: idempotent; a half ended the other way raises TransactionError
+        and nothing is written. Cluster: every broker's answer is awaited; a
+        half committed twice would be stored twice, so callers end a half once.
         """
         ...
 

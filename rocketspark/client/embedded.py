@@ -31,6 +31,7 @@ from rocketspark.client.api import (
 )
 from rocketspark.errors import ConfigError, SinkJobEndedError, StorePathError
 from rocketspark.message.model import Message, MessageExt
+from rocketspark.message.results import Halves, offset_runs
 from rocketspark.store import MessageStore, MessageStoreConfig
 from rocketspark.store.config import canonical_key
 from rocketspark.store.layout import describe_foreign, directory_kind
@@ -263,11 +264,16 @@ class EmbeddedClient:
             **columns,
         )
 
-    def end_transactions(self, halves: Iterable[int], *, commit: bool) -> None:
+    def halves(self, results: Sequence[PutResult], *, producer_group: str) -> list[Halves]:
+        offsets = [r.queue_offset for r in results]
+        return [Halves(self.broker_name, producer_group, offset_runs(offsets))] if offsets else []
+
+    def end_transactions(self, halves: Sequence[Halves], *, commit: bool) -> None:
+        offsets = [o for h in halves for o in h.offsets().tolist()]
         if commit:
-            self.store.commit_transaction(halves)
+            self.store.commit_transaction(offsets)
         else:
-            self.store.rollback_transaction(halves)
+            self.store.rollback_transaction(offsets)
 
     def check_transactions(
         self,

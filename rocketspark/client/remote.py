@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rocketspark.client.api import Answer, ClientRef, MessageQueue, PutResult, SinkLedger, TopicInfo
+from rocketspark.client.api import Answer, ClientRef, MessageQueue, PutResult, TopicInfo
+from rocketspark.client.remote_ledger import RemoteSinkLedger
 from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
@@ -75,7 +76,7 @@ from rocketspark.message.model import (
 from rocketspark.message.names import SubscriptionExpression, validate_group
 from rocketspark.message.properties import encode_properties, properties_text
 from rocketspark.message.record import UniqueIdGenerator, decode_record, parse_message_id
-from rocketspark.message.results import Halves, PullStatus, PutStatus
+from rocketspark.message.results import Halves, PullStatus, PutStatus, offset_runs
 from rocketspark.remoting import headers as hdr
 from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.client import PullAnswer, RemotingClient, SendAnswer, parse_namesrv
@@ -192,6 +193,7 @@ class RemoteClient:
         self._round_robin: dict[str, int] = {}
         self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
         self._answers_lock = threading.Lock()
+        self._ledger: RemoteSinkLedger | None = None
         self.remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
 
     def __repr__(self) -> str:
@@ -531,7 +533,7 @@ class RemoteClient:
                 Halves(
                     broker,
                     producer_group,
-                    _runs(offsets),
+                    offset_runs(offsets),
                     tuple(r.commitlog_offset for r in rs),
                     tuple(r.uniq_key for r in rs),
                     tuple(r.topic for r in rs),
@@ -606,10 +608,8 @@ class RemoteClient:
                 return True
         return False
 
-    def end_transactions(self, halves: Iterable[int], *, commit: bool) -> None:
-        raise ConfigError(
-            "a cluster's halves are ended by Halves (end_halves), not by half-queue offsets"
-        )
+    def end_transactions(self, halves: Sequence[Halves], *, commit: bool) -> None:
+        self.end_halves(halves, commit=commit)
 
     def check_transactions(
         self,
@@ -694,8 +694,11 @@ class RemoteClient:
     def lock(self, name: str) -> AbstractContextManager[None]:
         raise _not_yet("locks")
 
-    def sink_ledger(self) -> SinkLedger:
-        raise _not_yet("the exactly-once sink's ledger")
+    def sink_ledger(self) -> RemoteSinkLedger:
+        with self._answers_lock:
+            if self._ledger is None:
+                self._ledger = RemoteSinkLedger(self)
+            return self._ledger
 
     def tick(self) -> int:
         return 0  # the brokers deliver delayed messages themselves
@@ -732,17 +735,6 @@ def _columns(bodies: Sequence[Any], columns: dict[str, Any]) -> Columns:
     if columns:
         raise TypeError(f"unknown columns {sorted(columns)}")
     return cols
-
-
-def _runs(offsets: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    """Offsets in order as runs [start, end) of consecutive ones."""
-    runs: list[list[int]] = []
-    for o in offsets:
-        if runs and runs[-1][1] == o:
-            runs[-1][1] = o + 1
-        else:
-            runs.append([o, o + 1])
-    return tuple((a, b) for a, b in runs)
 
 
 def _not_yet(what: str) -> ConfigError:

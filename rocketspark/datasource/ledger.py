@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pyspark.sql.datasource import WriterCommitMessage
 
-from rocketspark.client import Answer, Client, MessageExt, TransactionState
-from rocketspark.message.model import PROPERTY_FIRST_HALF, PROPERTY_SINK_ID
+from rocketspark.client import Answer, Client, Halves, MessageExt, TransactionState
+from rocketspark.message.model import PROPERTY_FIRST_HALF, PROPERTY_SINK_ID, PROPERTY_WRITER_ID
+from rocketspark.message.results import offset_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from rocketspark.datasource.sink import SinkPlan
@@ -71,6 +72,10 @@ class SinkCommit(WriterCommitMessage):
     runs: tuple[tuple[int, int], ...]
     count: int
     query: str | None = None
+    # A cluster's: what ending the halves needs (per broker), and the task attempt's
+    # writer id, which its halves carry (RS_WRITER) for the brokers' check-backs.
+    halves: tuple[Halves, ...] = ()
+    writer: str = ""
 
 
 def default_producer_group(sink_id: str) -> str:
@@ -152,7 +157,7 @@ def finish_pending(plan: SinkPlan) -> np.ndarray:
         len(offsets),
     )
     if len(offsets):
-        client.end_transactions(offsets, commit=True)
+        client.end_transactions(_offset_halves(plan, offsets), commit=True)
     ledger.finish(plan.sink_id, batch_id, ledger.pending_query(plan.sink_id))
     return offsets
 
@@ -218,6 +223,8 @@ def roll_back_abandoned_batch_writes(
 
 def commit_batch(plan: SinkPlan, messages: Sequence[Any], batch_id: int) -> bool:
     """Commit one batch's halves unless the ledger has it; False for a replay."""
+    if plan.client.kind == "cluster":
+        return _commit_on_cluster(plan, messages, batch_id)
     client = plan.client.connect()
     finish_pending(plan)
     offsets = _offsets(messages)
@@ -244,11 +251,11 @@ def commit_batch(plan: SinkPlan, messages: Sequence[Any], batch_id: int) -> bool
             batch_id,
             len(offsets),
         )
-        client.end_transactions(offsets, commit=False)
+        client.end_transactions(_offset_halves(plan, offsets), commit=False)
         return False
     if len(offsets):  # an empty batch has nothing to finish after a crash
         ledger.begin(plan.sink_id, batch_id, _runs(messages), query)
-        client.end_transactions(offsets, commit=True)
+        client.end_transactions(_offset_halves(plan, offsets), commit=True)
     ledger.finish(plan.sink_id, batch_id, query)
     return True
 
@@ -256,9 +263,12 @@ def commit_batch(plan: SinkPlan, messages: Sequence[Any], batch_id: int) -> bool
 def commit_job(plan: SinkPlan, messages: Sequence[Any]) -> None:
     """Commit a batch write's halves (no ledger entry: its sink id is the job's own, so
     its other open halves are failed task attempts', rolled back first)."""
+    if plan.client.kind == "cluster":
+        _commit_on_cluster(plan, messages, 0, once=False)
+        return
     offsets = _offsets(messages)
     roll_back_orphans(plan, offsets)
-    plan.client.connect().end_transactions(offsets, commit=True)
+    plan.client.connect().end_transactions(_offset_halves(plan, offsets), commit=True)
 
 
 def abort_batch(plan: SinkPlan, messages: Sequence[Any]) -> None:
@@ -268,10 +278,144 @@ def abort_batch(plan: SinkPlan, messages: Sequence[Any]) -> None:
     call abort after a commit that failed half way, or abort a replay of a
     batch whose earlier commit a crash interrupted; its halves were decided.
     """
+    if plan.client.kind == "cluster":
+        _abort_on_cluster(plan, messages)
+        return
     client = plan.client.connect()
     done = finish_pending(plan)
     offsets = _offsets(messages)
     if len(done):
         offsets = offsets[~np.isin(offsets, done)]
-    client.end_transactions(offsets, commit=False)
+    client.end_transactions(_offset_halves(plan, offsets), commit=False)
     roll_back_orphans(plan, np.empty(0, dtype=np.int64))
+
+
+def _offset_halves(plan: SinkPlan, offsets: np.ndarray) -> list[Halves]:
+    """An embedded store's halves at these half-queue offsets (its one half queue)."""
+    if not len(offsets):
+        return []
+    return [Halves("", plan.producer_group, offset_runs(offsets.tolist()))]
+
+
+# -- on a cluster ------------------------------------------------------------------------
+#
+# A cluster's halves are decided by the brokers' check-backs, answered from the ledger
+# (``client/remote_ledger.py``) by :func:`cluster_answer`, in whichever process of the
+# job the broker asks: halves name their writer (the task attempt, RS_WRITER), and a
+# batch's finish record lists the writers it accepted. The driver ends the halves of
+# the batch it commits itself (every answer awaited) between ``begin`` and ``finish``;
+# a crash in between is finished by the next commit, which records the batch as
+# committed and leaves its halves that were not ended to the check-backs. A broker
+# asks about a half until transactionCheckMax checks (15 by default, every
+# transactionCheckInterval): a query killed inside a commit must run again (or any
+# process of the sink answer) before then, or the brokers discard the rest of that
+# batch's halves, as they would a Java producer's.
+
+# A writer's half born this long before a finish (the brokers' clock) that the finish
+# did not accept is an orphan; later ones may be the next batch's.
+ORPHAN_MARGIN_MS = 10_000
+
+
+def cluster_answer(ledger: Any) -> Answer:
+    """The answer to a broker's check-back from the cluster ledger: COMMIT if a
+    committed batch accepted the half's writer, UNKNOWN while a batch is being
+    committed or the half may belong to the next one, ROLLBACK for a writer no
+    batch accepted that was born before the last finish (a failed task attempt,
+    an aborted or replayed batch)."""
+    from rocketspark.client.remote_ledger import accepted, finished_at
+
+    def answer(half: MessageExt) -> TransactionState:
+        sink = half.properties.get(PROPERTY_SINK_ID)
+        writer = half.properties.get(PROPERTY_WRITER_ID)
+        if not sink or not writer:
+            return TransactionState.UNKNOWN  # not a sink's half
+        entry = ledger.entry(sink)
+        if accepted(entry, writer):
+            return TransactionState.COMMIT
+        pending = entry["pending"]
+        if pending is not None and writer in pending["writers"]:
+            return TransactionState.UNKNOWN  # being ended by the driver now
+        done = finished_at(entry)
+        if done and half.born_timestamp < done - ORPHAN_MARGIN_MS:
+            return TransactionState.ROLLBACK
+        return TransactionState.UNKNOWN
+
+    return answer
+
+
+_registered: set[tuple[int, str]] = set()
+
+
+def register_answer(client: Client, producer_group: str) -> None:
+    """Answer the check-backs of ``producer_group``'s halves in this process (once)."""
+    key = (id(client), producer_group)
+    if key not in _registered:
+        client.check_transactions(producer_group, cluster_answer(client.sink_ledger()))
+        _registered.add(key)
+
+
+def _cluster_halves(messages: Sequence[Any]) -> list[Halves]:
+    return [h for m in messages if isinstance(m, SinkCommit) for h in m.halves]
+
+
+def _writers(messages: Sequence[Any]) -> list[str]:
+    return [m.writer for m in messages if isinstance(m, SinkCommit) and m.writer]
+
+
+def _finish_pending_on_cluster(plan: SinkPlan) -> int:
+    """Record a batch left pending by a crash as committed; return the committed id."""
+    ledger: Any = plan.client.connect().sink_ledger()
+    committed, pending = ledger.get(plan.sink_id)
+    if pending is None:
+        return committed
+    log.warning(
+        "sink %s: finishing the commit of batch %d left by a crash (the brokers' "
+        "check-backs commit its halves that were not ended)",
+        plan.sink_id,
+        pending[0],
+    )
+    ledger.finish(plan.sink_id, pending[0], ledger.pending_query(plan.sink_id))
+    return int(pending[0])
+
+
+def _commit_on_cluster(
+    plan: SinkPlan, messages: Sequence[Any], batch_id: int, *, once: bool = True
+) -> bool:
+    """Commit a batch (``once``: unless the ledger has it) or a batch job's halves."""
+    client = plan.client.connect()
+    ledger: Any = client.sink_ledger()
+    register_answer(client, plan.producer_group)
+    committed = _finish_pending_on_cluster(plan)
+    query, known = _query(messages), ledger.query(plan.sink_id)
+    if query is not None and known is not None and query != known and committed >= 0:
+        log.warning(
+            "sink %s: query %s commits its batch %d where query %s committed up to "
+            "batch %d: a new checkpoint, whose batch ids start again",
+            plan.sink_id,
+            query,
+            batch_id,
+            known,
+            committed,
+        )
+        committed = -1
+    halves = _cluster_halves(messages)
+    if once and batch_id <= committed:
+        log.warning(
+            "sink %s: batch %d was committed before (a replay after a restart); "
+            "discarding its %d new half messages",
+            plan.sink_id,
+            batch_id,
+            sum(len(h) for h in halves),
+        )
+        client.end_transactions(halves, commit=False)
+        return False
+    writers = _writers(messages)
+    ledger.begin(plan.sink_id, batch_id, [], query, writers)
+    client.end_transactions(halves, commit=True)
+    ledger.finish(plan.sink_id, batch_id, query, writers)
+    return True
+
+
+def _abort_on_cluster(plan: SinkPlan, messages: Sequence[Any]) -> None:
+    _finish_pending_on_cluster(plan)
+    plan.client.connect().end_transactions(_cluster_halves(messages), commit=False)

@@ -63,13 +63,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from rocketspark.client import ClientRef, Message, validate_group
+from rocketspark.client import ClientRef, Message, PutResult, validate_group
 from rocketspark.datasource.ledger import (
     SinkCommit,
     abort_batch,
     commit_batch,
     commit_job,
     default_producer_group,
+    register_answer,
 )
 from rocketspark.datasource.locations import location_key
 from rocketspark.datasource.options import ParsedOptions, client_ref
@@ -84,6 +85,7 @@ from rocketspark.message.model import (
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_WRITER_ID,
     QUERY_ID_PROPERTY,
     RESERVED_PROPERTIES,
     is_system_topic,
@@ -127,6 +129,7 @@ SINK_REPLACED_PROPERTIES = frozenset(
         PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
         PROPERTY_FIRST_HALF,
         PROPERTY_SINK_ID,
+        PROPERTY_WRITER_ID,
     }
 )
 # Messages per store call: bounds memory and lock hold times in a task.
@@ -244,6 +247,8 @@ class SinkPlan:
         validate_group(group)
         if job is not None:
             client.sink_ledger().start_job(job)
+        if exactly_once and ref.kind == "cluster":
+            register_answer(client, group)  # check-backs reach the driver while it runs
         return cls(ref, columns, default_topic, exactly_once, sink_id, group, version, job)
 
 
@@ -286,6 +291,14 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     runs: list[tuple[int, int]] = []
     count = 0
     extra = {PROPERTY_SINK_ID: plan.sink_id}
+    cluster = plan.client.kind == "cluster"
+    writer = ""
+    prepared: list[PutResult] = []
+    if cluster and plan.exactly_once:
+        # A cluster's check-backs name a half's writer; this process answers them too.
+        writer = uuid.uuid4().hex
+        extra[PROPERTY_WRITER_ID] = writer
+        register_answer(client, plan.producer_group)
     pending_rows: list[Any] = []
     gate = client.sink_ledger().job_writes(plan.job) if plan.job is not None else None
 
@@ -301,6 +314,10 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
                     rs = client.prepare_columns(
                         bodies, producer_group=plan.producer_group, extra_properties=extra, **kw
                     )
+                if cluster:
+                    prepared.extend(rs)
+                    count += len(bodies)
+                    continue
                 first, last = rs[0].queue_offset, rs[-1].queue_offset
                 assert last - first + 1 == len(rs)  # one lock: a consecutive run
                 if runs and runs[-1][1] == first:
@@ -328,7 +345,8 @@ def write_task(plan: SinkPlan, iterator: Iterator[Any]) -> SinkCommit:
     finally:
         if gate is not None:
             gate.close()
-    return SinkCommit(tuple(runs), count, _task_query())
+    halves = tuple(client.halves(prepared, producer_group=plan.producer_group))
+    return SinkCommit(tuple(runs), count, _task_query(), halves, writer)
 
 
 @contextlib.contextmanager

@@ -542,6 +542,8 @@ class MessageQueue:
 # tasks: the query id, which the checkpoint keeps across restarts (a new checkpoint, a
 # new id).
 PROPERTY_SINK_ID = "RS_SINK"
+# The task attempt that wrote a half message on a cluster (a check-back names it).
+PROPERTY_WRITER_ID = "RS_WRITER"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 # Our own properties of dead letters (deadletter.py): why a message failed and when it
 # first did, on a message sent back; on a replayed dead letter, that it is one and the

@@ -21,6 +21,7 @@ __all__ = [
     "PutResults",
     "PutStatus",
     "no_results",
+    "offset_runs",
 ]
 
 
@@ -163,6 +164,17 @@ def no_results(host: HostAddress) -> PutResults:
     """The PutResults of an empty put (``host``: the store's)."""
     empty = np.empty(0, dtype=np.int64)
     return PutResults(PutStatus.PUT_OK, [], empty, empty, empty, empty, 0, host, "", 0, {})
+
+
+def offset_runs(offsets: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Offsets in order as runs [start, end) of consecutive ones."""
+    runs: list[list[int]] = []
+    for o in offsets:
+        if runs and runs[-1][1] == o:
+            runs[-1][1] = o + 1
+        else:
+            runs.append([o, o + 1])
+    return tuple((a, b) for a, b in runs)
 
 
 @dataclass(frozen=True, slots=True)
