@@ -304,7 +304,8 @@ def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_worl
     stored = backend.bodies(orders)
     assert "lost replay" not in stored and "recorded replay" in stored
     assert [h.body for h in backend.open_halves(orders)] == [b"other table"]
-    client.end_transactions([other.queue_offset], commit=False)
+    other_group = _replay_group(tables["dlq"] + "-other")
+    client.end_transactions(client.halves([other], producer_group=other_group), commit=False)
     assert backend.open_halves(orders) == []
 
 

@@ -186,14 +186,18 @@ def test_halves_are_invisible_until_ended(client):
     offsets = [h.queue_offset for h in halves]
     assert offsets == list(range(offsets[0], offsets[0] + 3))
     assert client.max_offset(mq) == 0
-    client.end_transactions(offsets[:2], commit=True)
-    client.end_transactions(offsets[:2], commit=True)  # idempotent
-    client.end_transactions(offsets[2:], commit=False)
+    first, rest = (
+        client.halves(halves[:2], producer_group=pg),
+        client.halves(halves[2:], producer_group=pg),
+    )
+    client.end_transactions(first, commit=True)
+    client.end_transactions(first, commit=True)  # idempotent
+    client.end_transactions(rest, commit=False)
     assert client.max_offset(mq) == 2
     with pytest.raises(TransactionError):
-        client.end_transactions(offsets[2:], commit=True)
+        client.end_transactions(rest, commit=True)
     (single,) = client.prepare_batch([Message(orders, b"one")], producer_group=pg)
-    client.end_transactions([single.queue_offset], commit=True)
+    client.end_transactions(client.halves([single], producer_group=pg), commit=True)
     assert client.max_offset(mq) == 3
 
 
@@ -224,7 +228,8 @@ def test_open_halves_are_decided_by_the_answer(client):
     assert sorted(asked) == [b"h0", b"h1", b"h2"]  # not the in-flight one, not theirs
     assert client.max_offset(mq) == 1
     # UNKNOWN and in-flight halves stay open where they were: still ended by offset
-    client.end_transactions([offsets[2], offsets[3], other.queue_offset], commit=True)
+    open_ = client.halves(halves[2:], producer_group=pg)
+    client.end_transactions(open_ + client.halves([other], producer_group=other_group), commit=True)
     rows = [r["body"] for b in client.read_batches(mq, 0, 10)[0] for r in b.to_pylist()]
     assert sorted(rows) == [b"h0", b"h2", b"h3", b"theirs"]
     assert client.check_transactions(None, answer) == {"commit": 0, "rollback": 0, "unknown": 0}

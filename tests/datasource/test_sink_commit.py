@@ -44,7 +44,7 @@ def _plan_at(ref: ClientRef, out: str, sink_id: str) -> SinkPlan:
 
 def _task(plan: SinkPlan, bodies: list[str], query: str | None = None) -> SinkCommit:
     out = write_task(plan, iter([pa.record_batch({"body": pa.array(bodies, pa.string())})]))
-    return SinkCommit(out.runs, out.count, query)  # as a stream's task reports it
+    return dataclasses.replace(out, query=query)  # as a stream's task reports it
 
 
 def _die(*args, **kwargs):
