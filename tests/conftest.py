@@ -1,4 +1,4 @@
-"""Shared fixtures: a fake clock, and one SparkSession for the whole run."""
+"""Shared fixtures: a fake clock, one SparkSession and one RocketMQ cluster for the whole run."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "broker: starts a real Apache RocketMQ NameServer and broker (JVMs; "
         "deselect with -m 'not broker')",
     )
+    config.addinivalue_line(
+        "markers",
+        "cluster: uses the real RocketMQ cluster of the run (rocketmq_cluster: JVMs; "
+        "deselect with -m 'not cluster')",
+    )
 
 
 @pytest.fixture
@@ -46,3 +51,29 @@ def spark():
     session = local_session("rocketspark-tests", delta=delta)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq_java(tmp_path_factory):
+    """RocketMQ's jars and the Java test programs (compiled on first use) for the run.
+
+    Skips without java, javac or ``./dev``'s jars; under CI (``$CI`` set) fails instead.
+    """
+    from tests.helpers import jvm
+    from tests.helpers.rocketmq import JavaPrograms
+
+    broker_cp, namesrv_cp = jvm.need_java(jvm.ROCKETMQ, jvm.NAMESRV)
+    return JavaPrograms(tmp_path_factory.mktemp("java"), broker_cp, namesrv_cp)
+
+
+@pytest.fixture(scope="session")
+def rocketmq_cluster(rocketmq_java, tmp_path_factory):
+    """A real RocketMQ for the whole run: a NameServer and the masters broker-a and
+    broker-b (DefaultCluster) on loopback, started when a test first asks for it and
+    stopped (SIGTERM) when the run ends. See ``tests/helpers/cluster.py`` for its API.
+    """
+    from tests.helpers.cluster import Cluster
+
+    cluster = Cluster(rocketmq_java, tmp_path_factory.mktemp("rocketmq-cluster"))
+    yield cluster
+    cluster.close()
