@@ -1,11 +1,13 @@
 """The run's real RocketMQ cluster (``rocketmq_cluster``): what later tests rely on.
 
 A NameServer and two masters, broker-a and broker-b, on loopback; RocketMQ's own Java
-producer, pull consumer and admin client drive it. Shown here: both brokers are routed;
-a topic created on both has its queues on both; what the Java producer sends (tags,
-keys, user properties, non-ASCII text, batches, explicit queues) the Java consumer reads
-back exactly, from both brokers; a consumer's commits show in the consumer progress; a
-broker SIGKILLed and restarted keeps every acknowledged message.
+producer, pull consumer and admin client drive it. Shown here: both brokers are routed,
+with the test settings and every port on loopback; a topic created on both has its
+queues on both; what the Java producer sends (tags, keys, user properties, non-ASCII
+text, batches, explicit queues) the Java consumer reads back exactly, from both brokers;
+a consumer's commits show in the consumer progress; the brokers check undecided
+transactions back within seconds; a broker SIGKILLed and restarted keeps every
+acknowledged message.
 
 Marked ``cluster``: ``-m "not cluster"`` deselects them. Needs java, javac and the jars
 ``./dev setup`` fetches; under CI their absence fails.
@@ -19,6 +21,7 @@ from collections import Counter
 import pytest
 
 from tests.helpers.cluster import BROKERS, unique_topic
+from tests.helpers.jvm import listening
 
 pytestmark = pytest.mark.cluster
 
@@ -52,6 +55,30 @@ def test_both_brokers_are_routed(rocketmq_cluster):
     assert listed == {(b, 0, c.addr(b), "DefaultCluster") for b in BROKERS}
     assert set(c.broker_addrs) == set(BROKERS)
     assert all(a.startswith("127.0.0.1:") for a in c.broker_addrs.values())
+
+
+def test_settings_and_loopback_only(rocketmq_cluster):
+    c = rocketmq_cluster
+    for name in BROKERS:
+        conf = c.broker_config(name)
+        assert {k: conf[k] for k in ("brokerName", "brokerClusterName", "brokerId")} == {
+            "brokerName": name,
+            "brokerClusterName": "DefaultCluster",
+            "brokerId": "0",
+        }
+        assert conf["autoCreateTopicEnable"] == "true"
+        assert conf["waitTimeMillsInSendQueue"] == "3000"
+        assert (conf["transactionTimeOut"], conf["transactionCheckInterval"]) == ("3000", "2000")
+        assert conf["transactionOpBatchInterval"] == "500"
+    # every port of every JVM is on loopback: the brokers' HA acceptor is not started
+    ports = {name: listening(pid) for name, pid in c.pids().items()}
+    assert all(host == "127.0.0.1" for found in ports.values() for host, _ in found), ports
+    assert ports["namesrv"] == {("127.0.0.1", int(c.namesrv.split(":")[1]))}
+    for name in BROKERS:
+        port = c.brokers[name].port
+        assert {("127.0.0.1", port), ("127.0.0.1", port - 2)} <= ports[name]
+        assert ("127.0.0.1", port + 1) not in ports[name]
+    assert ports["java client"] == set()
 
 
 def test_topic_created_on_both_brokers_has_eight_queues(rocketmq_cluster):
@@ -144,6 +171,34 @@ def test_consumer_progress_after_a_java_consumer_commits(rocketmq_cluster):
     )
     assert len(rest) == len(sent) - end_b1 - 1
     assert ("broker-b", 1) not in {(r["brokerName"], r["queueId"]) for r in rest}
+
+
+def test_transaction_check_back_within_a_test(rocketmq_cluster):
+    c = rocketmq_cluster
+    topic = unique_topic("tx")
+    c.create_topic(topic, queues=2)
+    messages = [
+        {"body": "committed", "keys": ["tx-0"], "local": "COMMIT"},
+        {"body": "rolled back", "keys": ["tx-1"], "local": "ROLLBACK"},
+        {"body": "checked: commit", "keys": ["tx-2"], "local": "UNKNOW", "check": "COMMIT"},
+        {"body": "checked: rollback", "keys": ["tx-3"], "local": "UNKNOW", "check": "ROLLBACK"},
+    ]
+    t0 = time.monotonic()
+    sends, checks = c.transact(topic, messages, wait_checks=2, check_timeout=60)
+    took = time.monotonic() - t0
+    print(f"\ncheck-backs after (ms): {[r['afterMs'] for r in checks]}; transact {took:.1f} s")
+    assert [r["localState"] for r in sends] == [
+        "COMMIT_MESSAGE",
+        "ROLLBACK_MESSAGE",
+        "UNKNOW",
+        "UNKNOW",
+    ]
+    # only the undecided are checked back, after the transaction timeout (3 s)
+    assert sorted({r["check"] for r in checks}) == [2, 3]
+    assert all(r["afterMs"] >= 3000 for r in checks)
+    got = c.pull(topic, expected=2)
+    assert sorted(r["body"] for r in got) == [b"checked: commit", b"committed"]
+    assert all(r["msgId"] in {s["msgId"] for s in sends} for r in got)
 
 
 def test_broker_b_killed_and_restarted_keeps_acknowledged_messages(rocketmq_cluster):

@@ -39,6 +39,9 @@ SETTINGS: dict[str, object] = {
     # producer's check listener is asked within a test
     "transactionTimeOut": 3000,
     "transactionCheckInterval": 2000,
+    # a commit or rollback is recorded (an op message) at most 0.5 s later (default 3 s,
+    # which with the 3 s above has decided transactions checked back too)
+    "transactionOpBatchInterval": 500,
     # SQL92 property filters for consumers
     "enablePropertyFilter": "true",
 }
@@ -104,6 +107,14 @@ class Cluster:
                 server.kill()
         self.rocketmq.close()
 
+    def pids(self) -> dict[str, int]:
+        """The process id of each running JVM: namesrv, the brokers, the Java client."""
+        pids = {"namesrv": self.rocketmq.namesrv.proc.pid, "java client": self.java.proc.pid}
+        for name, b in self.brokers.items():
+            if b.running and b.server is not None:
+                pids[name] = b.server.proc.pid
+        return pids
+
     def addr(self, broker: str) -> str:
         """The address ("127.0.0.1:port") of a broker."""
         return self.brokers[broker].addr
@@ -151,6 +162,11 @@ class Cluster:
         brokerOffset (the queue's max offset), consumerOffset (committed; 0 if none),
         pullOffset and lastTimestamp, sorted by broker and queue."""
         return self.java.request("consumerProgress", group=group, topic=topic)
+
+    def broker_config(self, broker: str) -> dict[str, str]:
+        """The running configuration of ``broker`` (every setting, as strings)."""
+        (conf,) = self.java.request("brokerConfig", broker=broker)
+        return conf
 
     def query(self, topic: str, keys: Sequence[str]) -> dict[str, list[int]]:
         """Look keys up in the brokers' IndexFiles: key -> sorted commit log offsets."""
@@ -283,8 +299,46 @@ class Cluster:
             rows = self.java.request("pull", timeout=timeout + 120, **spec)
         return [decode_message(r) for r in rows]
 
+    def transact(
+        self,
+        topic: str,
+        messages: Sequence[dict],
+        *,
+        wait_checks: int = 0,
+        check_timeout: float = 60.0,
+        group: str | None = None,
+        separate: bool = False,
+    ) -> tuple[list[dict], list[dict]]:
+        """Send ``messages`` as transactional messages with ``TransactionMQProducer`` and
+        return (send results, check-backs).
+
+        A message is as for ``produce`` (no ``queue``), plus ``local`` (what the local
+        transaction returns: "COMMIT", "ROLLBACK" or "UNKNOW"; default "COMMIT") and
+        ``check`` (the answer to the broker's check-backs; default "COMMIT"). Waits up to
+        ``check_timeout`` seconds for ``wait_checks`` check-backs, each returned as
+        {check: message index, msgId, transactionId, answer, afterMs: since its send}.
+        The cluster checks half messages older than 3 s every 2 s.
+        """
+        spec: dict[str, object] = {
+            "topic": topic,
+            "messages": [encode_message(m) for m in messages],
+            "waitChecks": wait_checks,
+            "checkTimeoutMs": int(check_timeout * 1000),
+        }
+        if group is not None:
+            spec["group"] = group
+        timeout = check_timeout + 300
+        if separate:
+            rows = self.run("transact", spec, timeout=timeout)
+        else:
+            rows = self.java.request("transact", timeout=timeout, **spec)
+        sends = sorted((r for r in rows if "index" in r), key=lambda r: r["index"])
+        failed = [r for r in sends if r.get("status") != "SEND_OK"]
+        assert not failed and len(sends) == len(messages), failed[:3]
+        return sends, [r for r in rows if "check" in r]
+
     def run(self, mode: str, spec: dict, *, timeout: float = 300.0) -> list[dict]:
-        """Run ``RocketClient <mode>`` (produce, pull) in a JVM of its own with ``spec``."""
+        """Run ``RocketClient <mode>`` (produce, pull, transact) in a JVM of its own."""
         return self.rocketmq.run(mode, spec, timeout=timeout)
 
     def process(self, mode: str, spec: dict) -> subprocess.Popen:

@@ -11,6 +11,7 @@ other RocketMQ versions and logging back-ends would load instead of these.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -188,3 +189,34 @@ class JavaServer:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(60)
+
+
+def _proc_net_address(hex_addr: str) -> str:
+    """An address of /proc/net/tcp{,6}: 32-bit words in host (little-endian) order."""
+    raw = b"".join(bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, len(hex_addr), 8))
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw))
+    v6 = ipaddress.IPv6Address(raw)
+    return str(v6.ipv4_mapped or v6)
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) of every TCP socket process ``pid`` listens on (Linux /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    host, port = fields[1].split(":")
+                    found.add((_proc_net_address(host), int(port, 16)))
+    return found

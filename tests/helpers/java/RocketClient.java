@@ -8,14 +8,20 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.QueryResult;
 import org.apache.rocketmq.client.Validators;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
@@ -38,8 +44,8 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  *
  * <p>Usage: {@code RocketClient NAMESRV MODE ARGS...}. The modes {@code ready}, {@code send},
  * {@code committed}, {@code consume} and {@code query} take their arguments on the command
- * line (the store's broker tests); {@code produce} and {@code pull} read one JSON spec from
- * stdin; {@code serve} runs until stdin closes, answering one JSON request a line (an
+ * line (the store's broker tests); {@code produce}, {@code pull} and {@code transact} read
+ * one JSON spec from stdin; {@code serve} runs until stdin closes, answering one JSON request a line (an
  * {@code op} and that operation's spec) with its output lines and then {@code {"_end": true}}
  * (with {@code "error"} when it failed), so a test session pays for one JVM start only.
  */
@@ -344,6 +350,89 @@ public class RocketClient {
         }
     }
 
+    static LocalTransactionState state(String s) {
+        return s == null ? LocalTransactionState.COMMIT_MESSAGE
+            : LocalTransactionState.valueOf(s.equals("COMMIT") ? "COMMIT_MESSAGE"
+                : s.equals("ROLLBACK") ? "ROLLBACK_MESSAGE" : s);
+    }
+
+    /**
+     * Send the spec's messages as transactional (half) messages with TransactionMQProducer;
+     * print one line per message (as produce, plus transactionId and localState), then one
+     * line per check-back the broker sends ({"check": index, msgId, transactionId, answer,
+     * afterMs: since that message was sent}) until `waitChecks` check-backs came or timeoutMs.
+     *
+     * <p>Spec: as produce (no batches), and per message: local (the local transaction's
+     * outcome: COMMIT, ROLLBACK or UNKNOW; default COMMIT) and check (the answer to each
+     * check-back; default COMMIT). group: the producer group (default: a new one, so no other
+     * producer is asked the check-backs).
+     */
+    static void transact(String ns, JSONObject spec) throws Exception {
+        String topic = spec.getString("topic");
+        JSONArray msgs = spec.getJSONArray("messages");
+        Map<String, Integer> indexOf = new ConcurrentHashMap<>();
+        Map<Integer, Long> sentAt = new ConcurrentHashMap<>();
+        AtomicInteger checks = new AtomicInteger();
+        TransactionMQProducer p = new TransactionMQProducer(
+            spec.getString("group") != null ? spec.getString("group") : unique("rocketspark-tx"));
+        p.setNamesrvAddr(ns);
+        p.setInstanceName(unique("tx"));
+        p.setSendMsgTimeout(intOr(spec, "timeoutMs", 15000));
+        p.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return state(msgs.getJSONObject((Integer) arg).getString("local"));
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                Integer i = indexOf.get(MessageClientIDSetter.getUniqID(msg));
+                if (i == null) return LocalTransactionState.UNKNOW; // not ours: a stale half
+                LocalTransactionState answer = state(msgs.getJSONObject(i).getString("check"));
+                Map<String, Object> o = new HashMap<>();
+                o.put("check", i);
+                o.put("msgId", MessageClientIDSetter.getUniqID(msg));
+                o.put("transactionId", msg.getTransactionId());
+                o.put("answer", answer.name());
+                o.put("afterMs", System.currentTimeMillis() - sentAt.getOrDefault(i, 0L));
+                out(o);
+                checks.incrementAndGet();
+                return answer;
+            }
+        });
+        p.start();
+        try {
+            for (int i = 0; i < msgs.size(); i++) {
+                Message m = message(msgs.getJSONObject(i), topic);
+                // the id is known before the send: a check-back can only come after it
+                MessageClientIDSetter.setUniqID(m);
+                indexOf.put(MessageClientIDSetter.getUniqID(m), i);
+                sentAt.put(i, System.currentTimeMillis());
+                Map<String, Object> o = new HashMap<>();
+                o.put("index", i);
+                try {
+                    TransactionSendResult r = p.sendMessageInTransaction(m, i);
+                    o.put("status", r.getSendStatus().name());
+                    o.put("localState", r.getLocalTransactionState().name());
+                    o.put("msgId", r.getMsgId());
+                    o.put("offsetMsgId", r.getOffsetMsgId());
+                    o.put("transactionId", r.getTransactionId());
+                    o.put("brokerName", r.getMessageQueue().getBrokerName());
+                    o.put("queueId", r.getMessageQueue().getQueueId());
+                    o.put("queueOffset", r.getQueueOffset());
+                } catch (Exception e) {
+                    o.put("error", e.toString());
+                }
+                out(o);
+            }
+            int want = intOr(spec, "waitChecks", 0);
+            long deadline = System.currentTimeMillis() + longOr(spec, "checkTimeoutMs", 60000);
+            while (checks.get() < want && System.currentTimeMillis() < deadline) Thread.sleep(50);
+        } finally {
+            p.shutdown();
+        }
+    }
+
     static Map<String, Object> describe(MessageExt x, MessageQueue mq) {
         Map<String, Object> m = new HashMap<>();
         m.put("topic", x.getTopic());
@@ -629,6 +718,17 @@ public class RocketClient {
         }
     }
 
+    /** The broker's running configuration (every setting, as strings). */
+    static void brokerConfig(DefaultMQAdminExt a, String broker) throws Exception {
+        String addr = masters(a).get(broker);
+        if (addr == null) throw new IllegalArgumentException("no broker " + broker);
+        Map<String, Object> m = new TreeMap<>();
+        for (Map.Entry<Object, Object> e : a.getBrokerConfig(addr).entrySet()) {
+            m.put(e.getKey().toString(), e.getValue().toString());
+        }
+        out(m);
+    }
+
     static void serve(String ns) throws Exception {
         DefaultMQAdminExt a = admin(ns);
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -650,6 +750,8 @@ public class RocketClient {
                     case "query": query(a, req.getString("topic"), strings(req, "keys")); break;
                     case "produce": produce(ns, req); break;
                     case "pull": pull(ns, req); break;
+                    case "transact": transact(ns, req); break;
+                    case "brokerConfig": brokerConfig(a, req.getString("broker")); break;
                     default: throw new IllegalArgumentException("unknown op " + req.getString("op"));
                 }
             } catch (Throwable e) {
@@ -680,6 +782,7 @@ public class RocketClient {
             case "query": query(ns, a[2], Arrays.copyOfRange(a, 3, a.length)); break;
             case "produce": produce(ns, specFromStdin()); break;
             case "pull": pull(ns, specFromStdin()); break;
+            case "transact": transact(ns, specFromStdin()); break;
             case "serve": serve(ns); break;
             default: throw new IllegalArgumentException(a[1]);
         }
