@@ -33,6 +33,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``cluster`` every test that uses the run's cluster (before ``-m`` selects)."""
+    for item in items:
+        if "rocketmq_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -70,6 +70,7 @@ def test_settings_and_loopback_only(rocketmq_cluster):
         assert conf["waitTimeMillsInSendQueue"] == "3000"
         assert (conf["transactionTimeOut"], conf["transactionCheckInterval"]) == ("3000", "2000")
         assert conf["transactionOpBatchInterval"] == "500"
+        assert conf["timerFlushIntervalMs"] == "60000"
     # every port of every JVM is on loopback: the brokers' HA acceptor is not started
     ports = {name: listening(pid) for name, pid in c.pids().items()}
     assert all(host == "127.0.0.1" for found in ports.values() for host, _ in found), ports

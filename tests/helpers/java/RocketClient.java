@@ -731,6 +731,12 @@ public class RocketClient {
 
     static void serve(String ns) throws Exception {
         DefaultMQAdminExt a = admin(ns);
+        try {
+            // the first request connects and loads most classes: done while brokers boot
+            a.examineBrokerClusterInfo();
+        } catch (Exception e) {
+            // no NameServer yet: the first request connects
+        }
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         out(Map.of("_end", true, "serving", true));
         String line;
