@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def need_java(*names: str) -> list[str]:
     return [p for p in paths if p is not None]
 
 
-def javac(sources: list[str | os.PathLike[str]], classpath: str, out: Path) -> None:
+def javac(sources: Sequence[str | os.PathLike[str]], classpath: str, out: Path) -> None:
     """Compile Java source files into ``out``; raise with javac's errors on failure."""
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(

@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import jvm
 from tests.helpers.jvm import JavaServer, free_port
@@ -90,7 +91,7 @@ class Broker:
         self.store = store
         self.conf = conf
         self.name = str(conf["brokerName"])
-        self.port = int(conf["listenPort"])  # type: ignore[call-overload]
+        self.port = int(str(conf["listenPort"]))
         self.addr = f"127.0.0.1:{self.port}"
         self.starts = 0
         self.server: JavaServer | None = None
@@ -195,7 +196,7 @@ class RocketMQ:
             broker.kill()
         self.namesrv.terminate()
 
-    def add_broker(self, name: str, store: str | os.PathLike[str], **conf: object) -> Broker:
+    def add_broker(self, name: str, store: str | os.PathLike[str], **conf: Any) -> Broker:
         """Return a broker ``name`` on ``store`` for this NameServer, not yet started
         (``conf``: ``broker_conf``'s keywords and any other broker settings)."""
         store = os.fspath(store)
@@ -291,7 +292,7 @@ class JavaService:
         self._lines.put(None)
 
     def _collect(self, timeout: float, what: object) -> list[dict]:
-        rows = []
+        rows: list[dict] = []
         deadline = time.monotonic() + timeout
         while True:
             try:
