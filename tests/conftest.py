@@ -1,4 +1,4 @@
-"""Shared fixtures: a fake clock, and one SparkSession for the whole run."""
+"""Shared fixtures: a fake clock, one SparkSession and one RocketMQ cluster for the whole run."""
 
 from __future__ import annotations
 
@@ -31,6 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "embedded_only: about the embedded store's directory itself (its files, its "
         "clock, a process writing it); runs on a store, not on every backend",
     )
+    config.addinivalue_line(
+        "markers",
+        "cluster: uses the real RocketMQ cluster of the run (rocketmq_cluster: JVMs; "
+        "deselect with -m 'not cluster')",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``cluster`` every test that uses the run's cluster (before ``-m`` selects)."""
+    for item in items:
+        if "rocketmq_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture
@@ -51,3 +64,29 @@ def spark():
     session = local_session("rocketspark-tests", delta=delta)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq_java(tmp_path_factory):
+    """RocketMQ's jars and the Java test programs (compiled on first use) for the run.
+
+    Skips without java, javac or ``./dev``'s jars; under CI (``$CI`` set) fails instead.
+    """
+    from tests.helpers import jvm
+    from tests.helpers.rocketmq import JavaPrograms
+
+    broker_cp, namesrv_cp = jvm.need_java(jvm.ROCKETMQ, jvm.NAMESRV)
+    return JavaPrograms(tmp_path_factory.mktemp("java"), broker_cp, namesrv_cp)
+
+
+@pytest.fixture(scope="session")
+def rocketmq_cluster(rocketmq_java, tmp_path_factory):
+    """A real RocketMQ for the whole run: a NameServer and the masters broker-a and
+    broker-b (DefaultCluster) on loopback, started when a test first asks for it and
+    stopped (SIGTERM) when the run ends. See ``tests/helpers/cluster.py`` for its API.
+    """
+    from tests.helpers.cluster import Cluster
+
+    cluster = Cluster(rocketmq_java, tmp_path_factory.mktemp("rocketmq-cluster"))
+    yield cluster
+    cluster.close()

@@ -38,7 +38,7 @@ from rocketspark.store.index_file import (
     index_key_hash,
 )
 from rocketspark.store.mapped_file import INDEX_CHUNK
-from tests.store.helpers.jvm import QUIET, need_java
+from tests.helpers.jvm import QUIET, need_java
 
 SLOTS, ENTRIES = 64, 256
 T0 = 1_700_000_000_123

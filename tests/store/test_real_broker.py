@@ -1,6 +1,6 @@
 """A store directory moves between rocketspark and a real Apache RocketMQ broker, both ways.
 
-A real NameServer and broker (RocketMQ 5.3.1, ``tests/store/helpers/rocketmq_cluster.py``)
+A real NameServer and broker (RocketMQ 5.3.1, ``tests/helpers/rocketmq.py``)
 run on loopback on the very directory rocketspark opens, and RocketMQ's Java client
 produces and consumes through the broker:
 
@@ -29,8 +29,7 @@ import pytest
 
 from rocketspark.errors import RocketSparkError
 from rocketspark.store import Message, MessageStore
-from tests.store.helpers import jvm
-from tests.store.helpers.rocketmq_cluster import (
+from tests.helpers.rocketmq import (
     RocketMQ,
     body,
     offset_msg_id_phy,
@@ -138,10 +137,17 @@ def consumed(rows: list[dict]) -> dict[tuple[int, int], dict]:
 
 
 @pytest.fixture(scope="module")
-def rocketmq(tmp_path_factory):
-    """One NameServer for the module; brokers are started per scenario."""
-    broker_cp, namesrv_cp = jvm.need_java(jvm.ROCKETMQ, jvm.NAMESRV)
-    cluster = RocketMQ(tmp_path_factory.mktemp("rocketmq"), broker_cp, namesrv_cp)
+def rocketmq(rocketmq_java, tmp_path_factory):
+    """One NameServer for the module; brokers are started per scenario.
+
+    Not the NameServer of the run's ``rocketmq_cluster``: routes are per NameServer, so
+    a topic these tests use ("orders") that a cluster test also created would route this
+    module's clients to broker-a and broker-b of the cluster too, and a topic a producer
+    creates on first send (the TBW102 template) would land on any broker registered. A
+    NameServer of its own keeps the store's broker alone; it costs one NameServer start
+    (a few seconds) in runs that use both.
+    """
+    cluster = RocketMQ(tmp_path_factory.mktemp("rocketmq"), rocketmq_java)
     yield cluster
     cluster.close()
 

@@ -9,7 +9,7 @@ import os
 import subprocess
 
 from rocketspark.store import Message, MessageStore
-from tests.store.helpers.jvm import QUIET, need_java
+from tests.helpers.jvm import QUIET, need_java
 
 JAVA = r"""
 import java.nio.ByteBuffer;

@@ -22,7 +22,7 @@ import subprocess
 
 from rocketspark.message.java_hash import tags_code
 from rocketspark.store import Message, MessageStore
-from tests.store.helpers.jvm import QUIET, need_java
+from tests.helpers.jvm import QUIET, need_java
 
 CL_SIZE = 1024 * 1024
 CQ_SIZE = 20 * 1000  # 1000 ConsumeQueue entries per file
