@@ -16,7 +16,7 @@ import pytest
 from rocketspark.client import Message, close_all
 from rocketspark.deadletter import RetryPipeline, materialize, replay
 from rocketspark.errors import ConfigError
-from tests.helpers.backends import BACKENDS, FAST
+from tests.helpers.backends import BACKENDS, FAST, make_backend
 
 pytestmark = pytest.mark.spark
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request, tmp_path):
-    yield BACKENDS[request.param](tmp_path, FAST)
+    yield make_backend(request, tmp_path, FAST)
     close_all()
 
 
@@ -33,7 +33,7 @@ def backend(request, tmp_path):
 def dlq_world(request, spark, tmp_path_factory):
     """A pipeline that fails two of twenty messages every time, run until both are dead."""
     root = tmp_path_factory.mktemp("dlq")
-    backend = BACKENDS[request.param](root, FAST)
+    backend = make_backend(request, root, FAST)
     client = backend.client
     orders, etl = backend.fresh_topic("orders", queues=2), backend.fresh_name("etl")
     # the bad ones as an exactly-once batch write's committed copies would be

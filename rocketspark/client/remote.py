@@ -73,7 +73,7 @@ from rocketspark.message.model import (
     TransactionState,
     check_extra_properties,
 )
-from rocketspark.message.names import SubscriptionExpression, validate_group
+from rocketspark.message.names import SubscriptionExpression, validate_group, validate_topic
 from rocketspark.message.properties import encode_properties, properties_text
 from rocketspark.message.record import UniqueIdGenerator, decode_record, parse_message_id
 from rocketspark.message.results import Halves, PullStatus, PutStatus, offset_runs
@@ -241,8 +241,18 @@ class RemoteClient:
         )
 
     def create_topic(self, name: str, *, queues: int) -> TopicInfo:
-        """Create ``name`` with ``queues`` queues on every master broker of the cluster."""
-        self.remoting.create_topic(name, queues)
+        """Create ``name`` with ``queues`` queues in all, spread over the cluster's masters
+        in name order as evenly as they go (``queues`` 1: one queue on the first master;
+        ``mqadmin updateTopic -c`` counts per master instead)."""
+        validate_topic(name)
+        if queues <= 0:
+            raise ConfigError(f"topic {name!r}: queues must be positive, got {queues}")
+        masters = sorted(n for n, ids in self.remoting.brokers().items() if 0 in ids)
+        if not masters:
+            raise ConfigError(f"{self.where} has no master broker to create {name!r} on")
+        share, extra = divmod(queues, len(masters))
+        counts = {m: share + (i < extra) for i, m in enumerate(masters)}
+        self.remoting.create_topic(name, {m: n for m, n in counts.items() if n})
         return self.topic(name)
 
     def queues(self, topic: str) -> list[MessageQueue]:

@@ -696,10 +696,18 @@ class RemotingClient:
     # -- administration ----------------------------------------------------------------------
 
     def create_topic(
-        self, topic: str, queues: int, *, cluster: str | None = None, perm: int = 6
+        self,
+        topic: str,
+        queues: int | Mapping[str, int],
+        *,
+        cluster: str | None = None,
+        perm: int = 6,
     ) -> TopicRoute:
-        """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (None: every cluster),
-        then wait until the NameServers route the topic to all of them."""
+        """UPDATE_AND_CREATE_TOPIC on the masters, then wait until the NameServers route it.
+
+        ``queues``: read and write queues per master, as ``mqadmin updateTopic -c``
+        makes them, or a mapping of broker name to its queue count.
+        """
         masters = {
             name: ids[MASTER_ID] for name, ids in self.brokers(cluster).items() if MASTER_ID in ids
         }
@@ -707,22 +715,26 @@ class RemotingClient:
             raise RemotingError(
                 f"no master broker in cluster {cluster or '(any)'} to create {topic!r} on"
             )
-        header = h.CreateTopicRequestHeader(
-            topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm
-        )
-        for addr in masters.values():
-            self.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        counts = dict(queues) if isinstance(queues, Mapping) else dict.fromkeys(masters, queues)
+        unknown = sorted(set(counts) - set(masters))
+        if unknown:
+            raise RemotingError(f"no master broker {unknown[0]!r} to create {topic!r} on")
+        for name, n in counts.items():
+            header = h.CreateTopicRequestHeader(
+                topic=topic, read_queue_nums=n, write_queue_nums=n, perm=perm
+            )
+            self.invoke(masters[name], RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         deadline = time.monotonic() + max(self.timeout, 30.0)
         while True:  # brokers register the topic with the NameServers on their next beat
             try:
                 route = self.route(topic, refresh=True)
-                if {q.broker_name for q in route.queue_datas} >= set(masters):
+                if {q.broker_name for q in route.queue_datas} >= set(counts):
                     return route
             except UnknownTopicError:
                 pass
             if time.monotonic() > deadline:
                 raise RemotingTimeoutError(
-                    f"topic {topic!r} was created on {sorted(masters)} but the NameServers "
+                    f"topic {topic!r} was created on {sorted(counts)} but the NameServers "
                     f"do not route it yet",
                     address=";".join(self.namesrv),
                 )

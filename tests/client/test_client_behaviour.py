@@ -29,13 +29,13 @@ from rocketspark.errors import (
     TransactionError,
     UnknownTopicError,
 )
-from tests.helpers.backends import BACKENDS, FAST
+from tests.helpers.backends import BACKENDS, FAST, make_backend
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def client(request, tmp_path):
     # FAST: a retry is due a second after it is sent back
-    yield BACKENDS[request.param](tmp_path, FAST).client
+    yield make_backend(request, tmp_path, FAST).client
     close_all()
 
 

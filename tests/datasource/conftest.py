@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 from rocketspark.client import close_all
-from tests.helpers.backends import BACKENDS
+from tests.helpers.backends import BACKENDS, make_backend
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request, tmp_path):
-    yield BACKENDS[request.param](tmp_path, {})
+    yield make_backend(request, tmp_path, {})
     close_all()  # this process's handles; workers keep theirs until they exit
 
 

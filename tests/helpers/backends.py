@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,10 @@ class Backend:
     api: dict[str, Any]  # keyword arguments of deadletter's functions that reach it
     own: bool  # the test's alone (a store made for it), not shared with other tests
     _open_jobs: Callable[[], list[str]] = field(repr=False)
+    # lists a shared backend's open halves of (topics, producer group)
+    _open_halves: Callable[[Sequence[str], str | None], list[MessageExt]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def client(self) -> Client:
@@ -112,6 +116,8 @@ class Backend:
         A backend that is the test's own (``own``) answers every open half, whatever
         its topic; a shared one only the halves of the topics named (the test's own).
         """
+        if self._open_halves is not None:
+            return self._open_halves(topics, producer_group)
         seen: list[MessageExt] = []
 
         def keep(half: MessageExt) -> TransactionState:
@@ -158,5 +164,85 @@ def embedded(directory: Path, settings: Mapping[str, str]) -> Backend:
     )
 
 
+def cluster(directory: Path, settings: Mapping[str, str], rocketmq: Any = None) -> Backend:
+    """The run's real RocketMQ cluster (``rocketmq_cluster``: broker-a and broker-b).
+
+    Shared by every test: ``own`` is False. Its brokers run with FAST's delay levels
+    (``tests/helpers/cluster.py``); other broker ``settings`` cannot apply to a
+    running cluster, so a test that needs them is not run here.
+    """
+    if rocketmq is None:
+        raise RuntimeError("the cluster backend needs the rocketmq_cluster fixture")
+    unusable = sorted(set(settings) - set(FAST))
+    if unusable:
+        import pytest
+
+        pytest.skip(f"broker settings {unusable} apply to an embedded store only")
+    namesrv = rocketmq.namesrv
+    return Backend(
+        "cluster",
+        ClientRef.cluster(namesrv),
+        {"nameServer": namesrv},
+        {"nameServer": namesrv},
+        False,
+        lambda: [],  # a cluster's batch jobs have no gate (client/remote_ledger.py)
+        lambda topics, group: cluster_open_halves(rocketmq, topics, group),
+    )
+
+
+def cluster_open_halves(
+    rocketmq: Any, topics: Sequence[str], group: str | None
+) -> list[MessageExt]:
+    """The half messages of ``topics`` (of ``group``) still open on the cluster's brokers.
+
+    Read as RocketMQ's transaction check reads them: each broker's
+    RMQ_SYS_TRANS_HALF_TOPIC, minus the halves an op record of
+    RMQ_SYS_TRANS_OP_HALF_TOPIC names (its body: ended half-queue offsets,
+    comma-separated). A check puts a half back as a copy at a new offset, so a
+    half is known by its UNIQ_KEY and its newest copy decides.
+    """
+    client: Any = ClientRef.cluster(rocketmq.namesrv).connect()
+
+    def rows(topic: str, broker: str) -> list[dict[str, Any]]:
+        mq = MessageQueue(topic, broker, 0)
+        try:
+            start, end = client.min_offset(mq), client.max_offset(mq)
+        except Exception:  # noqa: BLE001 - no transaction has used this broker yet
+            return []
+        out: list[dict[str, Any]] = []
+        while start < end:
+            batches, nxt = client.read_batches(mq, start, end)
+            out += [r for b in batches for r in b.to_pylist()]
+            if nxt <= start:
+                break
+            start = nxt
+        return out
+
+    open_: dict[str, MessageExt] = {}
+    for broker in sorted(rocketmq.broker_addrs):
+        ended = {
+            int(x)
+            for r in rows("RMQ_SYS_TRANS_OP_HALF_TOPIC", broker)
+            for x in r["body"].decode().split(",")
+            if x.strip().isdigit()
+        }
+        for r in sorted(rows("RMQ_SYS_TRANS_HALF_TOPIC", broker), key=lambda r: r["queueOffset"]):
+            uniq = r["uniqKey"] or ""
+            if r["queueOffset"] in ended:
+                open_.pop(uniq, None)
+                continue
+            props = dict(r["properties"])
+            if props.get(PROPERTY_REAL_TOPIC) in topics and group in (None, props.get("PGROUP")):
+                open_[uniq] = client.get_message(r["msgId"])
+    return list(open_.values())
+
+
 # The one list of backends; each takes a fresh directory and the broker settings.
-BACKENDS: dict[str, Callable[[Path, Mapping[str, str]], Backend]] = {"embedded": embedded}
+BACKENDS: dict[str, Callable[..., Backend]] = {"embedded": embedded, "cluster": cluster}
+
+
+def make_backend(request: Any, directory: Path, settings: Mapping[str, str]) -> Backend:
+    """The backend of a fixture parametrised over BACKENDS (the cluster from its fixture)."""
+    if request.param == "cluster":
+        return cluster(directory, settings, request.getfixturevalue("rocketmq_cluster"))
+    return BACKENDS[request.param](directory, settings)

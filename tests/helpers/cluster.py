@@ -44,6 +44,9 @@ SETTINGS: dict[str, object] = {
     "transactionOpBatchInterval": 500,
     # SQL92 property filters for consumers
     "enablePropertyFilter": "true",
+    # every delay level one second (as the embedded backend's FAST): a message sent back
+    # for retry is due a second later
+    "messageDelayLevel": " ".join(["1s"] * 18),
     # The timer wheel (5.x timer messages, pop consumers) forces its mapped files to disk
     # every second by default: a fifth of a core per idle broker here, for the whole run.
     # Forcing is only about power loss: a SIGKILLed broker's writes are in the page cache.
