@@ -33,6 +33,9 @@ How the Client's operations map to a cluster:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import logging
 import os
 import random
@@ -41,7 +44,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -64,7 +66,12 @@ from rocketspark.message.byte_gather import gather_items
 from rocketspark.message.columns import Columns
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
@@ -72,6 +79,8 @@ from rocketspark.message.model import (
     SysFlag,
     TransactionState,
     check_extra_properties,
+    retry_topic,
+    user_properties,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group, validate_topic
 from rocketspark.message.properties import encode_properties, properties_text
@@ -194,6 +203,8 @@ class RemoteClient:
         self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
         self._answers_lock = threading.Lock()
         self._ledger: RemoteSinkLedger | None = None
+        self._locks: dict[str, threading.Lock] = {}
+        self._written: dict[MessageQueue, int] = {}  # one past the last offset sent, per queue
         self.remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
 
     def __repr__(self) -> str:
@@ -264,7 +275,19 @@ class RemoteClient:
         return self.remoting.min_offset(mq)
 
     def max_offset(self, mq: MessageQueue) -> int:
-        return self.remoting.max_offset(mq)
+        """The broker's max offset, at least one past what this client wrote to ``mq``.
+
+        A broker answers a send before its ConsumeQueue has the message (dispatch
+        runs behind the CommitLog): a client that reads what it wrote waits for
+        that, up to ``READ_YOUR_WRITES_SECONDS``.
+        """
+        offset = self.remoting.max_offset(mq)
+        wrote = self._written.get(mq, 0)
+        deadline = time.monotonic() + READ_YOUR_WRITES_SECONDS
+        while offset < wrote and time.monotonic() < deadline:
+            time.sleep(0.01)
+            offset = self.remoting.max_offset(mq)
+        return offset
 
     def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self.remoting.search_offset(mq, timestamp_ms)
@@ -306,7 +329,13 @@ class RemoteClient:
     def get_message(self, msg_id: str) -> MessageExt:
         """The message an offset msgId names: its broker's address and CommitLog offset."""
         host, offset = parse_message_id(msg_id)
-        body = self.remoting.view_message(str(host), offset)
+        try:
+            body = self.remoting.view_message(str(host), offset)
+        except RemotingCommandError as e:
+            raise OffsetOutOfRangeError(
+                f"msgId {msg_id} names no message of {self.where}: the broker at {host} "
+                f"has none at CommitLog offset {offset} ({e.remark})"
+            ) from None
         return decode_record(body, 0, base_offset=offset)
 
     def message_id_at(self, commitlog_offset: int) -> str:
@@ -438,6 +467,9 @@ class RemoteClient:
                 qs = self._write_queues(mq.topic)
                 mq = self.remoting.faults.select(qs, random.randrange(len(qs)), mq.broker)
         _record_results(answer, rows, messages, uniq, now, results)
+        end = answer.queue_offset + len(rows)
+        if self._written.get(answer.mq, 0) < end:
+            self._written[answer.mq] = end
 
     # -- transactions, retries, housekeeping ------------------------------------------------
 
@@ -688,9 +720,12 @@ class RemoteClient:
         return None
 
     def ensure_group(self, group: str) -> None:
+        """Create the consumer group on every master, and its retry topic: a heartbeat
+        as a consumer of the group makes each broker create ``%RETRY%group``."""
         validate_group(group)
         masters = [ids[0] for ids in self.remoting.brokers().values() if 0 in ids]
         self.remoting.create_group(group, masters)
+        self.remoting.register_consumer(group, None)
 
     def send_back(
         self,
@@ -699,10 +734,116 @@ class RemoteClient:
         *,
         properties: Sequence[Mapping[str, str]] = (),
     ) -> int:
-        raise _not_yet("sending failed rows back for retry")
+        """Send failed messages to ``%RETRY%group`` as RocketMQ's consumer does when the
+        broker cannot take CONSUMER_SEND_MSG_BACK: a new message carrying the old one's
+        body and properties, RETRY_TOPIC and ORIGIN_MESSAGE_ID, reconsume times one
+        more, delay level 3 + reconsume times. The broker sends it to ``%DLQ%group``
+        instead once reconsume times pass the group's retryMaxTimes (16). One message
+        per request (CONSUMER_SEND_MSG_BACK cannot add ``properties``), in order."""
+        validate_group(group)
+        if properties and len(properties) != len(msg_ids):
+            raise ConfigError(
+                f"properties has {len(properties)} entries, msg_ids has {len(msg_ids)}"
+            )
+        added = [
+            user_properties(p, f"message {i}: ", frozenset({PROPERTY_DELAY_TIME_LEVEL}))
+            for i, p in enumerate(properties)
+        ]
+        messages = [self.get_message(m) for m in msg_ids]  # all found before any is sent
+        if not messages:
+            return 0
+        self.ensure_group(group)
+        retry = retry_topic(group)
+        queues = self._write_queues(retry)
+        for i, m in enumerate(messages):
+            props = dict(m.properties)
+            props.setdefault(PROPERTY_RETRY_TOPIC, m.topic)
+            for name in (
+                PROPERTY_REAL_TOPIC,
+                PROPERTY_REAL_QUEUE_ID,
+                PROPERTY_TRANSACTION_PREPARED,
+            ):
+                props.pop(name, None)
+            if added:
+                props.update(added[i])
+            if not props.get(PROPERTY_ORIGIN_MESSAGE_ID):
+                props[PROPERTY_ORIGIN_MESSAGE_ID] = m.msg_id
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(3 + m.reconsume_times)
+            # the message's own broker when it has a retry queue (as the broker's send-back)
+            mq = next((q for q in queues if q.broker == self._broker_of(m)), queues[0])
+            self.remoting.send(
+                mq,
+                m.body,
+                producer_group=PRODUCER_GROUP,
+                properties=properties_text(props),
+                born_timestamp=m.born_timestamp,
+                flag=m.flag,
+                reconsume_times=m.reconsume_times + 1,
+                max_reconsume_times=MAX_RECONSUME_TIMES,
+            )
+        return len(messages)
 
-    def lock(self, name: str) -> AbstractContextManager[None]:
-        raise _not_yet("locks")
+    def _broker_of(self, m: MessageExt) -> str | None:
+        addr = str(m.store_host)
+        for name, ids in self.remoting.brokers().items():
+            if addr in ids.values():
+                return name
+        return None
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """Hold ``name`` for the block: a broker's queue lock (LOCK_BATCH_MQ, as orderly
+        consumers lock queues) on queue 0 of ``LOCK_TOPIC`` of the first master, for a
+        group named after ``name``, renewed while held; waits while another holds it.
+        A broker gives the lock up 60 s after its holder stops renewing (a dead process).
+        """
+        masters = sorted((n, ids[0]) for n, ids in self.remoting.brokers().items() if 0 in ids)
+        if not masters:
+            raise ConfigError(f"{self.where} has no master broker to hold lock {name!r} on")
+        broker, addr = masters[0]
+        group = "rocketspark-lock-" + hashlib.sha1(name.encode()).hexdigest()[:20]
+        body = json.dumps(
+            {
+                "consumerGroup": group,
+                "clientId": self.remoting.client_id,
+                "onlyThisBroker": True,
+                "mqSet": [{"topic": LOCK_TOPIC, "brokerName": broker, "queueId": 0}],
+            }
+        ).encode()
+        with self._answers_lock:
+            local = self._locks.setdefault(name, threading.Lock())
+        local.acquire()  # the broker's lock is this client's: its threads take turns here
+        try:
+            while not self._try_lock(addr, body):
+                time.sleep(0.2)
+        except BaseException:
+            local.release()
+            raise
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(LOCK_RENEW_SECONDS):
+                try:
+                    self._try_lock(addr, body)
+                except RemotingError as e:
+                    log.warning("renewing lock %s on %s failed: %s", name, addr, e)
+
+        renewer = threading.Thread(target=renew, name=f"rocketspark-lock-{name}", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            try:
+                self.remoting.invoke(addr, RequestCode.UNLOCK_BATCH_MQ, body=body)
+            finally:
+                local.release()
+
+    def _try_lock(self, addr: str, body: bytes) -> bool:
+        response = self.remoting.invoke(addr, RequestCode.LOCK_BATCH_MQ, body=body)
+        locked = json.loads(bytes(response.body or b"{}")).get("lockOKMQSet") or []
+        return bool(locked)
 
     def sink_ledger(self) -> RemoteSinkLedger:
         with self._answers_lock:
@@ -720,6 +861,10 @@ class RemoteClient:
 
 
 PRODUCER_GROUP = "rocketspark-producer"
+MAX_RECONSUME_TIMES = 16  # a subscription group's default retryMaxTimes
+LOCK_TOPIC = "rocketspark_locks"  # names the queue a lock is taken on (never written)
+LOCK_RENEW_SECONDS = 20.0  # a broker keeps a queue lock 60 s without renewal
+READ_YOUR_WRITES_SECONDS = 5.0
 HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
 END_WINDOW = 256  # END_TRANSACTION requests in flight
 

@@ -768,12 +768,15 @@ class RemotingClient:
         if new:
             self.heartbeat()
 
-    def register_consumer(self, group: str, topic: str) -> None:
-        """Heartbeat as a consumer of ``group`` reading ``topic`` (pull, no rebalance)."""
+    def register_consumer(self, group: str, topic: str | None) -> None:
+        """Heartbeat as a consumer of ``group`` (reading ``topic``, if given: pull, no
+        rebalance). A broker creates the group's retry topic on its first heartbeat."""
         with self._lock:
+            new = group not in self._consumer_groups
             topics = self._consumer_groups.setdefault(group, set())
-            new = topic not in topics
-            topics.add(topic)
+            if topic is not None and topic not in topics:
+                topics.add(topic)
+                new = True
         if new:
             self.heartbeat()
 

@@ -242,7 +242,15 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"embedded": embedded, "cluster": 
 
 
 def make_backend(request: Any, directory: Path, settings: Mapping[str, str]) -> Backend:
-    """The backend of a fixture parametrised over BACKENDS (the cluster from its fixture)."""
+    """The backend of a fixture parametrised over BACKENDS (the cluster from its fixture).
+
+    A test marked ``embedded_only("why")`` is skipped on the other backends, saying why.
+    """
+    only = request.node.get_closest_marker("embedded_only")
+    if only is not None and request.param != "embedded":
+        import pytest
+
+        pytest.skip(only.args[0] if only.args else "about the embedded store")
     if request.param == "cluster":
         return cluster(directory, settings, request.getfixturevalue("rocketmq_cluster"))
     return BACKENDS[request.param](directory, settings)
