@@ -66,6 +66,7 @@ from rocketspark.message.byte_gather import gather_items
 from rocketspark.message.columns import Columns
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
+    BROKER_STAMPED_PROPERTIES,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
@@ -321,7 +322,11 @@ class RemoteClient:
             )
             for block in reader.blocks()
         ]
-        batches = [b for b in batches if b.num_rows]
+        # Rows are the same on both backends: the properties every broker adds to
+        # every message it stores (its cluster, region, trace switch) are left out.
+        batches = [
+            arrow.drop_properties(b, BROKER_STAMPED_PROPERTIES) for b in batches if b.num_rows
+        ]
         if not sub.matches_all:
             batches = [arrow.filter_tags(b, sub.tags) for b in batches]
         return batches, reader.position

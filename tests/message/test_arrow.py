@@ -254,3 +254,23 @@ def test_the_data_sources_schema_is_the_arrow_schema():
         return {pa.string(): "string", pa.int32(): "int", pa.int64(): "bigint"}.get(t, str(t))
 
     assert SCHEMA_FIELDS == [(f.name, spark_type(f.type)) for f in ARROW_SCHEMA]
+
+
+def test_drop_properties_takes_names_out_of_every_map_of_a_sliced_batch():
+    from rocketspark.message.arrow import drop_properties
+
+    maps = pa.array(
+        [[("a", "1"), ("CLUSTER", "x")], None, [], [("TRACE_ON", "t")], [("b", "2")]],
+        pa.map_(pa.string(), pa.string()),
+    )
+    batch = pa.RecordBatch.from_arrays([maps], names=["properties"])
+    names = frozenset({"CLUSTER", "TRACE_ON"})
+    assert drop_properties(batch, names).column(0).to_pylist() == [
+        [("a", "1")],
+        None,
+        [],
+        [],
+        [("b", "2")],
+    ]
+    assert drop_properties(batch.slice(2), names).column(0).to_pylist() == [[], [], [("b", "2")]]
+    assert drop_properties(batch.slice(4), names).column(0).to_pylist() == [[("b", "2")]]
