@@ -32,7 +32,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rocketspark.client import Client, ClientRef, Message, TransactionState
@@ -104,8 +104,44 @@ _RETRY_ONLY = (
 Process = Callable[[Any, int], Any]
 
 
-def _store(store: str | None, overrides: dict[str, str] | None = None) -> ClientRef:
-    return ClientRef.embedded(store, overrides or {})
+@dataclass(frozen=True)
+class _Endpoint:
+    """Where the pipeline's RocketMQ is: a store (and its overrides) or a cluster."""
+
+    ref: ClientRef
+    options: dict[str, str]  # the data source options that reach it
+
+    def reader(self, spark: Any) -> Any:
+        r = spark.readStream.format("rocketmq")
+        for k, v in self.options.items():
+            r = r.option(k, v)
+        return r
+
+
+def _endpoint(
+    store: str | None,
+    overrides: dict[str, str] | None = None,
+    name_server: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> _Endpoint:
+    """An embedded store (``store``, the default) or a cluster (``name_server``)."""
+    if name_server is None:
+        if access_key or secret_key:
+            raise ConfigError("access_key / secret_key apply to a cluster: give name_server too")
+        ref = ClientRef.embedded(store, overrides or {})
+        options = {
+            "store": ref.address,
+            **{f"rocketmq.{k}": v for k, v in (overrides or {}).items()},
+        }
+        return _Endpoint(ref, options)
+    if store is not None or overrides:
+        raise ConfigError("store / store_options and name_server exclude each other: give one")
+    ref = ClientRef.cluster(name_server, access_key=access_key, secret_key=secret_key)
+    options = {"nameServer": name_server}
+    if ref.credentials is not None:
+        options["accessKey"], options["secretKey"] = ref.credentials
+    return _Endpoint(ref, options)
 
 
 # --- retries inside a pipeline --------------------------------------------------------
@@ -133,9 +169,15 @@ class RetryPipeline:
     store_options: dict[str, str] | None = None
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
+    name_server: str | None = None
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._ref = _store(self.store, self.store_options)
+        self._endpoint = _endpoint(
+            self.store, self.store_options, self.name_server, self.access_key, self.secret_key
+        )
+        self._ref = self._endpoint.ref
         client = self._ref.connect()
         if not client.has_topic(self.topic):
             raise UnknownTopicError(f"topic {self.topic!r} does not exist in {client.where}")
@@ -147,14 +189,11 @@ class RetryPipeline:
 
     def reader(self) -> Any:
         r = (
-            self.spark.readStream.format("rocketmq")
-            .option("store", self._ref.address)
+            self._endpoint.reader(self.spark)
             .option("topic", f"{self.topic},{retry_topic(self.group)}")
             .option("group", self.group)
             .option("startingOffsets", self.starting_offsets)
         )
-        for k, v in (self.store_options or {}).items():
-            r = r.option(f"rocketmq.{k}", v)
         if self.max_offsets_per_trigger:
             r = r.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         from pyspark.sql import functions as F
@@ -350,6 +389,9 @@ def materialize(
     store: str | None = None,
     store_options: dict[str, str] | None = None,
     available_now: bool = False,
+    name_server: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
 ) -> list[Any]:
     """Start the two streams mirroring %RETRY%group and %DLQ%group into Delta tables.
 
@@ -359,8 +401,8 @@ def materialize(
     _require_delta(spark)
     for p in (retry_table, dlq_table):
         _check_table_path(spark, p)
-    ref = _store(store, store_options)
-    client = ref.connect()
+    endpoint = _endpoint(store, store_options, name_server, access_key, secret_key)
+    client = endpoint.ref.connect()
     for t in (retry_topic(group), dlq_topic(group)):
         if not client.has_topic(t):
             client.create_topic(t, queues=1)
@@ -374,14 +416,7 @@ def materialize(
             ", CAST(NULL AS TIMESTAMP) AS replayedAt, CAST(NULL AS STRING) AS replayId",
         ),
     ):
-        r = (
-            spark.readStream.format("rocketmq")
-            .option("store", ref.address)
-            .option("topic", topic)
-            .option("startingOffsets", "earliest")
-        )
-        for k, v in (store_options or {}).items():
-            r = r.option(f"rocketmq.{k}", v)
+        r = endpoint.reader(spark).option("topic", topic).option("startingOffsets", "earliest")
         # reconsumeTimes: how often the message was retried. A dead letter's record
         # carries one more (RocketMQ counts the send to the DLQ), the table does not.
         reconsume = "reconsumeTimes - 1" if at == "deadAt" else "reconsumeTimes"
@@ -395,7 +430,7 @@ def materialize(
             + extra
         )
         df = r.load().selectExpr(*[c.strip() for c in _split_columns(cols)])
-        w = df.writeStream.foreachBatch(_merge_into(path, ref)).option(
+        w = df.writeStream.foreachBatch(_merge_into(path, endpoint.ref)).option(
             "checkpointLocation", os.path.join(checkpoint, topic.strip("%").replace("%", "-"))
         )
         w = w.trigger(availableNow=True) if available_now else w.trigger(processingTime="2 seconds")
@@ -515,6 +550,9 @@ def replay(
     force: bool = False,
     store: str | None = None,
     store_options: dict[str, str] | None = None,
+    name_server: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
 ) -> int:
     """Send the dead letters selected by the SQL ``condition`` back to their original topic.
 
@@ -531,7 +569,7 @@ def replay(
             f"no dead-letter table at {dlq_table} (has the group had dead "
             "letters yet, and is materialize() running?)"
         )
-    client = _store(store, store_options).connect()
+    client = _endpoint(store, store_options, name_server, access_key, secret_key).ref.connect()
     group = _replay_group(dlq_table)
     with _replay_lock(client, group):
         return _replay(spark, client, dlq_table, group, condition, force)

@@ -183,7 +183,7 @@ def cluster(directory: Path, settings: Mapping[str, str], rocketmq: Any = None) 
         "cluster",
         ClientRef.cluster(namesrv),
         {"nameServer": namesrv},
-        {"nameServer": namesrv},
+        {"name_server": namesrv},
         False,
         lambda: [],  # a cluster's batch jobs have no gate (client/remote_ledger.py)
         lambda topics, group: cluster_open_halves(rocketmq, topics, group),
