@@ -23,6 +23,10 @@
                             delete CommitLog segments older than fileReservedTime and
                             the ConsumeQueue / index files that only point into them
 
+With --namesrv HOST:PORT[;HOST:PORT] (and --access-key / --secret-key for ACL) the
+topic, send, tail, group offsets and query commands work on a RocketMQ cluster
+(rocketspark/cli_cluster.py).
+
 The store directory comes from --store, else $ROCKETSPARK_STORE, else the
 storePathRootDir of the broker.conf given with --config (or conf/broker.conf).
 Only ``topic create`` makes a new store there; other commands need one.
@@ -40,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from rocketspark import cli_cluster
 from rocketspark.errors import RocketSparkError, StorePathError
 
 
@@ -95,6 +100,8 @@ def _open(args: argparse.Namespace, *, create: bool = False, **kw: Any):
 
 
 def cmd_topic_create(args, out) -> int:
+    if args.namesrv:
+        return cli_cluster.topic_create(args, out)
     with _open(args, create=True) as store:
         info = store.create_topic(args.name, args.queues, order=args.order, force=args.force)
     print(f"topic {info.name}: {info.write_queue_nums} queues", file=out)
@@ -102,6 +109,8 @@ def cmd_topic_create(args, out) -> int:
 
 
 def cmd_topic_list(args, out) -> int:
+    if args.namesrv:
+        return cli_cluster.topic_list(args, out, _table)
     with _open(args) as store:
         rows = []
         for info in store.list_topics():
@@ -121,6 +130,8 @@ def cmd_send(args, out) -> int:
             print(f"rocketspark send: --property {item!r}: expected name=value", file=sys.stderr)
             return 2
         props[name] = value
+    if args.namesrv:
+        return cli_cluster.send(args, out, props)
     # the bytes typed, even when they are not UTF-8 (Python decoded argv with
     # surrogateescape); Message refuses an empty body, the store a delay level it lacks
     msg = Message(
@@ -150,6 +161,8 @@ def cmd_tail(args, out) -> int:
         from rocketspark.message.names import validate_group
 
         validate_group(args.group)
+    if args.namesrv:
+        return cli_cluster.tail(args, out)
     with _open(args) as store:
         info = store.topic(args.topic)
         queues = [args.queue] if args.queue is not None else list(range(info.read_queue_nums))
@@ -217,6 +230,8 @@ def cmd_tail(args, out) -> int:
 
 
 def cmd_group_offsets(args, out) -> int:
+    if args.namesrv:
+        return cli_cluster.group_offsets(args, out, _table)
     with _open(args) as store:
         rows = []
         for (t, q), lag in store.lag(args.group, args.topic).items():
@@ -233,6 +248,8 @@ def cmd_group_offsets(args, out) -> int:
 
 
 def cmd_query(args, out) -> int:
+    if args.namesrv:
+        return cli_cluster.query(args, out)
     with _open(args) as store:
         found = store.query_by_key(args.topic, args.key, args.begin_ms, args.end_ms)
     for m in found:
@@ -365,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rocketspark", description="Operate a rocketspark store.")
     p.add_argument("--store", help="store directory (storePathRootDir)")
     p.add_argument("--config", help="broker.conf to read (default conf/broker.conf if present)")
+    p.add_argument(
+        "--namesrv",
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="a RocketMQ cluster's NameServers instead of a store (topic, send, tail, "
+        "group offsets, query)",
+    )
+    p.add_argument("--access-key", help="ACL access key (default $ROCKETMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", help="ACL secret key (default $ROCKETMQ_SECRET_KEY)")
     sub = p.add_subparsers(dest="command", required=True)
 
     topic = sub.add_parser("topic", help="create and list topics")
@@ -467,6 +492,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if getattr(args, "dir", None):
         args.store = args.dir
+    if args.namesrv and args.command in ("schedule", "store"):
+        parser.error(f"{args.command} works on a store directory, not on --namesrv")
+    if args.namesrv and args.store:
+        parser.error("--store and --namesrv exclude each other")
     try:
         return args.func(args, out)
     except RocketSparkError as exc:

@@ -959,6 +959,7 @@ def _record_results(
             uniq[i],
             now,
             0,
+            answer.mq.broker,
         )
 
 
