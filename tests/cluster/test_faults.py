@@ -99,8 +99,9 @@ def test_a_broker_killed_under_an_exactly_once_stream_loses_and_doubles_nothing(
     run()  # the first half, whole
     client.put_columns(bodies[1500:], topic=source)
     cluster.kill("broker-b")
-    with pytest.raises(Exception):  # noqa: B017 - Spark wraps what the tasks raised
+    with pytest.raises(Exception) as info:  # noqa: B017 - Spark wraps what the tasks raised
         run()  # fails: half of the source's queues (and of the sink's) are gone
+    assert cluster.addr("broker-b") in str(info.value)  # the error names the broker
     cluster.restart("broker-b")
     close_all()  # the old connections point at the killed broker's sockets
     client = ClientRef.cluster(cluster.namesrv).connect()
