@@ -354,7 +354,7 @@ class RemoteClient:
         out: list[MessageExt] = []
         now = self.now_ms()
         for addr in route.masters().values():
-            body = self.remoting.query_message(addr, topic, key, max_num, 0, now)
+            body = self.remoting.query_message(addr, topic, key, max_num, 0, now + 60_000)
             if body is None:
                 continue
             starts, _ = arrow.record_positions(body, what=f"QUERY_MESSAGE answer of {addr}")
@@ -370,6 +370,16 @@ class RemoteClient:
 
     def put_columns(self, bodies: Sequence[Any], **columns: Any) -> Sequence[PutResult]:
         return self._send(_columns(bodies, columns).messages())
+
+    def _unique_ids(self, n: int, now: int) -> list[str]:
+        """``n`` UNIQ_KEYs. An id's counter has 16 bits under a millisecond stamp, so a
+        block of more than ``ID_BLOCK`` takes the next millisecond's stamp: no id of a
+        put repeats (a cluster's check-backs find a half's committed copy by it)."""
+        out: list[str] = []
+        with self._ids_lock:
+            for k, a in enumerate(range(0, n, ID_BLOCK)):
+                out += self._ids.next_ids(min(ID_BLOCK, n - a), now + k)
+        return out
 
     def _write_queues(self, topic: str) -> list[MessageQueue]:
         queues = self.remoting.route(topic).write_queues()
@@ -400,8 +410,7 @@ class RemoteClient:
         if not messages:
             return []
         now = self.now_ms()
-        with self._ids_lock:
-            uniq = self._ids.next_ids(len(messages), now)
+        uniq = self._unique_ids(len(messages), now)
         queues: dict[str, list[MessageQueue]] = {}
         groups: dict[MessageQueue, list[int]] = {}
         encoded: list[bytes] = []
@@ -507,8 +516,7 @@ class RemoteClient:
             return []
         self.remoting.register_producer(producer_group)
         now = self.now_ms()
-        with self._ids_lock:
-            uniq = self._ids.next_ids(len(messages), now)
+        uniq = self._unique_ids(len(messages), now)
         queues: dict[str, list[MessageQueue]] = {}
         results: list[PutResult | None] = [None] * len(messages)
         inflight: deque[tuple[int, MessageQueue, Future[RemotingCommand], str, float]] = deque()
@@ -870,6 +878,7 @@ MAX_RECONSUME_TIMES = 16  # a subscription group's default retryMaxTimes
 LOCK_TOPIC = "rocketspark_locks"  # names the queue a lock is taken on (never written)
 LOCK_RENEW_SECONDS = 20.0  # a broker keeps a queue lock 60 s without renewal
 READ_YOUR_WRITES_SECONDS = 5.0
+ID_BLOCK = 32768  # UNIQ_KEYs under one millisecond stamp at most
 HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
 END_WINDOW = 256  # END_TRANSACTION requests in flight
 
