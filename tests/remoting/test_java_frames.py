@@ -28,7 +28,7 @@ from rocketspark.remoting.headers import (
     SendMessageRequestHeader,
 )
 from tests.remoting.golden import GOLDEN_FILE
-from tests.store.helpers.jvm import QUIET, need_java
+from tests.helpers.jvm import QUIET, need_java
 
 JAVA = r"""import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
