@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,26 @@ def pull_all(c: Any, topic: str) -> int:
     return rows
 
 
+def pull_parallel(c: Any, topic: str) -> int:
+    """Read every queue of ``topic`` into Arrow, a thread per queue; rows read."""
+
+    def one(mq: Any) -> int:
+        batches, _ = c.read_batches(mq, 0, c.max_offset(mq))
+        return sum(b.num_rows for b in batches)
+
+    mqs = c.queues(topic)
+    with ThreadPoolExecutor(len(mqs)) as pool:
+        return sum(pool.map(one, mqs))
+
+
+def ours_pull_parallel(c: Any, topic: str, n: int) -> float:
+    t0 = time.perf_counter()
+    rows = pull_parallel(c, topic)
+    dt = time.perf_counter() - t0
+    assert rows == n, (rows, n)
+    return n / dt
+
+
 def ours_pull(c: Any, topic: str, n: int) -> float:
     t0 = time.perf_counter()
     rows = pull_all(c, topic)
@@ -227,6 +248,46 @@ def profile(fn: Callable[[], object], what: str, top: int = 30) -> None:
         print(out.getvalue())
 
 
+def run_profiles(
+    what: list[str],
+    ns: str,
+    topics: dict[str, str],
+    n: int,
+    n_single: int,
+    n_batch: int,
+    batch: int,
+) -> None:
+    if "pull" in what:
+        c = client(ns, BROKERS["tuned"][2])
+        pull_all(c, topics["tuned"])  # warm-up
+        profile(lambda: pull_all(c, topics["tuned"]), f"pull of {n:,} rows (tuned)")
+        c = client(ns, BROKERS["default"][2])
+        profile(lambda: pull_all(c, topics["default"]), f"pull of {n:,} rows (default)")
+    c = client(ns, 32)
+    if "send" in what:
+        ours_single(c, "send-default", 500)
+        profile(lambda: ours_single(c, "send-default", n_single), f"{n_single:,} single sends")
+        profile(
+            lambda: ours_columns(c, "send-default", n_batch, batch),
+            f"{n_batch:,} rows in put_columns of {batch}",
+        )
+    if "prepare" in what:
+        rows = 10 * batch
+
+        def prepare_and_commit() -> None:
+            group = "bench-prepare"
+            results = []
+            for _ in range(rows // batch):
+                results += c.prepare_columns(
+                    [BODY] * batch, topic="send-default", tags=[TAG] * batch, producer_group=group
+                )
+            c.end_transactions(c.halves(results, producer_group=group), commit=True)
+
+        dt = _timed(prepare_and_commit)
+        print(f"{rows:,} halves prepared and committed: {rows / dt:,.0f} rows/s")
+        profile(prepare_and_commit, f"{rows:,} halves prepared and committed")
+
+
 def start_cluster(run_dir: Path) -> tuple[RocketMQ, str]:
     broker_cp, namesrv_cp = jvm.classpath(jvm.ROCKETMQ), jvm.classpath(jvm.NAMESRV)
     if broker_cp is None or namesrv_cp is None or not shutil.which("javac"):
@@ -269,7 +330,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1024, help="messages per batch send call")
     ap.add_argument("--sink", type=int, default=100_000, help="rows per Spark write")
     ap.add_argument("--no-spark", action="store_true", help="pull and send only")
-    ap.add_argument("--profile", choices=("pull", "send"), help="profile one round of ours")
+    ap.add_argument(
+        "--profile",
+        nargs="+",
+        choices=("pull", "send", "prepare"),
+        help="profile one round of ours (prepare: exactly-once halves, prepared and ended)",
+    )
     args = ap.parse_args()
     n, n_single, n_sink, runs = args.n, args.single, args.sink, args.runs
     if args.quick:
@@ -299,21 +365,8 @@ def main() -> None:
         java = JavaBench(classpath, ns, run_dir / "java-home")
         print(f"cluster up ({ns}); {n:,} messages in each of {sorted(topics.values())}", flush=True)
 
-        if args.profile == "pull":
-            c = client(ns, BROKERS["tuned"][2])
-            pull_all(c, topics["tuned"])  # warm-up
-            profile(lambda: pull_all(c, topics["tuned"]), f"pull of {n:,} rows (tuned)")
-            c = client(ns, BROKERS["default"][2])
-            profile(lambda: pull_all(c, topics["default"]), f"pull of {n:,} rows (default)")
-            return
-        if args.profile == "send":
-            c = client(ns, 32)
-            ours_single(c, "send-default", 500)
-            profile(lambda: ours_single(c, "send-default", n_single), f"{n_single:,} single sends")
-            profile(
-                lambda: ours_columns(c, "send-default", n_batch, args.batch),
-                f"{n_batch:,} rows in put_columns of {args.batch}",
-            )
+        if args.profile:
+            run_profiles(args.profile, ns, topics, n, n_single, n_batch, args.batch)
             return
 
         # pull and send: a warm-up round (JIT, page cache, connections), then the rounds
@@ -329,6 +382,8 @@ def main() -> None:
                 pull = {"topic": topics[label], "n": n, "batch": batch}
                 steps.append((f"pull {label} java", java.rate, ("pull",), pull))
                 steps.append((f"pull {label} ours", ours_pull, (c, topics[label], n), {}))
+                steps.append((f"pull {label} java", java.rate, ("pull",), pull))
+                steps.append((f"pull {label} ours4", ours_pull_parallel, (c, topics[label], n), {}))
             c, send = client(ns, 32), "send-default"
             single = {"topic": send, "n": n_single, "batch": 0}
             batches = {"topic": send, "n": n_batch, "batch": args.batch}
@@ -390,7 +445,9 @@ def run_spark(
 
     from rocketspark.session import local_session
 
-    spark = local_session("rocketspark-bench-cluster", delta=False)
+    spark = local_session(
+        "rocketspark-bench-cluster", delta=False, conf={"spark.ui.showConsoleProgress": "false"}
+    )
     store = str(run_dir / "embedded")
     with MessageStore.open(store) as s:
         s.create_topic("bench", queues=QUEUES)
@@ -480,6 +537,7 @@ def report(
             f"pull {label} java",
             "rows/s; reference: DefaultLitePullConsumer",
         )
+        row("  the same, a thread per queue", f"pull {label} ours4", f"pull {label} java")
     row(
         f"send single, synchronous ({n_single:,})",
         "single ours",
