@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import struct
 import threading
 import time
 from collections import deque
@@ -67,12 +68,15 @@ from rocketspark.message.columns import Columns
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
     BROKER_STAMPED_PROPERTIES,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
@@ -419,10 +423,15 @@ class RemoteClient:
             qs = queues.get(m.topic)
             if qs is None:
                 qs = queues[m.topic] = self._write_queues(m.topic)
-            props = m.all_properties()
-            props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
-            uniq[i] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-            raw = encode_properties(props)
+            if m.properties or m.keys or m.delay_level:
+                props = m.all_properties()
+                props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
+                uniq[i] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+                raw = encode_properties(props)
+            elif m.tags:  # the same bytes, without the dict (the common row)
+                raw = f"{_TAGS_ITEM}{m.tags}{_UNIQ_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
+            else:
+                raw = f"{_UNIQ_KEY_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
             props_of.append(raw)
             encoded.append(_encode_for_batch(m, raw))
             groups.setdefault(self._queue(m, qs, None), []).append(i)
@@ -879,6 +888,10 @@ LOCK_TOPIC = "rocketspark_locks"  # names the queue a lock is taken on (never wr
 LOCK_RENEW_SECONDS = 20.0  # a broker keeps a queue lock 60 s without renewal
 READ_YOUR_WRITES_SECONDS = 5.0
 ID_BLOCK = 32768  # UNIQ_KEYs under one millisecond stamp at most
+# What encode_properties writes for a TAGS and a UNIQ_KEY property (the common row's).
+_TAGS_ITEM = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
+_UNIQ_KEY_ITEM = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
+_UNIQ_ITEM = f"{PROPERTY_SEPARATOR}{_UNIQ_KEY_ITEM}"
 HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
 END_WINDOW = 256  # END_TRANSACTION requests in flight
 
@@ -914,18 +927,17 @@ def _encode_for_batch(msg: Message, props: bytes) -> bytes:
     """One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``):
     TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first)."""
     body = msg.body
-    total = 20 + len(body) + 2 + len(props)
     return b"".join(
         (
-            total.to_bytes(4, "big"),
-            b"\x00" * 8,
-            (msg.flag & 0xFFFFFFFF).to_bytes(4, "big"),
-            len(body).to_bytes(4, "big"),
+            _BATCH_HEAD.pack(22 + len(body) + len(props), msg.flag & 0xFFFFFFFF, len(body)),
             body,
             len(props).to_bytes(2, "big"),
             props,
         )
     )
+
+
+_BATCH_HEAD = struct.Struct(">I8xII")  # TOTALSIZE, MAGICCODE and BODYCRC (0), FLAG, BODY length
 
 
 def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
@@ -956,8 +968,8 @@ def _record_results(
             f"the broker at {answer.broker_addr} answered {len(ids)} message ids for a batch "
             f"of {len(rows)} messages"
         )
-    for k, (i, msg_id) in enumerate(zip(rows, ids, strict=True)):
-        _, phy = parse_message_id(msg_id)
+    phys = _commitlog_offsets(ids)
+    for k, (i, msg_id, phy) in enumerate(zip(rows, ids, phys, strict=True)):
         results[i] = PutResult(
             PutStatus.PUT_OK,
             messages[i].topic,
@@ -970,6 +982,23 @@ def _record_results(
             0,
             answer.mq.broker,
         )
+
+
+def _commitlog_offsets(ids: list[str]) -> list[int]:
+    """The CommitLog offset in each offset msgId of a batch's answer (``parse_message_id``'s,
+    at once when the ids are all of one length and hexadecimal: the broker's answer)."""
+    lengths = set(map(len, ids))
+    if len(lengths) == 1 and lengths <= {32, 56}:
+        text = "".join(ids)
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raw = b""
+        if 2 * len(raw) == len(text):  # (fromhex skips whitespace)
+            width = len(ids[0]) // 2
+            table = np.frombuffer(raw, dtype=np.uint8).reshape(len(ids), width)
+            return np.ascontiguousarray(table[:, width - 8 :]).view(">i8").ravel().tolist()
+    return [parse_message_id(msg_id)[1] for msg_id in ids]  # raises naming the bad one
 
 
 class _RangeReader:

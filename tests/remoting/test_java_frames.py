@@ -27,8 +27,8 @@ from rocketspark.remoting.headers import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from tests.remoting.golden import GOLDEN_FILE
 from tests.helpers.jvm import QUIET, need_java
+from tests.remoting.golden import GOLDEN_FILE
 
 JAVA = r"""import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
