@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from rocketspark.client.api import ClientRef
-from rocketspark.client.remote import _RangeReader, resolve
+from rocketspark.client.remote import resolve
+from rocketspark.client.remote_pull import RangeReader
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError
 from rocketspark.message import arrow
 from rocketspark.message.model import HostAddress, MessageQueue
@@ -86,10 +87,10 @@ def _reader(broker: FakeBroker, start: int, end: int, expression: str = "*", pip
         read_address=lambda mq: "127.0.0.1:10911",
     )
     client = SimpleNamespace(remoting=rc, pull_batch=32, pipeline=pipeline, group="g")
-    return _RangeReader(client, MQ, start, end, SubscriptionExpression(expression))
+    return RangeReader(client, MQ, start, end, SubscriptionExpression(expression))
 
 
-def _offsets(reader: _RangeReader) -> list[int]:
+def _offsets(reader: RangeReader) -> list[int]:
     out: list[int] = []
     for block in reader.blocks():
         batch = arrow.records_body_to_batch(

@@ -1,0 +1,533 @@
+"""The producer side of the cluster backend: sends, transactional halves and check-backs.
+
+What RocketMQ's ``DefaultMQProducerImpl`` does for a Java producer:
+
+- **Sends** go to the master of each row's queue, in SEND_BATCH_MESSAGE batches
+  per queue (at most ``BATCH_BYTES`` / ``BATCH_MESSAGES``). Rows without a queue go
+  round-robin from a random start (as RocketMQ's producer), avoiding brokers that
+  failed or were slow (latency fault tolerance); a ``queueId`` picks the n-th
+  writable queue of the topic across brokers in name order, and a sharding key
+  hashes over the same list (``SelectMessageQueueByHash``). A batch that fails is
+  retried on another broker's queue (unless its queue was chosen) up to
+  ``SEND_RETRIES`` times. Bodies are sent uncompressed.
+- **Half messages** go one request each (a broker takes no batch of halves),
+  ``HALF_WINDOW`` in flight; END_TRANSACTION answers are awaited.
+- **Check-backs** (CHECK_TRANSACTION_STATE) are answered with the answer
+  registered for the half's producer group, guarded against committing a half
+  twice (see :meth:`Producer.on_check`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from rocketspark.client.api import Answer, MessageQueue, PutResult
+from rocketspark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    UnknownTopicError,
+)
+from rocketspark.message import arrow
+from rocketspark.message.columns import Columns
+from rocketspark.message.java_hash import java_string_hash
+from rocketspark.message.model import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Message,
+    SysFlag,
+    TransactionState,
+    check_extra_properties,
+)
+from rocketspark.message.names import validate_group
+from rocketspark.message.properties import encode_properties, properties_text
+from rocketspark.message.record import UniqueIdGenerator, decode_record, parse_message_id
+from rocketspark.message.results import Halves, PutStatus, offset_runs
+from rocketspark.remoting import headers as hdr
+from rocketspark.remoting.client import RemotingClient, SendAnswer
+from rocketspark.remoting.codes import RequestCode
+from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.connection import Connection, check_response
+
+__all__ = ["PRODUCER_GROUP", "Producer", "columns_of"]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_GROUP = "rocketspark-producer"
+BATCH_BYTES = 1024 * 1024  # encoded messages per SEND_BATCH_MESSAGE at most
+BATCH_MESSAGES = 1024
+SEND_RETRIES = 2  # RocketMQ's retryTimesWhenSendFailed
+HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
+END_WINDOW = 256  # END_TRANSACTION requests in flight
+ID_BLOCK = 32768  # UNIQ_KEYs under one millisecond stamp at most
+# What encode_properties writes for a TAGS and a UNIQ_KEY property (the common row's).
+_TAGS_ITEM = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
+_UNIQ_KEY_ITEM = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
+_UNIQ_ITEM = f"{PROPERTY_SEPARATOR}{_UNIQ_KEY_ITEM}"
+
+
+class Producer:
+    """Sends for one :class:`RemoteClient` (``address``: its NameServers, for messages)."""
+
+    def __init__(self, remoting: RemotingClient, address: str, clock: Callable[[], int]):
+        self.remoting = remoting
+        self.address = address
+        self.now_ms = clock
+        self._ids = UniqueIdGenerator()
+        self._ids_lock = threading.Lock()
+        self._round_robin: dict[str, int] = {}
+        self.written: dict[MessageQueue, int] = {}  # one past the last offset sent, per queue
+        self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
+        self._answers_lock = threading.Lock()
+        remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self.on_check)
+
+    def register_answer(self, producer_group: str | None, answer: Answer) -> None:
+        """Answer the check-backs of ``producer_group``'s halves (None: of every group)."""
+        with self._answers_lock:
+            self._answers[producer_group or ""] = answer
+        if producer_group is not None:
+            self.remoting.register_producer(producer_group)
+
+    def unique_ids(self, n: int, now: int) -> list[str]:
+        """``n`` UNIQ_KEYs. An id's counter has 16 bits under a millisecond stamp, so a
+        block of more than ``ID_BLOCK`` takes the next millisecond's stamp: no id of a
+        put repeats (a cluster's check-backs find a half's committed copy by it)."""
+        out: list[str] = []
+        with self._ids_lock:
+            for k, a in enumerate(range(0, n, ID_BLOCK)):
+                out += self._ids.next_ids(min(ID_BLOCK, n - a), now + k)
+        return out
+
+    def write_queues(self, topic: str) -> list[MessageQueue]:
+        queues = self.remoting.route(topic).write_queues()
+        if not queues:
+            raise UnknownTopicError(
+                f"topic {topic!r} has no writable queue on the cluster ({self.address})"
+            )
+        return queues
+
+    def select_queue(
+        self, msg: Message, queues: list[MessageQueue], avoid: str | None
+    ) -> MessageQueue:
+        if msg.queue_id is not None:
+            if not 0 <= msg.queue_id < len(queues):
+                raise ConfigError(
+                    f"queueId {msg.queue_id} of topic {msg.topic!r}: the topic has "
+                    f"{len(queues)} writable queues on the cluster"
+                )
+            return queues[msg.queue_id]
+        if msg.sharding_key is not None:
+            return queues[java_string_hash(msg.sharding_key) % len(queues)]
+        n = self._round_robin.get(msg.topic)
+        if n is None:
+            n = random.randrange(len(queues))  # RocketMQ's producer starts at random
+        self._round_robin[msg.topic] = n + 1
+        return self.remoting.faults.select(queues, n, avoid)
+
+    def send(self, messages: list[Message]) -> list[PutResult]:
+        """Send ``messages`` in batches of one queue; results in input order."""
+        if not messages:
+            return []
+        now = self.now_ms()
+        uniq = self.unique_ids(len(messages), now)
+        queues: dict[str, list[MessageQueue]] = {}
+        groups: dict[MessageQueue, list[int]] = {}
+        encoded: list[bytes] = []
+        props_of: list[bytes] = []
+        for i, m in enumerate(messages):
+            qs = queues.get(m.topic)
+            if qs is None:
+                qs = queues[m.topic] = self.write_queues(m.topic)
+            if m.properties or m.keys or m.delay_level:
+                props = m.all_properties()
+                props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
+                uniq[i] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+                raw = encode_properties(props)
+            elif m.tags:  # the same bytes, without the dict (the common row)
+                raw = f"{_TAGS_ITEM}{m.tags}{_UNIQ_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
+            else:
+                raw = f"{_UNIQ_KEY_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
+            props_of.append(raw)
+            encoded.append(_encode_for_batch(m, raw))
+            groups.setdefault(self.select_queue(m, qs, None), []).append(i)
+        results: list[PutResult | None] = [None] * len(messages)
+        for mq, rows in groups.items():
+            for chunk in _chunks(rows, encoded):
+                self._send_chunk(mq, chunk, messages, encoded, props_of, uniq, now, results)
+        return results  # type: ignore[return-value]
+
+    def _send_chunk(
+        self,
+        mq: MessageQueue,
+        rows: list[int],
+        messages: list[Message],
+        encoded: list[bytes],
+        props_of: list[bytes],
+        uniq: list[str],
+        now: int,
+        results: list[PutResult | None],
+    ) -> None:
+        pinned = all(messages[i].queue_id is not None for i in rows)
+        single = len(rows) == 1 or any(messages[i].delay_level for i in rows)
+        attempt = 0
+        while True:
+            try:
+                if single and len(rows) > 1:
+                    for i in rows:
+                        self._send_chunk(mq, [i], messages, encoded, props_of, uniq, now, results)
+                    return
+                if len(rows) == 1:
+                    m = messages[rows[0]]
+                    answer = self.remoting.send(
+                        mq,
+                        m.body,
+                        producer_group=PRODUCER_GROUP,
+                        properties=props_of[rows[0]].decode("utf-8"),
+                        born_timestamp=m.born_timestamp or now,
+                        flag=m.flag,
+                        reconsume_times=m.reconsume_times or None,
+                    )
+                else:
+                    answer = self.remoting.send(
+                        mq,
+                        b"".join(encoded[i] for i in rows),
+                        producer_group=PRODUCER_GROUP,
+                        properties="",
+                        born_timestamp=now,
+                        batch=True,
+                    )
+                break
+            except (RemotingConnectError, RemotingTimeoutError, RemotingCommandError) as e:
+                retriable = not isinstance(e, RemotingCommandError) or e.retriable
+                attempt += 1
+                if pinned or not retriable or attempt > SEND_RETRIES:
+                    raise
+                qs = self.write_queues(mq.topic)
+                mq = self.remoting.faults.select(qs, random.randrange(len(qs)), mq.broker)
+        _record_results(answer, rows, messages, uniq, now, results)
+        end = answer.queue_offset + len(rows)
+        if self.written.get(answer.mq, 0) < end:
+            self.written[answer.mq] = end
+
+    def prepare(
+        self, messages: list[Message], producer_group: str, extra: Mapping[str, str] | None
+    ) -> list[PutResult]:
+        """Send half messages, ``HALF_WINDOW`` in flight (a broker takes no batch of halves).
+
+        The client is registered as a producer of ``producer_group`` first, so the
+        brokers' check-backs for these halves can reach it.
+        """
+        validate_group(producer_group)
+        check_extra_properties(extra)
+        if not messages:
+            return []
+        self.remoting.register_producer(producer_group)
+        now = self.now_ms()
+        uniq = self.unique_ids(len(messages), now)
+        queues: dict[str, list[MessageQueue]] = {}
+        results: list[PutResult | None] = [None] * len(messages)
+        inflight: deque[tuple[int, MessageQueue, Future[RemotingCommand], str, float]] = deque()
+        try:
+            for i, m in enumerate(messages):
+                qs = queues.get(m.topic)
+                if qs is None:
+                    qs = queues[m.topic] = self.write_queues(m.topic)
+                props = m.all_properties()
+                props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
+                uniq[i] = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+                if extra:
+                    props.update(extra)
+                props[PROPERTY_TRANSACTION_PREPARED] = "true"
+                props[PROPERTY_PRODUCER_GROUP] = producer_group
+                mq = self.select_queue(m, qs, None)
+                future, addr, started = self.remoting.send_async(
+                    mq,
+                    m.body,
+                    producer_group=producer_group,
+                    properties=properties_text(props),
+                    born_timestamp=m.born_timestamp or now,
+                    sys_flag=int(SysFlag.TRANSACTION_PREPARED),
+                    flag=m.flag,
+                )
+                inflight.append((i, mq, future, addr, started))
+                if len(inflight) >= HALF_WINDOW:
+                    self._half_result(inflight.popleft(), messages, uniq, now, results)
+            while inflight:
+                self._half_result(inflight.popleft(), messages, uniq, now, results)
+        finally:
+            for _, _, f, _, _ in inflight:
+                f.cancel()
+        return results  # type: ignore[return-value]
+
+    def _half_result(
+        self,
+        sent: tuple[int, MessageQueue, Future[RemotingCommand], str, float],
+        messages: list[Message],
+        uniq: list[str],
+        now: int,
+        results: list[PutResult | None],
+    ) -> None:
+        i, mq, future, addr, started = sent
+        answer = self.remoting.send_answer(mq, future, addr, started)
+        _, phy = parse_message_id(answer.offset_msg_id)
+        results[i] = PutResult(
+            PutStatus.PUT_OK,
+            messages[i].topic,
+            answer.mq.queue_id,
+            answer.queue_offset,  # the half's offset in RMQ_SYS_TRANS_HALF_TOPIC
+            phy,
+            answer.offset_msg_id,
+            uniq[i],
+            now,
+            0,
+            mq.broker,
+        )
+
+    def halves(self, results: Sequence[PutResult], *, producer_group: str) -> list[Halves]:
+        """The halves of prepare results, one :class:`Halves` per broker (in result order)."""
+        by_broker: dict[str, list[PutResult]] = {}
+        for r in results:
+            by_broker.setdefault(r.broker, []).append(r)
+        out = []
+        for broker, rs in by_broker.items():
+            offsets = [r.queue_offset for r in rs]
+            out.append(
+                Halves(
+                    broker,
+                    producer_group,
+                    offset_runs(offsets),
+                    tuple(r.commitlog_offset for r in rs),
+                    tuple(r.uniq_key for r in rs),
+                    tuple(r.topic for r in rs),
+                )
+            )
+        return out
+
+    def end_halves(self, halves: Iterable[Halves], *, commit: bool, guard: bool = False) -> None:
+        """END_TRANSACTION for every half, ``END_WINDOW`` in flight, each answer awaited.
+
+        RocketMQ's producer sends END_TRANSACTION one-way; here every answer is
+        awaited, so when this returns each half is ended (or an error is raised,
+        naming the first that failed) and a check-back that comes later finds
+        the committed copy (see :meth:`_on_check`). With ``guard``, a half whose
+        committed copy exists already (a commit cut short by a crash, then
+        finished) is rolled back instead: that only closes it.
+        """
+        state = SysFlag.TRANSACTION_COMMIT if commit else SysFlag.TRANSACTION_ROLLBACK
+        errors: list[BaseException] = []
+        for h in halves:
+            addr = self.remoting.broker_master(h.broker)
+            conn = self.remoting.connection(addr)
+            topics = h.topics or ("",) * len(h)
+            inflight: deque[Future[RemotingCommand]] = deque()
+            rows = zip(
+                h.offsets().tolist(), h.commitlog_offsets, h.transaction_ids, topics, strict=True
+            )
+            for offset, phy, uniq, topic in rows:
+                flag = state
+                if guard and commit and self.committed_copy(addr, topic, uniq):
+                    flag = SysFlag.TRANSACTION_ROLLBACK
+                request = self.remoting.command(
+                    RequestCode.END_TRANSACTION,
+                    hdr.EndTransactionRequestHeader(
+                        topic=topic or None,
+                        producer_group=h.producer_group,
+                        tran_state_table_offset=offset,
+                        commit_log_offset=phy,
+                        commit_or_rollback=int(flag),
+                        from_transaction_check=False,
+                        msg_id=uniq,
+                        transaction_id=uniq,
+                        broker_name=h.broker,
+                    ),
+                )
+                inflight.append(conn.invoke_async(request, self.remoting.timeout))
+                if len(inflight) >= END_WINDOW:
+                    _ended(inflight.popleft(), addr, errors)
+            while inflight:
+                _ended(inflight.popleft(), addr, errors)
+        if errors:
+            raise errors[0]
+
+    def committed_copy(self, address: str, topic: str, uniq: str) -> bool:
+        """Whether the broker at ``address`` holds the committed copy of half ``uniq``
+        (a message of ``topic`` with that UNIQ_KEY: QUERY_MESSAGE by unique key)."""
+        if not topic:
+            return False
+        body = self.remoting.query_message(
+            address, topic, uniq, 1, 0, self.now_ms() + 60_000, unique=True
+        )
+        if body is None:
+            return False
+        starts, _ = arrow.record_positions(body, what=f"QUERY_MESSAGE answer of {address}")
+        for s in starts.tolist():
+            m = decode_record(body, s, verify_crc=False)
+            if (
+                m.topic == topic
+                and m.uniq_key == uniq
+                and not m.sys_flag & SysFlag.TRANSACTION_PREPARED
+            ):
+                return True
+        return False
+
+    def on_check(self, request: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        """CHECK_TRANSACTION_STATE: answer with END_TRANSACTION (one-way) on the same
+        connection, as RocketMQ's producer does; no answer registered: no reply."""
+        head = hdr.CheckTransactionStateRequestHeader.from_ext_fields(request.ext_fields)
+        msg = decode_record(request.body or b"", 0, verify_crc=False)
+        group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        with self._answers_lock:
+            answer = self._answers.get(group) or self._answers.get("")
+        if answer is None:
+            return None
+        try:
+            state = answer(msg)
+        except Exception:  # noqa: BLE001 - the broker asks again; the half stays open
+            log.exception("answering the check-back of half %s failed", head.commit_log_offset)
+            state = TransactionState.UNKNOWN
+        flag = {
+            TransactionState.COMMIT: SysFlag.TRANSACTION_COMMIT,
+            TransactionState.ROLLBACK: SysFlag.TRANSACTION_ROLLBACK,
+        }.get(state, 0)
+        # A broker checks halves whose END it has not read yet (its op queue lags behind
+        # under load), and commits a half again on a second COMMIT: a duplicate. A half
+        # whose committed copy exists is rolled back instead, which only closes it.
+        uniq = msg.uniq_key or head.msg_id or ""
+        if flag == SysFlag.TRANSACTION_COMMIT and self.committed_copy(
+            conn.address, msg.topic, uniq
+        ):
+            flag = SysFlag.TRANSACTION_ROLLBACK
+        conn.invoke_oneway(
+            self.remoting.command(
+                RequestCode.END_TRANSACTION,
+                hdr.EndTransactionRequestHeader(
+                    topic=msg.topic,
+                    producer_group=group,
+                    tran_state_table_offset=head.tran_state_table_offset,
+                    commit_log_offset=head.commit_log_offset,
+                    commit_or_rollback=int(flag),
+                    from_transaction_check=True,
+                    msg_id=uniq,
+                    transaction_id=head.transaction_id,
+                    broker_name=head.broker_name,
+                ),
+            )
+        )
+        return None
+
+
+def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseException]) -> None:
+    try:
+        check_response(future.result(), request_code=RequestCode.END_TRANSACTION, address=address)
+    except RemotingError as e:
+        errors.append(e)
+
+
+def columns_of(bodies: Sequence[Any], columns: dict[str, Any]) -> Columns:
+    cols = Columns(
+        bodies,
+        columns.pop("topic", None),
+        columns.pop("topics", None),
+        columns.pop("tags", None),
+        columns.pop("keys", None),
+        columns.pop("properties", None),
+        columns.pop("queue_ids", None),
+        columns.pop("sharding_keys", None),
+    )
+    if columns:
+        raise TypeError(f"unknown columns {sorted(columns)}")
+    return cols
+
+
+def _encode_for_batch(msg: Message, props: bytes) -> bytes:
+    """One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``):
+    TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first)."""
+    body = msg.body
+    return b"".join(
+        (
+            _BATCH_HEAD.pack(22 + len(body) + len(props), msg.flag & 0xFFFFFFFF, len(body)),
+            body,
+            len(props).to_bytes(2, "big"),
+            props,
+        )
+    )
+
+
+def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
+    chunk: list[int] = []
+    size = 0
+    for i in rows:
+        n = len(encoded[i])
+        if chunk and (size + n > BATCH_BYTES or len(chunk) >= BATCH_MESSAGES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(i)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _record_results(
+    answer: SendAnswer,
+    rows: list[int],
+    messages: list[Message],
+    uniq: list[str],
+    now: int,
+    results: list[PutResult | None],
+) -> None:
+    ids = answer.offset_msg_id.split(",")
+    if len(ids) != len(rows):
+        raise CorruptRecordError(
+            f"the broker at {answer.broker_addr} answered {len(ids)} message ids for a batch "
+            f"of {len(rows)} messages"
+        )
+    phys = _commitlog_offsets(ids)
+    for k, (i, msg_id, phy) in enumerate(zip(rows, ids, phys, strict=True)):
+        results[i] = PutResult(
+            PutStatus.PUT_OK,
+            messages[i].topic,
+            answer.mq.queue_id,
+            answer.queue_offset + k,
+            phy,
+            msg_id,
+            uniq[i],
+            now,
+            0,
+            answer.mq.broker,
+        )
+
+
+def _commitlog_offsets(ids: list[str]) -> list[int]:
+    """The CommitLog offset in each offset msgId of a batch's answer (``parse_message_id``'s,
+    at once when the ids are all of one length and hexadecimal: the broker's answer)."""
+    lengths = set(map(len, ids))
+    if len(lengths) == 1 and lengths <= {32, 56}:
+        text = "".join(ids)
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raw = b""
+        if 2 * len(raw) == len(text):  # (fromhex skips whitespace)
+            width = len(ids[0]) // 2
+            table = np.frombuffer(raw, dtype=np.uint8).reshape(len(ids), width)
+            return np.ascontiguousarray(table[:, width - 8 :]).view(">i8").ravel().tolist()
+    return [parse_message_id(msg_id)[1] for msg_id in ids]  # raises naming the bad one
+
+
+_BATCH_HEAD = struct.Struct(">I8xII")  # TOTALSIZE, MAGICCODE and BODYCRC (0), FLAG, BODY length

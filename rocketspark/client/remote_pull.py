@@ -1,0 +1,138 @@
+"""The consumer side of the cluster backend: a queue's offset range pulled, pipelined.
+
+A PULL_MESSAGE answer holds at most ``maxTransferCountOnMessageInMemory`` (32 by
+default) records; offsets in a queue are contiguous, so the next request need not
+wait for the last answer: :class:`RangeReader` keeps ``pullPipeline`` requests in
+flight and hands out the answers' records, in offset order, as buffers for
+``message.arrow``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from rocketspark.errors import OffsetOutOfRangeError
+from rocketspark.message import arrow
+from rocketspark.message.byte_gather import gather_items
+from rocketspark.message.model import MessageQueue
+from rocketspark.message.names import SubscriptionExpression
+from rocketspark.message.results import PullStatus
+from rocketspark.remoting.client import PullAnswer
+from rocketspark.remoting.command import RemotingCommand
+
+__all__ = ["ARROW_BLOCK_BYTES", "RangeReader"]
+
+ARROW_BLOCK_BYTES = 8 * 1024 * 1024  # pulled record bytes turned into one Arrow batch at most
+
+
+class RangeReader:
+    """Pulls ``[start, end)`` of one queue, several requests in flight, in offset order.
+
+    Each request asks for ``pull_batch`` messages from the offset after the
+    previous request's; answers are taken in request order. An answer that
+    ends early (the broker's byte limit, a filter) leaves a gap that a request
+    from the answer's ``nextBeginOffset`` fills before later answers are used;
+    records of an answer that lie before the position reached are dropped.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        sub: SubscriptionExpression,
+    ):
+        self.client = client
+        self.rc = client.remoting
+        self.mq = mq
+        self.position = start
+        self.end = end
+        self.expression = sub.text if not sub.matches_all else "*"
+
+    def _request(self, offset: int, address: str) -> Future[RemotingCommand]:
+        n = min(self.client.pull_batch, self.end - offset)
+        return self.rc.pull_async(
+            self.mq, offset, n, group=self.client.group, expression=self.expression, address=address
+        )
+
+    def blocks(self) -> Iterator[bytes | memoryview]:
+        """Yield buffers of back-to-back records, in queue order, up to ~ARROW_BLOCK_BYTES."""
+        if self.position >= self.end:
+            return
+        address = self.rc.read_address(self.mq)
+        inflight: deque[tuple[int, Future[RemotingCommand]]] = deque()
+        ask = self.position
+        parts: list[memoryview] = []
+        size = 0
+        try:
+            while self.position < self.end:
+                while len(inflight) < self.client.pipeline and ask < self.end:
+                    inflight.append((ask, self._request(ask, address)))
+                    ask += self.client.pull_batch
+                if not inflight:
+                    ask = self.position
+                    continue
+                offset, future = inflight.popleft()
+                if offset > self.position:  # a gap: pull it before this answer is used
+                    inflight.appendleft((offset, future))
+                    inflight.appendleft((self.position, self._request(self.position, address)))
+                    continue
+                answer = self.rc.pull_answer(self.mq, future.result(), address)
+                before = self.position
+                got = self._take(answer, offset)
+                if got is None or (offset == before and self.position == before):
+                    break  # nothing more at the position now
+                if len(got):
+                    parts.append(got)
+                    size += len(got)
+                    if size >= ARROW_BLOCK_BYTES:
+                        yield _join(parts)
+                        parts, size = [], 0
+            if parts:
+                yield _join(parts)
+        finally:
+            for _, f in inflight:
+                f.cancel()
+
+    def _take(self, answer: PullAnswer, offset: int) -> memoryview | None:
+        """The records of ``answer`` in [position, end); advance the position. None: the
+        queue has nothing at the position (its end, for now)."""
+        mq = self.mq
+        if answer.status is PullStatus.OFFSET_ILLEGAL:
+            raise OffsetOutOfRangeError(
+                f"offset {self.position} of {mq} is outside [{answer.min_offset}, "
+                f"{answer.max_offset}] on the broker"
+            )
+        if answer.status is PullStatus.NO_NEW_MSG:
+            if offset == self.position:
+                return None
+            return memoryview(b"")
+        if answer.status is PullStatus.NO_MATCHED_MSG or answer.body is None:
+            self.position = max(self.position, min(answer.next_begin_offset, self.end))
+            return memoryview(b"")
+        body = memoryview(answer.body)
+        starts, _ = arrow.record_positions(body, what=f"pull answer of {mq}")
+        hdr = gather_items(np.frombuffer(body, dtype=np.uint8), starts, _QOFF)
+        qoff = hdr["queue_offset"]
+        keep = np.flatnonzero((qoff >= self.position) & (qoff < self.end))
+        nxt = min(answer.next_begin_offset, self.end)
+        if len(keep) == 0:
+            self.position = max(self.position, nxt)
+            return memoryview(b"")
+        a, b = int(keep[0]), int(keep[-1])
+        stop = int(starts[b + 1]) if b + 1 < len(starts) else len(body)
+        self.position = max(self.position, nxt, int(qoff[b]) + 1)
+        return body[int(starts[a]) : stop]
+
+
+_QOFF = np.dtype({"names": ["queue_offset"], "formats": [">i8"], "offsets": [20], "itemsize": 28})
+
+
+def _join(parts: list[memoryview]) -> bytes | memoryview:
+    return parts[0] if len(parts) == 1 else b"".join(parts)
