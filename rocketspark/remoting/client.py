@@ -64,6 +64,7 @@ from rocketspark.remoting.connection import (
     split_address,
 )
 from rocketspark.remoting.fault import LatencyFaults
+from rocketspark.remoting.heartbeat import Heartbeats
 from rocketspark.remoting.route import MASTER_ID, TopicRoute
 
 __all__ = ["PullAnswer", "RemotingClient", "SendAnswer", "parse_namesrv"]
@@ -71,7 +72,6 @@ __all__ = ["PullAnswer", "RemotingClient", "SendAnswer", "parse_namesrv"]
 log = logging.getLogger(__name__)
 
 ROUTE_TTL = 30.0  # seconds a topic route is used before it is fetched again
-HEARTBEAT_INTERVAL = 30.0  # seconds; a broker drops a client silent for 120 s
 DEFAULT_TIMEOUT = 10.0  # seconds for a request's answer
 # A long-polling pull waits this much longer than the broker holds it.
 SUSPEND_MARGIN = 5.0
@@ -155,10 +155,7 @@ class RemotingClient:
         self._lock = threading.Lock()
         self._routes: dict[str, tuple[TopicRoute, float]] = {}
         self._pull_from: dict[MessageQueue, int] = {}
-        self._producer_groups: set[str] = set()
-        self._consumer_groups: dict[str, set[str]] = {}  # group -> topics
-        self._heartbeat: threading.Thread | None = None
-        self._closed = threading.Event()
+        self.heartbeats = Heartbeats(self)
 
     def __repr__(self) -> str:
         return f"RemotingClient({';'.join(self.namesrv)!r})"
@@ -219,12 +216,25 @@ class RemotingClient:
 
     def close(self) -> None:
         """Unregister from the brokers, stop heartbeats and close every connection."""
-        if self._closed.is_set():
+        if self.heartbeats.closed.is_set():
             return
-        self._closed.set()
-        if self._producer_groups or self._consumer_groups:
-            self._unregister()
+        self.heartbeats.closed.set()
+        if self.heartbeats.registered:
+            self.heartbeats.unregister()
         self._connections.close_all()
+
+    def register_producer(self, group: str) -> None:
+        """Heartbeat as a producer of ``group`` (check-backs come to this client)."""
+        self.heartbeats.register_producer(group)
+
+    def register_consumer(self, group: str, topic: str | None) -> None:
+        """Heartbeat as a consumer of ``group`` (see :class:`Heartbeats`)."""
+        self.heartbeats.register_consumer(group, topic)
+
+    def cached_routes(self) -> list[TopicRoute]:
+        """The routes this client holds now (for heartbeats: the masters it knows)."""
+        with self._lock:
+            return [route for route, _ in self._routes.values()]
 
     # -- NameServer ------------------------------------------------------------------------
 
@@ -757,109 +767,3 @@ class RemotingClient:
         ).encode()
         for addr in addresses:
             self.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
-
-    # -- heartbeats ------------------------------------------------------------------------
-
-    def register_producer(self, group: str) -> None:
-        """Heartbeat as a producer of ``group`` (check-backs come to this client)."""
-        with self._lock:
-            new = group not in self._producer_groups
-            self._producer_groups.add(group)
-        if new:
-            self.heartbeat()
-
-    def register_consumer(self, group: str, topic: str | None) -> None:
-        """Heartbeat as a consumer of ``group`` (reading ``topic``, if given: pull, no
-        rebalance). A broker creates the group's retry topic on its first heartbeat."""
-        with self._lock:
-            new = group not in self._consumer_groups
-            topics = self._consumer_groups.setdefault(group, set())
-            if topic is not None and topic not in topics:
-                topics.add(topic)
-                new = True
-        if new:
-            self.heartbeat()
-
-    def _heartbeat_body(self) -> bytes:
-        with self._lock:
-            producers = sorted(self._producer_groups)
-            consumers = {g: sorted(t) for g, t in self._consumer_groups.items()}
-        data = {
-            "clientID": self.client_id,
-            "producerDataSet": [{"groupName": g} for g in producers],
-            "consumerDataSet": [
-                {
-                    "groupName": g,
-                    "consumeType": "CONSUME_ACTIVELY",
-                    "messageModel": "CLUSTERING",
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "unitMode": False,
-                    "subscriptionDataSet": [
-                        {
-                            "classFilterMode": False,
-                            "topic": t,
-                            "subString": "*",
-                            "tagsSet": [],
-                            "codeSet": [],
-                            "subVersion": 0,
-                            "expressionType": "TAG",
-                        }
-                        for t in topics
-                    ],
-                }
-                for g, topics in sorted(consumers.items())
-            ],
-        }
-        return json.dumps(data).encode()
-
-    def _masters(self) -> list[str]:
-        topics = list(self._routes)
-        addrs: set[str] = set()
-        for t in topics:
-            cached = self._routes.get(t)
-            if cached is not None:
-                addrs.update(cached[0].masters().values())
-        if not addrs:
-            addrs.update(ids[MASTER_ID] for ids in self.brokers().values() if MASTER_ID in ids)
-        return sorted(addrs)
-
-    def heartbeat(self) -> None:
-        """Send HEART_BEAT to every master this client knows; start the periodic beat."""
-        body = self._heartbeat_body()
-        for addr in self._masters():
-            try:
-                self.invoke(addr, RequestCode.HEART_BEAT, body=body)
-            except (RemotingConnectError, RemotingTimeoutError) as e:
-                log.warning("heartbeat to %s failed: %s", addr, e)
-        with self._lock:
-            if self._heartbeat is None and not self._closed.is_set():
-                self._heartbeat = threading.Thread(
-                    target=self._beat, name="rocketspark-heartbeat", daemon=True
-                )
-                self._heartbeat.start()
-
-    def _beat(self) -> None:
-        while not self._closed.wait(HEARTBEAT_INTERVAL):
-            try:
-                self.heartbeat()
-            except Exception as e:  # noqa: BLE001 - a missed beat is retried on the next
-                log.warning("heartbeat failed: %s", e)
-
-    def _unregister(self) -> None:
-        for addr in self._masters():
-            for g in sorted(self._producer_groups):
-                self._unregister_one(
-                    addr,
-                    h.UnregisterClientRequestHeader(client_id=self.client_id, producer_group=g),
-                )
-            for g in sorted(self._consumer_groups):
-                self._unregister_one(
-                    addr,
-                    h.UnregisterClientRequestHeader(client_id=self.client_id, consumer_group=g),
-                )
-
-    def _unregister_one(self, addr: str, header: h.UnregisterClientRequestHeader) -> None:
-        try:
-            self.invoke(addr, RequestCode.UNREGISTER_CLIENT, header, timeout=3.0)
-        except RemotingError as e:
-            log.info("unregistering from %s: %s", addr, e)
