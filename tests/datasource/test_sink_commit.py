@@ -123,13 +123,13 @@ def test_abort_after_a_crash_in_commit_commits_the_pending_batch_first(backend, 
     # The restarted query replays batch 0; a task fails, so Spark aborts it.
     writer.abort([_task(plan, ["a"], "q1"), None], 0)
     assert backend.bodies(out) == ["a", "b", "c"]  # the pending batch's halves, once
-    assert len(backend.open_halves(out)) == 0
+    assert len(backend.settled_halves(out)) == 0
     # The replay that succeeds is recognised as one; the query goes on.
     writer.commit([_task(plan, ["a", "b", "c"], "q1")], 0)
     writer.commit([_task(plan, ["d"], "q1")], 1)
     assert backend.bodies(out) == ["a", "b", "c", "d"]
     assert backend.client.sink_ledger().get(s1) == (1, None)
-    assert backend.open_halves(out) == []
+    assert backend.settled_halves(out) == []
 
 
 def test_abort_of_a_commit_that_failed_half_way_keeps_what_was_committed(backend, out, s1):
@@ -141,7 +141,7 @@ def test_abort_of_a_commit_that_failed_half_way_keeps_what_was_committed(backend
     _, (batch, runs) = backend.client.sink_ledger().get(s1)
     RocketMQStreamWriter(plan).abort([SinkCommit(tuple(runs), 3, "q1")], batch)
     assert backend.bodies(out) == ["a", "b", "c"]
-    assert len(backend.open_halves(out)) == 0
+    assert len(backend.settled_halves(out)) == 0
 
 
 def test_an_empty_batch_is_committed_without_a_pending_entry(backend, out, s1):
@@ -170,7 +170,7 @@ def test_a_new_query_at_the_same_sink_id_starts_its_batch_ids_again(backend, out
     ledger = backend.client.sink_ledger()
     assert ledger.get(s1) == (1, None)
     assert ledger.query(s1) == "new"
-    assert backend.open_halves(out) == []
+    assert backend.settled_halves(out) == []
 
 
 def test_a_batch_write_rolls_back_its_failed_task_attempts(backend, out):
@@ -183,12 +183,12 @@ def test_a_batch_write_rolls_back_its_failed_task_attempts(backend, out):
     running = write_task(other_job, iter([pa.record_batch({"body": pa.array(["other"])})]))
     RocketMQBatchWriter(plan).commit(good)
     assert backend.bodies(out) == ["r1", "r2"]
-    still_open = backend.open_halves(out)
+    still_open = backend.settled_halves(out, count=1)
     # Only the other job's half is still open: it commits on its own.
     assert [h.body for h in still_open] == [b"other"]
     RocketMQBatchWriter(other_job).commit([running])
     assert backend.bodies(out) == ["other", "r1", "r2"]
-    assert failed.count == 1 and len(backend.open_halves(out)) == 0
+    assert failed.count == 1 and len(backend.settled_halves(out)) == 0
 
 
 def test_each_batch_write_plans_a_sink_id_of_its_own(backend, out):
@@ -263,7 +263,7 @@ def test_a_block_with_an_empty_or_null_body_writes_nothing(backend, out, s1, exa
             write_task(plan, iter([block]))
     with pytest.raises(ConfigError, match="row 1 of the batch has a"):
         write_task(plan, iter([("x",), (bad,)]))  # rows, as a Python writer gets them
-    assert backend.bodies(out) == [] and len(backend.open_halves(out)) == 0
+    assert backend.bodies(out) == [] and len(backend.settled_halves(out)) == 0
 
 
 # -- a batch write's job ends for its late tasks too -------------------------------------
@@ -295,7 +295,7 @@ def test_a_task_still_writing_when_its_job_is_aborted_writes_nothing_more(backen
     # A task that starts after the abort writes nothing either.
     with pytest.raises(SinkJobEndedError):
         write_task(plan, iter([_batch("later")]))
-    assert len(backend.open_halves(out)) == 0 and backend.bodies(out) == []
+    assert len(backend.settled_halves(out)) == 0 and backend.bodies(out) == []
     assert backend.open_jobs(plan.job) == []
 
 
@@ -307,7 +307,7 @@ def test_a_speculative_attempt_after_the_commit_writes_nothing(backend, out):
     assert backend.open_jobs(plan.job) == []
     with pytest.raises(SinkJobEndedError):
         write_task(plan, iter([_batch("r1-again")]))
-    assert backend.bodies(out) == ["r1"] and len(backend.open_halves(out)) == 0
+    assert backend.bodies(out) == ["r1"] and len(backend.settled_halves(out)) == 0
 
 
 @pytest.mark.parametrize("txn", [False, True])
@@ -343,7 +343,7 @@ def test_the_abort_waits_for_a_chunk_a_task_is_writing(backend, out, monkeypatch
     task.join(60)
     driver.join(60)
     assert aborted.is_set() and results["task"].count == 2
-    assert len(backend.open_halves(out)) == 0 and backend.bodies(out) == []
+    assert len(backend.settled_halves(out)) == 0 and backend.bodies(out) == []
 
 
 def _write_then_die(ref: ClientRef, out: str, job: str, sink_id: str) -> None:
@@ -367,9 +367,9 @@ def test_a_task_killed_in_the_middle_of_a_chunk_does_not_hold_up_the_abort(backe
     child.start()
     child.join(120)
     assert child.exitcode == -signal.SIGKILL
-    assert len(backend.open_halves(out)) == 1
+    assert len(backend.settled_halves(out, count=1)) == 1
     RocketMQBatchWriter(plan).abort([None])
-    assert len(backend.open_halves(out)) == 0 and backend.bodies(out) == []
+    assert len(backend.settled_halves(out)) == 0 and backend.bodies(out) == []
 
 
 @pytest.mark.embedded_only
@@ -438,6 +438,6 @@ def test_no_half_of_an_ended_batch_job_stays_open(backend, chunks, data):
         (writer.commit if commit else writer.abort)(list(done))
     assert late_tasks == sum(1 for t in range(len(chunks)) if sum(chunks[: t + 1]) > end_at)
     assert backend.bodies(out) == (sorted(expected) if commit else [])
-    assert len(backend.open_halves(out)) == 0
+    assert len(backend.settled_halves(out)) == 0
     assert backend.open_jobs(plan.job) == []
     close_all()
