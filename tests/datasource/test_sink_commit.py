@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from rocketspark.client import ClientRef, Message, close_all
+from rocketspark.datasource.ledger import register_answer
 from rocketspark.datasource.options import parse_options
 from rocketspark.datasource.sink import (
     RocketMQBatchWriter,
@@ -39,7 +40,10 @@ def _plan(backend, out: str, sink_id: str) -> SinkPlan:
 
 
 def _plan_at(ref: ClientRef, out: str, sink_id: str) -> SinkPlan:
-    return SinkPlan(ref, ("body",), out, True, sink_id, f"rocketspark-sink-{sink_id}")
+    plan = SinkPlan(ref, ("body",), out, True, sink_id, f"rocketspark-sink-{sink_id}")
+    if ref.kind == "cluster":  # as SinkPlan.create does in the driver
+        register_answer(ref.connect(), plan.producer_group)
+    return plan
 
 
 def _task(plan: SinkPlan, bodies: list[str], query: str | None = None) -> SinkCommit:
