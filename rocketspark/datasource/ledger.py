@@ -336,7 +336,9 @@ def cluster_answer(ledger: Any) -> Answer:
         if pending is not None and writer in pending["writers"]:
             return TransactionState.UNKNOWN  # being ended by the driver now
         done = finished_at(entry)
-        if done and half.born_timestamp < done - ORPHAN_MARGIN_MS:
+        if done and (sink.startswith("batch-") or half.born_timestamp < done - ORPHAN_MARGIN_MS):
+            # (a batch job's sink id is its own: after its one finish, no batch of it
+            # can commit a writer, however late the half was born)
             return TransactionState.ROLLBACK
         return TransactionState.UNKNOWN
 

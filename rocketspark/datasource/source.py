@@ -408,9 +408,10 @@ def read_range(part: QueueRange) -> Iterator[Any]:
 
 @dataclass
 class PushedFilters:
-    """What batch-read filters narrowed: topics, queue ids, offset and time bounds."""
+    """What batch-read filters narrowed: topics, brokers, queue ids, offset and time bounds."""
 
     topics: set[str] | None = None
+    brokers: set[str] | None = None  # a queue id names a queue of one broker only
     queue_ids: set[int] | None = None
     offset_lo: int = 0  # inclusive
     offset_hi: int | None = None  # exclusive
@@ -425,6 +426,10 @@ class PushedFilters:
         if col == "topic" and isinstance(f, (ds.EqualTo, ds.In)):
             values = {f.value} if isinstance(f, ds.EqualTo) else set(f.value)
             self.topics = values if self.topics is None else self.topics & values
+            return True
+        if col == "brokerName" and isinstance(f, (ds.EqualTo, ds.In)):
+            values = {f.value} if isinstance(f, ds.EqualTo) else set(f.value)
+            self.brokers = values if self.brokers is None else self.brokers & values
             return True
         if col == "queueId" and isinstance(f, (ds.EqualTo, ds.In)):
             values = {f.value} if isinstance(f, ds.EqualTo) else set(f.value)
@@ -483,6 +488,7 @@ class RocketMQBatchReader(DataSourceReader):
             mq
             for mq in subscribed
             if (pushed.topics is None or mq.topic in pushed.topics)
+            and (pushed.brokers is None or mq.broker in pushed.brokers)
             and (pushed.queue_ids is None or mq.queue_id in pushed.queue_ids)
         ]
         ranges = {}

@@ -71,10 +71,11 @@ def test_batch_write_maps_columns_to_messages(spark, backend, guarantee):
     for i in range(30):
         m = by_body[f"body-{i}"]
         assert (m.tags, m.keys, m.properties["p"]) == (f"t{i % 2}", [f"k{i}", f"x{i}"], str(i))
-    # same sharding key, same queue
+    # same sharding key, same queue (a queue id names a queue of one broker)
+    where = {r["body"].decode(): (r["brokerName"], r["queueId"]) for r in backend.rows(out)}
     queues = {}
     for i in range(30):
-        queues.setdefault(f"cust-{i % 3}", set()).add(by_body[f"body-{i}"].queue_id)
+        queues.setdefault(f"cust-{i % 3}", set()).add(where[f"body-{i}"])
     assert all(len(q) == 1 for q in queues.values())
     assert backend.client.query_by_key(out, "k7")[0].body == b"body-7"
 
@@ -120,7 +121,14 @@ def test_batch_write_routes_by_topic_and_queue_columns(spark, backend):
     df.write.format("rocketmq").options(**backend.options).mode("append").save()
 
     def queue(topic: str, queue_id: int) -> list[bytes]:
-        return [r["body"] for r in backend.rows(topic) if r["queueId"] == queue_id]
+        # a queueId column picks the topic's queue_id-th queue (brokers in name order:
+        # on a cluster of two, queue 1 of a 2-queue topic is the second broker's 0)
+        mq = backend.queues(topic)[queue_id]
+        return [
+            r["body"]
+            for r in backend.rows(topic)
+            if (r["brokerName"], r["queueId"]) == (mq.broker, mq.queue_id)
+        ]
 
     assert queue(a, 1) in ([b"x", b"z"], [b"z", b"x"])
     assert queue(b, 0) == [b"y"]
@@ -246,7 +254,7 @@ def test_stream_exactly_once_from_topic_to_topic_with_restart(spark, backend, tm
     run()
     bodies = backend.bodies(out)
     assert bodies == sorted([f"M{i}" for i in range(50)] + [f"N{i}" for i in range(10)])
-    assert backend.open_halves(out) == []
+    assert backend.settled_halves(out) == []
     committed, pending = backend.client.sink_ledger().get(_sink_id(chk))
     # 50 rows at 20 a batch, then 10 more (Spark 4.0/4.1: no read limit, one batch a run)
     assert committed >= (3 if ADMISSION_CONTROL else 1) and pending is None
@@ -291,7 +299,7 @@ def test_a_new_query_at_a_deleted_checkpoint_location_writes_all_its_batches(
     bodies = backend.bodies(out)
     assert bodies == sorted([f"m{i}" for i in range(6)] * 2 + [f"m{i}" for i in range(6, 12)])
     assert ids[0] != ids[1] and backend.client.sink_ledger().query(_sink_id(chk)) == ids[1]
-    assert backend.open_halves(out) == []
+    assert backend.settled_halves(out) == []
 
 
 def test_stream_sink_needs_its_own_checkpoint_option_to_be_exactly_once(spark, backend, tmp_path):
@@ -353,7 +361,7 @@ def test_txn_app_id_and_version_make_foreach_batch_writes_idempotent(spark, back
             .save()
         )
     assert _max_offset(backend, errors) == 10
-    assert backend.open_halves(out, errors) == []
+    assert backend.settled_halves(out, errors) == []
     # (with Delta in the session, Delta's own check of these option names answers first)
     with pytest.raises(
         Exception,
@@ -394,7 +402,7 @@ def test_stream_at_least_once_writes_directly(spark, backend, tmp_path):
     got = backend.rows(out)
     assert sorted(m["body"].decode() for m in got) == sorted(f"a{i}" for i in range(40))
     assert all(m["tags"] == "t" for m in got)
-    assert backend.open_halves(out) == []  # (none written: no half topic, on a store)
+    assert backend.settled_halves(out) == []  # (none written: no half topic, on a store)
 
 
 @pytest.mark.embedded_only

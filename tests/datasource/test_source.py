@@ -50,6 +50,19 @@ def _read(spark, backend):
     return spark.read.format("rocketmq").options(**backend.options)
 
 
+def _offsets(positions) -> str:
+    """The offsets JSON ({topic: {broker: {queueId: offset}}}) of {MessageQueue: offset}."""
+    out: dict = {}
+    for mq, offset in positions.items():
+        out.setdefault(mq.topic, {}).setdefault(mq.broker, {})[str(mq.queue_id)] = offset
+    return json.dumps(out)
+
+
+def _of(mq) -> str:
+    """A filter for the rows of the queue ``mq``."""
+    return f"brokerName = '{mq.broker}' and queueId = {mq.queue_id}"
+
+
 def test_batch_read_returns_every_message_with_its_fields(spark, backend):
     orders = backend.fresh_topic("orders")
     _fill(backend.client, orders, 20, properties={"region": "eu"})
@@ -87,16 +100,16 @@ def test_batch_read_with_offsets_json_timestamps_and_tag_filter(spark, backend):
     def base():  # a DataFrameReader keeps the options set on it: a fresh one each time
         return _read(spark, backend).option("topic", orders)
 
-    broker = backend.broker(orders)
+    q0, q1 = backend.queues(orders)
     ranged = (
         base()
-        .option("startingOffsets", json.dumps({orders: {broker: {"0": 5, "1": -2}}}))
-        .option("endingOffsets", json.dumps({orders: {broker: {"0": 8, "1": -1}}}))
+        .option("startingOffsets", _offsets({q0: 5, q1: -2}))
+        .option("endingOffsets", _offsets({q0: 8, q1: -1}))
         .load()
     )
-    assert ranged.filter("queueId = 0").count() == 3
-    assert ranged.filter("queueId = 1").count() == 20
-    assert sorted(r.queueOffset for r in ranged.filter("queueId = 0").collect()) == [5, 6, 7]
+    assert ranged.filter(_of(q0)).count() == 3
+    assert ranged.filter(_of(q1)).count() == 20
+    assert sorted(r.queueOffset for r in ranged.filter(_of(q0)).collect()) == [5, 6, 7]
     evens = base().option("subExpression", "even").load()
     assert evens.count() == 20 and {r.tags for r in evens.collect()} == {"even"}
     both = base().option("subExpression", "even || odd").load()
@@ -207,7 +220,7 @@ def test_large_ranges_are_split_into_partitions(spark, backend):
         ),
         (
             {"assign": '{"orders": [0, 2]}'},
-            "option assign: topic 'orders' has no queue 2 (it has 2 read queues, 0-1)",
+            "option assign: topic 'orders' has no queue 2 (it has N read queues, 0-LAST)",
         ),
         (
             {"assign": '{"orders": {"broker-zz": [0]}}'},
@@ -216,8 +229,11 @@ def test_large_ranges_are_split_into_partitions(spark, backend):
         ({"assign": '{"nope": [0]}'}, "option assign: topic 'nope' does not exist"),
         ({"assign": '{"orders": 0}'}, "option assign: topic 'orders' must list queue ids"),
         (
-            {"assign": '{"orders": [0]}', "startingOffsets": '{"orders": {"broker-a": {"1": 0}}}'},
-            "option startingOffsets: queue orders/broker-a/1 is not one of the subscribed queues",
+            {
+                "assign": '{"orders": {"broker-a": [0]}}',
+                "startingOffsets": '{"orders": {"BROKER1": {"ID1": 0}}}',
+            },
+            "option startingOffsets: queue orders/BROKER1/ID1 is not one of the subscribed queues",
         ),
         (
             {
@@ -272,7 +288,7 @@ def test_large_ranges_are_split_into_partitions(spark, backend):
         (
             {"topic": "orders", "endingOffsets": '{"orders": {"broker-a": {"0": 50}}}'},
             "option endingOffsets: offset 50 for queue orders/broker-a/0 is past the queue's "
-            "end (1)",
+            "end (END0)",
         ),
         (
             {"topic": "orders", "endingOffsets": "latest", "endingTimestamp": "1700000000000"},
@@ -281,13 +297,29 @@ def test_large_ranges_are_split_into_partitions(spark, backend):
     ],
 )
 def test_bad_options_fail_at_load_with_a_clear_message(spark, backend, options, message):
-    # "orders" (2 queues), its broker "broker-a" and "nope" (no topic) are this test's names
+    # "orders" (2 queues), the broker of its first queue "broker-a" and "nope" (no topic)
+    # are this test's names; BROKER1/ID1 name its second queue (broker-a/1 in a store,
+    # broker-b/0 on a cluster of two), N the queues of a broker (0-LAST), END0 the end
+    # of the first queue
     orders, nope = backend.fresh_topic("orders"), backend.fresh_topic("nope")
     _fill(backend.client, orders, 2)
-    broker = backend.broker(orders)
+    q0, q1 = backend.queues(orders)
+    n = sum(1 for mq in backend.queues(orders) if mq.broker == q0.broker)
+    names = {
+        "orders": orders,
+        "broker-a": q0.broker,
+        "nope": nope,
+        "BROKER1": q1.broker,
+        "ID1": str(q1.queue_id),
+        "N read": f"{n} read",
+        "LAST": str(n - 1),
+        "END0": str(backend.client.max_offset(q0)),
+    }
 
     def ours(text: str) -> str:
-        return text.replace("orders", orders).replace("broker-a", broker).replace("nope", nope)
+        for name, value in names.items():
+            text = text.replace(name, value)
+        return text
 
     reader = _read(spark, backend)
     for k, v in options.items():
@@ -355,15 +387,15 @@ def test_stream_available_now_reads_once_and_resumes_from_checkpoint(spark, back
         "s",
     )
     rows = spark.read.parquet(out).collect()
-    seen = sorted((r.queueId, r.queueOffset) for r in rows)
+    seen = sorted((r.brokerName, r.queueId, r.queueOffset) for r in rows)
     assert seen == sorted(set(seen)) and len(seen) == 40  # each message exactly once
-    for q in range(2):  # in queue order, no gaps
-        assert [o for qq, o in seen if qq == q] == list(range(20))
+    for mq in backend.queues(orders):  # in queue order, no gaps
+        assert [o for b, q, o in seen if (b, q) == (mq.broker, mq.queue_id)] == list(range(20))
     # Spark's progress is the group's committed offset: lag is zero. Before Spark 4.2,
     # Spark never tells the source that the last batch of an AvailableNow run is done:
     # the group trails by that batch (5 per queue) until the next run.
     trail = 0 if ADMISSION_CONTROL else 5
-    assert backend.lag(etl, orders) == {(orders, 0): trail, (orders, 1): trail}
+    assert backend.lag(etl, orders) == {mq: trail for mq in backend.queues(orders)}
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
@@ -385,7 +417,7 @@ def test_max_offsets_per_trigger_splits_the_backlog_without_starving_a_queue(
         assert sizes == [100]
         return
     assert max(sizes) <= 21 and len(sizes) >= 5
-    first = spark.read.parquet(out).filter("queueId = 1").count()
+    first = spark.read.parquet(out).filter(_of(backend.queues(big)[1])).count()
     assert first == 5
 
 
@@ -554,7 +586,10 @@ def test_starting_offsets_group_resumes_where_the_group_is(spark, backend, tmp_p
     df = _stream(spark, backend.options, topic=orders, startingOffsets="group", group=etl2)
     out, _ = _run_available_now(df, tmp_path, "g")
     rows = spark.read.parquet(out).collect()
-    assert sorted((r.queueId, r.queueOffset) for r in rows) == [(0, 3), (0, 4)]
+    assert sorted((r.brokerName, r.queueId, r.queueOffset) for r in rows) == [
+        (q0.broker, q0.queue_id, 3),
+        (q0.broker, q0.queue_id, 4),
+    ]
     # (before Spark 4.2 the last AvailableNow batch is not committed to the group)
     assert backend.client.committed_offset(etl2, q0) == (5 if ADMISSION_CONTROL else 3)
 
@@ -690,17 +725,17 @@ def test_filters_on_topic_queue_offset_and_time_are_pushed_down(spark, backend):
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
         df = _read(spark, backend).option("topic", f"{orders},{payments}").load()
-        q = df.filter(
-            f"topic = '{orders}' and queueId = 1 and queueOffset >= 5 and queueOffset < 9"
-        )
-        assert sorted((r.topic, r.queueId, r.queueOffset) for r in q.collect()) == [
-            (orders, 1, o) for o in range(5, 9)
+        q1 = backend.queues(orders)[1]
+        q = df.filter(f"topic = '{orders}' and {_of(q1)} and queueOffset >= 5 and queueOffset < 9")
+        assert sorted((r.topic, r.brokerName, r.queueId, r.queueOffset) for r in q.collect()) == [
+            (orders, q1.broker, q1.queue_id, o) for o in range(5, 9)
         ]
         # pushed down (Spark 4.1+): only the one queue range is planned and read
         assert q.rdd.getNumPartitions() == (1 if FILTER_PUSHDOWN else 4)
         late = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
         assert df.filter(F.col("storeTimestamp") > F.lit(late)).count() == 0
-        assert df.filter("queueId in (0)").count() == 25
+        q0 = backend.queues(orders)[0]
+        assert df.filter(f"brokerName in ('{q0.broker}') and queueId in (0)").count() == 25
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 

@@ -29,12 +29,11 @@ def main() -> None:
         .option("maxOffsetsPerTrigger", "37")
         .load()
     )
-    # body "q:i" and the same out queue per in queue: order is checkable downstream
+    # body "broker:q:i" and the same out queue per in queue: order is checkable downstream
+    queue = F.concat_ws(":", F.col("brokerName"), F.col("queueId").cast("string"))
     out = src.select(
-        F.concat_ws(
-            ":", F.col("queueId").cast("string"), F.col("queueOffset").cast("string")
-        ).alias("body"),
-        F.col("queueId").cast("string").alias("shardingKey"),
+        F.concat_ws(":", queue, F.col("queueOffset").cast("string")).alias("body"),
+        queue.alias("shardingKey"),
     )
     writer = (
         out.writeStream.format("rocketmq")
