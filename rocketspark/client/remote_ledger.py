@@ -21,9 +21,8 @@ An entry holds, besides what the embedded ledger holds (``committed``,
   commit: ROLLBACK.
 
 A batch job (``df.write``) has no gate here: a task chunk written after its
-job ended is a half no finish accepted, rolled back (or, stored after the
-finish, left until the broker discards it after transactionCheckMax checks:
-never visible either way).
+job ended is a half no finish accepted, which the check-back answer rolls back
+(a batch job's sink id is its own: no later batch of it can accept it).
 
 Records expire with the topic's CommitLog (72 h by default); every finish
 writes the whole entry again, so a sink that commits at least that often

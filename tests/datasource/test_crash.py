@@ -82,9 +82,12 @@ def test_killed_pipeline_restarts_without_loss_or_duplicates(backend, tmp_path):
     in_queues = [f"{mq.broker}:{mq.queue_id}" for mq in backend.queues(in_)]
     want = {f"{q}:{i}" for q in in_queues for i in range(230)}  # (600 + 3*30) / 3 per queue
     assert set(bodies) == want
-    # per in-queue, the rows arrive in queue order (they share an out queue)
-    for q in in_queues:
-        seq = [int(b.rsplit(":", 1)[1]) for _, b in rows if b.startswith(f"{q}:")]
-        assert seq == sorted(seq)
+    # per in-queue, the rows arrive in queue order (they share an out queue); on a
+    # cluster, transactional messages are not ordered messages: a broker commits the
+    # halves on its thread pool, in no set order (README: A RocketMQ cluster)
+    if backend.name == "embedded":
+        for q in in_queues:
+            seq = [int(b.rsplit(":", 1)[1]) for _, b in rows if b.startswith(f"{q}:")]
+            assert seq == sorted(seq)
     assert backend.lag(group, in_) == {mq: 0 for mq in backend.queues(in_)}
     assert torn >= 1, f"none of {kills} kills landed between task writes and the commit"
