@@ -40,8 +40,11 @@ def main() -> None:
             .mode("append")
             .save()
         )
+        # by commitLogOffset on a store (as pipelines did before msgIds), by msgId on a
+        # cluster (where an offset names no message)
+        key = "commitLogOffset" if "store" in spec["options"] else "msgId"
         return batch_df.where(F.col("body").cast("string").endswith("-bad")).select(
-            "commitLogOffset", F.lit("bad input").alias("reason")
+            key, F.lit("bad input").alias("reason")
         )
 
     pipe = RetryPipeline(
