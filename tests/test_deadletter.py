@@ -270,16 +270,17 @@ def test_retry_pipeline_killed_at_random_moments_reaches_the_same_state(backend,
     }
 
 
-@pytest.mark.embedded_only(
-    "a replay decides an interrupted replay's halves by an answer run over the open halves "
-    "at once; a cluster leaves them to its brokers' check-backs, which need a process of "
-    "the replay's group connected then: not built yet"
-)
 def test_an_interrupted_replay_is_finished_or_undone_by_the_next(spark, dlq_world):
     """Halves left by a replay that died before its MERGE are rolled back; after it, committed."""
     from rocketspark.deadletter import PROPERTY_REPLAY_ID, _replay_group
 
     backend, orders, tables = dlq_world.backend, dlq_world.orders, dlq_world.tables
+    if backend.name != "embedded":  # (dlq_world is the module's: a mark would not reach it)
+        pytest.skip(
+            "a replay decides an interrupted replay's halves by an answer run over the open "
+            "halves at once; a cluster leaves them to its brokers' check-backs, which need a "
+            "process of the replay's group connected then: not built yet"
+        )
     client = backend.client
     group = _replay_group(tables["dlq"])
 
