@@ -345,15 +345,10 @@ def cluster_answer(ledger: Any) -> Answer:
     return answer
 
 
-_registered: set[tuple[int, str]] = set()
-
-
 def register_answer(client: Client, producer_group: str) -> None:
-    """Answer the check-backs of ``producer_group``'s halves in this process (once)."""
-    key = (id(client), producer_group)
-    if key not in _registered:
-        client.check_transactions(producer_group, cluster_answer(client.sink_ledger()))
-        _registered.add(key)
+    """Answer the check-backs of ``producer_group``'s halves in this process (calling it
+    again replaces the answer with the same one; only a new group is a heartbeat)."""
+    client.check_transactions(producer_group, cluster_answer(client.sink_ledger()))
 
 
 def _cluster_halves(messages: Sequence[Any]) -> list[Halves]:
