@@ -109,7 +109,8 @@ class _Endpoint:
     """Where the pipeline's RocketMQ is: a store (and its overrides) or a cluster."""
 
     ref: ClientRef
-    options: dict[str, str]  # the data source options that reach it
+    # the data source options that reach it (a cluster's may hold the ACL secret: no repr)
+    options: dict[str, str] = field(repr=False)
 
     def reader(self, spark: Any) -> Any:
         r = spark.readStream.format("rocketmq")
