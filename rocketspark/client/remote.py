@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from rocketspark.client.api import Answer, ClientRef, MessageQueue, PutResult, TopicInfo
 from rocketspark.client.remote_ledger import RemoteSinkLedger
-from rocketspark.client.remote_producer import PRODUCER_GROUP, Producer, columns_of
+from rocketspark.client.remote_producer import PRODUCER_GROUP, Producer
 from rocketspark.client.remote_pull import RangeReader
 from rocketspark.errors import (
     ConfigError,
@@ -48,6 +48,7 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message import arrow
+from rocketspark.message.columns import Columns
 from rocketspark.message.model import (
     BROKER_STAMPED_PROPERTIES,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -334,7 +335,7 @@ class RemoteClient:
         return self.producer.send(list(messages))
 
     def put_columns(self, bodies: Sequence[Any], **columns: Any) -> Sequence[PutResult]:
-        return self.producer.send(columns_of(bodies, columns).messages())
+        return self.producer.send(Columns.of_keywords(bodies, columns).messages())
 
     # -- transactions, retries, housekeeping ------------------------------------------------
 
@@ -352,7 +353,7 @@ class RemoteClient:
         **columns: Any,
     ) -> Sequence[PutResult]:
         return self.producer.prepare(
-            columns_of(bodies, columns).messages(), producer_group, extra_properties
+            Columns.of_keywords(bodies, columns).messages(), producer_group, extra_properties
         )
 
     def halves(self, results: Sequence[PutResult], *, producer_group: str) -> list[Halves]:

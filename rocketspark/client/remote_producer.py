@@ -26,7 +26,6 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
 
 import numpy as np
 
@@ -41,7 +40,6 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message import arrow
-from rocketspark.message.columns import Columns
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
     NAME_VALUE_SEPARATOR,
@@ -65,7 +63,7 @@ from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection, check_response
 
-__all__ = ["PRODUCER_GROUP", "Producer", "columns_of"]
+__all__ = ["PRODUCER_GROUP", "Producer"]
 
 log = logging.getLogger(__name__)
 
@@ -437,22 +435,6 @@ def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseExcep
         check_response(future.result(), request_code=RequestCode.END_TRANSACTION, address=address)
     except RemotingError as e:
         errors.append(e)
-
-
-def columns_of(bodies: Sequence[Any], columns: dict[str, Any]) -> Columns:
-    cols = Columns(
-        bodies,
-        columns.pop("topic", None),
-        columns.pop("topics", None),
-        columns.pop("tags", None),
-        columns.pop("keys", None),
-        columns.pop("properties", None),
-        columns.pop("queue_ids", None),
-        columns.pop("sharding_keys", None),
-    )
-    if columns:
-        raise TypeError(f"unknown columns {sorted(columns)}")
-    return cols
 
 
 def _encode_for_batch(msg: Message, props: bytes) -> bytes:
