@@ -46,6 +46,12 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
+    if master.startswith("local"):
+        # A local session serves no other machine: its driver listens on loopback only
+        # (Spark would bind the host's address); ``conf`` may say otherwise.
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1"
+        )
     for key, value in spark_defaults().items():
         if delta or not key.startswith(("spark.sql.extensions", "spark.sql.catalog.")):
             builder = builder.config(key, value)

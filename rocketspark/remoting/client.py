@@ -185,9 +185,13 @@ class RemotingClient:
         expected: Iterable[int] = (ResponseCode.SUCCESS,),
     ) -> RemotingCommand:
         """Send one request to ``address`` and check its answer's code (see ``check_response``)."""
-        response = self._connections.invoke(
-            address, self.command(code, header, body), timeout or self.timeout
-        )
+        try:
+            response = self._connections.invoke(
+                address, self.command(code, header, body), timeout or self.timeout
+            )
+        except RemotingConnectError:
+            self._forget_routes_to(address)
+            raise
         return check_response(
             response, expected=tuple(expected), request_code=code, address=address
         )
@@ -201,9 +205,22 @@ class RemotingClient:
         *,
         timeout: float | None = None,
     ) -> Future[RemotingCommand]:
-        return self._connections.get(address).invoke_async(
-            self.command(code, header, body), timeout or self.timeout
-        )
+        try:
+            return self._connections.get(address).invoke_async(
+                self.command(code, header, body), timeout or self.timeout
+            )
+        except RemotingConnectError:
+            self._forget_routes_to(address)
+            raise
+
+    def _forget_routes_to(self, address: str) -> None:
+        """Drop the cached routes naming ``address``, which refused a connection: the next
+        request asks the NameServers (which forget a broker whose connection closed), so
+        reads move to a member still up, as RocketMQ's consumers do."""
+        with self._lock:
+            for topic, (route, _) in list(self._routes.items()):
+                if any(address in b.addrs.values() for b in route.broker_datas):
+                    del self._routes[topic]
 
     def invoke_oneway(
         self, address: str, code: int, header: h.Header | Mapping[str, str] | None = None
@@ -349,11 +366,15 @@ class RemotingClient:
 
     def read_address(self, mq: MessageQueue) -> str:
         """Where to pull ``mq`` from: the member the last answer suggested, else the master."""
-        want = self._pull_from.get(mq, MASTER_ID)
+        return self._member(mq, self._pull_from.get(mq, MASTER_ID))
+
+    def _member(self, mq: MessageQueue, broker_id: int) -> str:
+        """The address of member ``broker_id`` of ``mq``'s broker group, else its master's,
+        else any member's (``BrokerData.address``; the route refreshed once)."""
         for refresh in (False, True):
             b = self.route(mq.topic, refresh=refresh).broker(mq.broker)
             if b is not None:
-                addr = b.address(want)
+                addr = b.address(broker_id)
                 if addr is not None:
                     return addr
         raise RemotingError(
@@ -364,7 +385,9 @@ class RemotingClient:
     # -- offsets -------------------------------------------------------------------------------
 
     def _offset(self, code: int, mq: MessageQueue, header: h.Header) -> int:
-        response = self.invoke(self.master(mq.topic, mq.broker), code, header)
+        # the master, or while the group has none (it died), the member reads fall back
+        # to: a slave answers with what it can serve
+        response = self.invoke(self._member(mq, MASTER_ID), code, header)
         return int(response.ext_fields["offset"])
 
     def max_offset(self, mq: MessageQueue) -> int:

@@ -71,14 +71,14 @@ def test_settings_and_loopback_only(rocketmq_cluster):
         assert (conf["transactionTimeOut"], conf["transactionCheckInterval"]) == ("3000", "2000")
         assert conf["transactionOpBatchInterval"] == "500"
         assert conf["timerFlushIntervalMs"] == "60000"
-    # every port of every JVM is on loopback: the brokers' HA acceptor is not started
+    # every port of every JVM is on loopback, the brokers' HA acceptor's too
     ports = {name: listening(pid) for name, pid in c.pids().items()}
     assert all(host == "127.0.0.1" for found in ports.values() for host, _ in found), ports
     assert ports["namesrv"] == {("127.0.0.1", int(c.namesrv.split(":")[1]))}
     for name in BROKERS:
         port = c.brokers[name].port
-        assert {("127.0.0.1", port), ("127.0.0.1", port - 2)} <= ports[name]
-        assert ("127.0.0.1", port + 1) not in ports[name]
+        # the broker's port, its fast port (port - 2), its HA acceptor (port + 1)
+        assert {("127.0.0.1", p) for p in (port, port - 2, port + 1)} <= ports[name]
     assert ports["java client"] == set()
 
 

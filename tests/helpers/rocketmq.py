@@ -7,8 +7,8 @@ Central) from ``.jars/rocketmq-namesrv``. Each JVM gets its own ``user.home`` an
 ``tests/helpers/java`` are compiled with ``javac`` once per test session, when a test
 first needs them:
 
-- ``LoopbackOnlyHAService``: the brokers' HA service without its listener, which RocketMQ
-  5.3 binds to all interfaces (see the class); so every port a test opens is on loopback;
+- ``LoopbackOnlyHAService``: the brokers' HA service with its listener bound to loopback (RocketMQ
+  5.3 binds it to all interfaces; see the class), so every port a test opens is on loopback;
 - ``RocketClient``: RocketMQ's own producer, consumers and admin client, printing JSON
   lines; one run per call (``RocketMQ.client``, ``RocketMQ.run``) or one long-running
   process answering requests (``JavaService``: a session pays for one JVM start).
@@ -147,7 +147,7 @@ def broker_conf(
         "brokerId": 0,
         "namesrvAddr": namesrv,
         "listenPort": port,
-        # not bound: LoopbackOnlyHAService
+        # bound to 127.0.0.1 by LoopbackOnlyHAService
         "haListenPort": port + 1,
         "bindAddress": "127.0.0.1",
         "brokerIP1": "127.0.0.1",
