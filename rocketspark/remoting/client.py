@@ -156,6 +156,7 @@ class RemotingClient:
         self._routes: dict[str, tuple[TopicRoute, float]] = {}
         self._pull_from: dict[MessageQueue, int] = {}
         self.heartbeats = Heartbeats(self)
+        self.register_handler(RequestCode.GET_CONSUMER_RUNNING_INFO, self.heartbeats.running_info)
 
     def __repr__(self) -> str:
         return f"RemotingClient({';'.join(self.namesrv)!r})"

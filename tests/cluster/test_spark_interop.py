@@ -6,7 +6,8 @@
 - What the Spark sink writes (at least once and exactly once) a Java consumer reads
   exactly.
 - The offsets a stream commits for its group are the ones the brokers report
-  (``mqadmin consumerProgress``'s numbers).
+  (``mqadmin consumerProgress``'s numbers), and ``mqadmin consumerStatus`` gets a
+  registered reader's running info from it.
 - A half message a killed driver left open is committed by the brokers' check-back
   when its batch committed.
 
@@ -132,4 +133,24 @@ def test_offsets_a_stream_commits_are_the_brokers(spark, rocketmq_cluster, tmp_p
     for mq in client.queues(topic):
         (q,) = [p for p in progress if (p["brokerName"], p["queueId"]) == (mq.broker, mq.queue_id)]
         assert client.committed_offset(group, mq) == q["consumerOffset"]
+    close_all()
+
+
+def test_mqadmin_consumer_status_shows_a_registered_reader(rocketmq_cluster):
+    """``mqadmin consumerStatus``: a broker lists the client among the group's
+    connections and relays GET_CONSUMER_RUNNING_INFO to it; the client answers."""
+    cluster = rocketmq_cluster
+    topic, group = unique_topic("status"), unique_topic("status-group")
+    cluster.create_topic(topic, queues=1)
+    client = ClientRef.cluster(cluster.namesrv).connect()
+    client.remoting.register_consumer(group, topic)
+    (status,) = [s for s in cluster.consumer_status(group) if s["language"] == "PYTHON"]
+    assert status["clientId"] == client.remoting.client_id
+    assert status["consumeType"] == "CONSUME_ACTIVELY"
+    assert status["topics"] == [topic]
+    props = status["properties"]
+    assert props["PROP_CONSUME_TYPE"] == "CONSUME_ACTIVELY"
+    assert props["PROP_NAMESERVER_ADDR"] == f"{cluster.namesrv};"
+    assert int(props["PROP_CONSUMER_START_TIMESTAMP"]) > 0
+    assert status["formatted"]
     close_all()

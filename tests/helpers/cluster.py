@@ -172,6 +172,11 @@ class Cluster:
         pullOffset and lastTimestamp, sorted by broker and queue."""
         return self.java.request("consumerProgress", group=group, topic=topic)
 
+    def consumer_status(self, group: str) -> list[dict]:
+        """What ``mqadmin consumerStatus`` gathers: per connected client of ``group``, its
+        clientId, language, consumeType, and its running info's properties and topics."""
+        return self.java.request("consumerStatus", group=group)
+
     def broker_config(self, broker: str) -> dict[str, str]:
         """The running configuration of ``broker`` (every setting, as strings)."""
         (conf,) = self.java.request("brokerConfig", broker=broker)

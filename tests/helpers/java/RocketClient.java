@@ -34,6 +34,10 @@ import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.body.Connection;
+import org.apache.rocketmq.remoting.protocol.body.ConsumerConnection;
+import org.apache.rocketmq.remoting.protocol.body.ConsumerRunningInfo;
+import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
 import org.apache.rocketmq.remoting.protocol.route.QueueData;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
@@ -718,6 +722,32 @@ public class RocketClient {
         }
     }
 
+    /**
+     * What mqadmin consumerStatus gathers: each connected client of the group (from a
+     * broker's consumer connections) and its running info (relayed to the client).
+     */
+    static void consumerStatus(DefaultMQAdminExt a, JSONObject spec) throws Exception {
+        String group = spec.getString("group");
+        ConsumerConnection cc = a.examineConsumerConnectionInfo(group);
+        for (Connection conn : cc.getConnectionSet()) {
+            ConsumerRunningInfo info = a.getConsumerRunningInfo(group, conn.getClientId(), false);
+            Map<String, Object> m = new HashMap<>();
+            m.put("clientId", conn.getClientId());
+            m.put("language", conn.getLanguage().name());
+            m.put("consumeType", cc.getConsumeType().name());
+            Map<String, String> props = new TreeMap<>();
+            for (String k : info.getProperties().stringPropertyNames()) {
+                props.put(k, info.getProperties().getProperty(k));
+            }
+            m.put("properties", props);
+            List<String> topics = new ArrayList<>();
+            for (SubscriptionData d : info.getSubscriptionSet()) topics.add(d.getTopic());
+            m.put("topics", topics);
+            m.put("formatted", info.formatString().length() > 0);
+            out(m);
+        }
+    }
+
     /** The broker's running configuration (every setting, as strings). */
     static void brokerConfig(DefaultMQAdminExt a, String broker) throws Exception {
         String addr = masters(a).get(broker);
@@ -758,6 +788,7 @@ public class RocketClient {
                     case "pull": pull(ns, req); break;
                     case "transact": transact(ns, req); break;
                     case "brokerConfig": brokerConfig(a, req.getString("broker")); break;
+                    case "consumerStatus": consumerStatus(a, req); break;
                     default: throw new IllegalArgumentException("unknown op " + req.getString("op"));
                 }
             } catch (Throwable e) {
