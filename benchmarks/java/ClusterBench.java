@@ -9,8 +9,11 @@ import java.nio.charset.StandardCharsets;
 import java.util.*;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
@@ -31,13 +34,19 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *       assign to the N-th message (the consumer's start and route lookup are not);
  *   <li>{@code {"op": "send", "topic": t, "n": N, "batch": 0}}: N synchronous {@code
  *       producer.send(msg)}; with {@code "batch": B}, N/B synchronous {@code
- *       producer.send(Collection)} of B messages each. 100-byte bodies (or {@code "size"}).
+ *       producer.send(Collection)} of B messages each. 100-byte bodies (or {@code "size"});
+ *   <li>{@code {"op": "transact", "topic": t, "n": N}}: N {@code
+ *       TransactionMQProducer.sendMessageInTransaction(msg)}, each a synchronous half message
+ *       and the one-way END_TRANSACTION that commits it (the local transaction answers
+ *       COMMIT_MESSAGE at once): what a Java application does to send N messages
+ *       transactionally.
  * </ul>
  */
 public class ClusterBench {
     static final PrintStream OUT =
         new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
     static DefaultMQProducer producer;
+    static TransactionMQProducer transactional;
 
     static void answer(Map<String, Object> m) {
         OUT.println(JSON.toJSONString(m));
@@ -131,6 +140,25 @@ public class ClusterBench {
         return out;
     }
 
+    static Map<String, Object> transact(JSONObject req) throws Exception {
+        String topic = req.getString("topic");
+        int n = req.getIntValue("n");
+        byte[] body = new byte[100];
+        Arrays.fill(body, (byte) 'x');
+        long t0 = System.nanoTime();
+        for (int i = 0; i < n; i++) {
+            SendResult r = transactional.sendMessageInTransaction(new Message(topic, "t", body), null);
+            if (r.getSendStatus() != SendStatus.SEND_OK) {
+                throw new RuntimeException("transact: " + r);
+            }
+        }
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        Map<String, Object> out = new HashMap<>();
+        out.put("rows", n);
+        out.put("seconds", seconds);
+        return out;
+    }
+
     public static void main(String[] args) throws Exception {
         String ns = args[0];
         producer = new DefaultMQProducer("bench-producer");
@@ -138,6 +166,20 @@ public class ClusterBench {
         producer.setInstanceName(unique("producer"));
         producer.setSendMsgTimeout(30000);
         producer.start();
+        transactional = new TransactionMQProducer("bench-tx-producer");
+        transactional.setNamesrvAddr(ns);
+        transactional.setInstanceName(unique("tx-producer"));
+        transactional.setSendMsgTimeout(30000);
+        transactional.setTransactionListener(new TransactionListener() {
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        transactional.start();
         answer(Map.of("ready", true));
         BufferedReader in =
             new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -150,6 +192,7 @@ public class ClusterBench {
                     switch (req.getString("op")) {
                         case "pull": answer(pull(ns, req)); break;
                         case "send": answer(send(ns, req)); break;
+                        case "transact": answer(transact(req)); break;
                         default: answer(Map.of("error", "unknown op " + req.getString("op")));
                     }
                 } catch (Exception e) {
@@ -158,6 +201,7 @@ public class ClusterBench {
             }
         } finally {
             producer.shutdown();
+            transactional.shutdown();
         }
         System.exit(0);
     }
