@@ -81,8 +81,15 @@ def _reader(broker: FakeBroker, start: int, end: int, expression: str = "*", pip
         f.set_result(broker.answer(offset, n, expression))
         return f
 
+    def pull_many(mq, asks, *, group, expression, address):
+        return [
+            pull_async(mq, o, n, group=group, expression=expression, address=address)
+            for o, n in asks
+        ]
+
     rc = SimpleNamespace(
         pull_async=pull_async,
+        pull_many=pull_many,
         pull_answer=lambda mq, answer, address: answer,
         read_address=lambda mq: "127.0.0.1:10911",
     )
