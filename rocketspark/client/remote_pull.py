@@ -9,11 +9,13 @@ flight and hands out the answers' records, in offset order, as buffers for
 
 from __future__ import annotations
 
+import queue
 import struct
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from rocketspark.message.results import PullStatus
 from rocketspark.remoting.client import PullAnswer
 from rocketspark.remoting.command import RemotingCommand
 
-__all__ = ["ARROW_BLOCK_BYTES", "RangeReader"]
+__all__ = ["ARROW_BLOCK_BYTES", "RangeReader", "read_ahead"]
 
 ARROW_BLOCK_BYTES = 8 * 1024 * 1024  # pulled record bytes turned into one Arrow batch at most
 
@@ -77,7 +79,7 @@ class RangeReader:
                 if len(inflight) <= pipeline // 2 and ask < self.end:
                     # topped up in bursts: the pulls go out in one send, and their
                     # answers tend to come back in one read
-                    asks = []
+                    asks: list[tuple[int, int]] = []
                     while len(inflight) + len(asks) < pipeline and ask < self.end:
                         asks.append((ask, min(batch, self.end - ask)))
                         ask += batch
@@ -158,3 +160,53 @@ _FIRST_QOFF = struct.Struct(">q")
 
 def _join(parts: list[memoryview]) -> bytes | memoryview:
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """Yield the items of ``items``, which a thread of their own makes up to ``depth`` ahead.
+
+    A range reader's pulls go on while the caller turns its last block into Arrow
+    (otherwise the pipeline stands still meanwhile). An error of ``items`` is raised
+    here; closing this generator stops the thread (and closes ``items``).
+    """
+    box: queue.Queue[tuple[bool, Any]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((False, None))
+        except BaseException as e:
+            put((False, e))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=run, name="rocketspark-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = box.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()

@@ -142,7 +142,7 @@ class PullFrames:
             RemotingCommand.request(RequestCode.PULL_MESSAGE, probe.to_ext_fields()),
             opaque=cls._OPAQUE,
         )
-        text = cmd.encode()[0][cls._PREFIX.size :].replace(b"%", b"%%")
+        text = bytes(cmd.encode()[0])[cls._PREFIX.size :].replace(b"%", b"%%")
         holes = (  # in the order they come in the header
             (b'"queueOffset":"%d"' % cls._OFFSET, b'"queueOffset":"%d"'),
             (b'"maxMsgNums":"%d"' % cls._NUMS, b'"maxMsgNums":"%d"'),
