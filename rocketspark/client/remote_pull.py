@@ -159,7 +159,15 @@ _FIRST_QOFF = struct.Struct(">q")
 
 
 def _join(parts: list[memoryview]) -> bytes | memoryview:
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    if len(parts) > 1:
+        return b"".join(parts)
+    part = parts[0]
+    # A small answer is a view of the connection's receive chunk: copied, so that its
+    # batch does not keep the whole chunk alive.
+    whole = part.obj
+    if isinstance(whole, bytes | bytearray) and len(part) * 2 < len(whole):
+        return bytes(part)
+    return part
 
 
 T = TypeVar("T")
