@@ -2,9 +2,10 @@
 
 A PULL_MESSAGE answer holds at most ``maxTransferCountOnMessageInMemory`` (32 by
 default) records; offsets in a queue are contiguous, so the next request need not
-wait for the last answer: :class:`RangeReader` keeps ``pullPipeline`` requests in
-flight and hands out the answers' records, in offset order, as buffers for
-``message.arrow``.
+wait for the last answer: :class:`RangeReader` keeps up to ``pullPipeline`` requests
+in flight (topped up several at a time, in one send) and hands out the answers'
+records, in offset order, as buffers for ``message.arrow``; :func:`read_ahead` lets
+it pull on while the caller turns the last buffer into Arrow.
 """
 
 from __future__ import annotations
