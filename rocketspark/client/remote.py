@@ -39,7 +39,7 @@ import pyarrow as pa
 from rocketspark.client.api import Answer, ClientRef, MessageQueue, PutResult, TopicInfo
 from rocketspark.client.remote_ledger import RemoteSinkLedger
 from rocketspark.client.remote_producer import PRODUCER_GROUP, Producer
-from rocketspark.client.remote_pull import RangeReader
+from rocketspark.client.remote_pull import RangeReader, read_ahead
 from rocketspark.errors import (
     ConfigError,
     OffsetOutOfRangeError,
@@ -282,11 +282,14 @@ class RemoteClient:
         sub = SubscriptionExpression(expression)
         crc = True if check_crc is None else check_crc
         reader = RangeReader(self, mq, start, end, sub)
+        blocks = reader.blocks()
+        if end - start > self.pull_batch * self.pipeline:
+            blocks = read_ahead(blocks)  # more than one burst of pulls: pull while converting
         batches = [
             arrow.records_body_to_batch(
                 block, topic=mq.topic, broker_name=mq.broker, queue_id=mq.queue_id, check_crc=crc
             )
-            for block in reader.blocks()
+            for block in blocks
         ]
         # Rows are the same on both backends: the properties every broker adds to
         # every message it stores (its cluster, region, trace switch) are left out.

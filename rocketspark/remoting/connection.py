@@ -15,9 +15,11 @@ connects again. A request unanswered in time fails with RemotingTimeoutError
 naming the address and the request. :class:`Connections` keeps one connection
 per address.
 
-The reader receives each frame into one buffer sized from its LENGTH field
-(``recv_into``) and hands out the body as a view of it: a pull answer of a few
-MiB is never copied.
+The reader receives into chunks of 256 KiB (``recv_into``: as many small
+answers as have arrived, a call) and hands out each frame's body as a view of
+its chunk; a frame bigger than what is left of a chunk starts a chunk of its
+own size, so a body is copied once at most (its first bytes), and a pull answer
+of a few MiB never.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, replace
@@ -66,6 +68,8 @@ DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds without progress before a send gives the connection up
 HANDLER_THREADS = 4
 _PREFIX_SIZE = 4
+_CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
+_MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 
 # A weak reference to a connection's expiry method: called, the method or None.
 _ExpireRef = Callable[[], Callable[[int], None] | None]
@@ -195,6 +199,19 @@ class Connection:
         """
         return self._start(request, timeout)[1]
 
+    def invoke_async_encoded(
+        self, code: int, encodes: Sequence[Callable[[int], list[Body]]], timeout: float
+    ) -> list[Future[RemotingCommand]]:
+        """:meth:`invoke_async` of requests of ``code`` given encoded, sent together (one
+        ``sendmsg``): ``encode(opaque)`` returns a request's frame as buffers (a request's
+        flag, not one-way). For requests sent many times with a few numbers changed
+        (pulls), whose frames are a template's."""
+        opaques = [self._next_opaque() for _ in encodes]
+        buffers = [
+            b for encode, opaque in zip(encodes, opaques, strict=True) for b in encode(opaque)
+        ]
+        return self._send_requests(code, opaques, buffers, timeout)
+
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` marked one-way: the server sends no response.
 
@@ -241,20 +258,27 @@ class Connection:
             raise ValueError(f"{request!r} is a response, not a request")
         opaque = self._next_opaque()
         cmd = replace(request, opaque=opaque, flag=request.flag & ~RpcFlag.ONEWAY)
-        buffers = cmd.encode()
-        future: Future[RemotingCommand] = Future()
+        return opaque, self._send_requests(cmd.code, [opaque], cmd.encode(), timeout)[0]
+
+    def _send_requests(
+        self, code: int, opaques: list[int], buffers: list[Body], timeout: float
+    ) -> list[Future[RemotingCommand]]:
+        futures: list[Future[RemotingCommand]] = [Future() for _ in opaques]
         while True:
             sock = self._socket()
             with self._lock:
-                if self._sock is sock:  # not dropped meanwhile: its drop will fail this one
-                    self._pending[opaque] = _Pending(future, sock, cmd.code, timeout)
+                if self._sock is sock:  # not dropped meanwhile: its drop will fail these
+                    for opaque, future in zip(opaques, futures, strict=True):
+                        self._pending[opaque] = _Pending(future, sock, code, timeout)
                     break
         try:
             self._send(sock, buffers)
         except RemotingConnectError:
-            return opaque, future  # _drop failed it with the reason
-        _DEADLINES.add(time.monotonic() + timeout, self._expire_ref, opaque)
-        return opaque, future
+            return futures  # _drop failed them with the reason
+        deadline = time.monotonic() + timeout
+        for opaque in opaques:
+            _DEADLINES.add(deadline, self._expire_ref, opaque)
+        return futures
 
     def _socket(self) -> socket.socket:
         """The open socket, connecting first if there is none.
@@ -345,14 +369,40 @@ class Connection:
     def _read_loop(self, sock: socket.socket) -> None:
         reason = "closed by the server"
         try:
-            prefix = bytearray(_PREFIX_SIZE)
-            prefix_view = memoryview(prefix)
+            # Frames are cut out of chunks that each recv fills as far as it can (several
+            # small answers a call); a chunk is never written again where a frame was cut
+            # from it, as commands keep views of it. A frame that does not fit what is
+            # left of a chunk starts a new one, big enough for it.
+            buf = bytearray(_CHUNK_SIZE)
+            view = memoryview(buf)
+            start = end = 0  # buf[start:end]: received, not yet decoded
             while True:
-                if not self._recv_exact(sock, prefix_view, at_boundary=True):
-                    break
-                payload = bytearray(frame_length(prefix))
-                self._recv_exact(sock, memoryview(payload), at_boundary=False)
-                cmd = decode_payload(payload)
+                if end - start < _PREFIX_SIZE:
+                    if len(buf) - start < _MIN_ROOM:
+                        buf, view, start, end = _next_chunk(view, start, end, _CHUNK_SIZE)
+                    while end - start < _PREFIX_SIZE:
+                        n = self._recv_some(sock, view, end)
+                        if n == 0:
+                            if end == start:
+                                return
+                            raise ConnectionResetError(
+                                f"end of stream inside a frame ({end - start} bytes)"
+                            )
+                        end += n
+                frame = _PREFIX_SIZE + frame_length(view[start : start + _PREFIX_SIZE])
+                stop = start + frame
+                if stop > len(buf):
+                    buf, view, start, end = _next_chunk(view, start, end, max(_CHUNK_SIZE, frame))
+                    stop = frame
+                while end < stop:
+                    n = self._recv_some(sock, view, end)
+                    if n == 0:
+                        raise ConnectionResetError(
+                            f"end of stream inside a frame ({end - start}/{stop - start} bytes)"
+                        )
+                    end += n
+                cmd = decode_payload(view[start + _PREFIX_SIZE : stop])
+                start = stop
                 if cmd.is_response:
                     self._complete(cmd)
                 else:
@@ -368,22 +418,14 @@ class Connection:
         finally:
             self._drop(sock, reason)
 
-    def _recv_exact(self, sock: socket.socket, view: memoryview, *, at_boundary: bool) -> bool:
-        """Fill ``view`` from ``sock``; False on a clean end of stream between frames."""
-        pos, size = 0, len(view)
-        while pos < size:
+    def _recv_some(self, sock: socket.socket, view: memoryview, at: int) -> int:
+        """Receive what there is (at least a byte) into ``view[at:]``; 0 at the end of stream."""
+        while True:
             try:
-                n = sock.recv_into(view[pos:], size - pos)
+                return sock.recv_into(view[at:])
             except TimeoutError:  # socket.timeout: idle, not an error for a reader
                 if self._sock is not sock:
                     raise ConnectionAbortedError("connection given up") from None
-                continue
-            if n == 0:
-                if at_boundary and pos == 0:
-                    return False
-                raise ConnectionResetError(f"end of stream inside a frame ({pos}/{size} bytes)")
-            pos += n
-        return True
 
     def _complete(self, response: RemotingCommand) -> None:
         with self._lock:
@@ -441,6 +483,15 @@ class Connection:
             self._send(sock, response.encode())
         except RemotingError as e:
             log.warning("%s: cannot answer %s: %s", self._address, request.code_name, e)
+
+
+def _next_chunk(
+    view: memoryview, start: int, end: int, size: int
+) -> tuple[bytearray, memoryview, int, int]:
+    """A new chunk of ``size`` bytes holding ``view[start:end]`` (a frame's first bytes)."""
+    buf = bytearray(size)
+    buf[: end - start] = view[start:end]
+    return buf, memoryview(buf), 0, end - start
 
 
 def _send_all(sock: socket.socket, buffers: list[Body]) -> None:

@@ -9,6 +9,7 @@ real brokers are in ``tests/cluster``.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ import pytest
 
 from rocketspark.client.api import ClientRef
 from rocketspark.client.remote import resolve
-from rocketspark.client.remote_pull import RangeReader
+from rocketspark.client.remote_pull import RangeReader, read_ahead
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError
 from rocketspark.message import arrow
 from rocketspark.message.model import HostAddress, MessageQueue
@@ -81,8 +82,15 @@ def _reader(broker: FakeBroker, start: int, end: int, expression: str = "*", pip
         f.set_result(broker.answer(offset, n, expression))
         return f
 
+    def pull_many(mq, asks, *, group, expression, address):
+        return [
+            pull_async(mq, o, n, group=group, expression=expression, address=address)
+            for o, n in asks
+        ]
+
     rc = SimpleNamespace(
         pull_async=pull_async,
+        pull_many=pull_many,
         pull_answer=lambda mq, answer, address: answer,
         read_address=lambda mq: "127.0.0.1:10911",
     )
@@ -170,3 +178,31 @@ def test_name_servers_and_settings_are_checked_naming_the_option():
         resolve("h:1", {}, "ak", None)
     ref = resolve("h:1", {}, "ak", "very-secret")
     assert isinstance(ref, ClientRef) and "very-secret" not in repr(ref)
+
+
+def test_blocks_read_ahead_come_in_order_with_the_readers_error_and_stop_when_closed():
+    reader = _reader(FakeBroker(500, 7), 10, 400)
+    out = []
+    for block in read_ahead(reader.blocks()):
+        batch = arrow.records_body_to_batch(
+            block, topic=MQ.topic, broker_name=MQ.broker, queue_id=MQ.queue_id
+        )
+        out += batch.column("queueOffset").to_pylist()
+    assert out == list(range(10, 400)) and reader.position == 400
+
+    with pytest.raises(OffsetOutOfRangeError):
+        list(read_ahead(_reader(FakeBroker(100, 32, low=40), 0, 100).blocks()))
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            while True:
+                yield b"x"
+        finally:
+            closed.set()
+
+    items = read_ahead(endless())
+    assert next(items) == b"x"
+    items.close()
+    assert closed.wait(5)

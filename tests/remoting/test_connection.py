@@ -355,3 +355,30 @@ def test_the_connect_timeout_bounds_connecting():
         finally:
             for filler in fillers:
                 filler.close()
+
+
+def test_pipelined_answers_of_every_size_come_back_whole_across_receive_chunks(server, conn):
+    # sizes around the reader's 256 KiB chunks: small answers several to a read, a frame
+    # split over a chunk's end, frames bigger than a chunk
+    sizes = [0, 1, 5, 100, 6_400, 200_000, 70_000, 262_100, 262_144, 300_000, 3, 700_000]
+    sizes += [(i * 7919) % 90_000 for i in range(60)]
+    bodies = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    futures = [conn.invoke_async(request(body, seq=str(i)), WAIT) for i, body in enumerate(bodies)]
+    for i, (body, future) in enumerate(zip(bodies, futures, strict=True)):
+        response = future.result(WAIT)
+        assert response.ext_fields["seq"] == str(i)
+        assert (bytes(response.body) if response.body is not None else b"") == body
+
+
+def test_requests_given_encoded_go_out_together_and_are_answered_each(server, conn):
+    def encode(i):
+        return lambda opaque: [
+            request(f"body-{i}".encode(), seq=str(i)).with_opaque(opaque).to_bytes()
+        ]
+
+    futures = conn.invoke_async_encoded(
+        RequestCode.GET_MAX_OFFSET, [encode(i) for i in range(5)], WAIT
+    )
+    answers = [f.result(WAIT) for f in futures]
+    assert [a.ext_fields["seq"] for a in answers] == [str(i) for i in range(5)]
+    assert [bytes(a.body) for a in answers] == [f"body-{i}".encode() for i in range(5)]
