@@ -17,7 +17,9 @@ import time
 import pytest
 
 from rocketspark.client import ClientRef, close_all
+from rocketspark.errors import RemotingCommandError
 from rocketspark.message.model import MessageQueue
+from rocketspark.remoting.codes import ResponseCode
 from tests.helpers.rocketmq import Broker, RocketMQ
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -80,6 +82,20 @@ def _replicated(rocketmq: RocketMQ, slave: Broker) -> None:
         return int(answer.ext_fields["offset"])
 
     _wait(lambda: all(on_slave(mq) == n for mq, n in want.items()), "replicated")
+
+    def serves(mq: MessageQueue) -> bool:
+        """Whether the slave has the topic's config (synchronized from the master every
+        10 s), without which it answers a pull TOPIC_NOT_EXIST."""
+        pull = client.remoting.pull_async(mq, 0, 1, group="ha-probe", address=slave.addr)
+        try:
+            client.remoting.pull_answer(mq, pull.result(), slave.addr)
+        except RemotingCommandError as e:
+            if e.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return False
+        return True
+
+    _wait(lambda: all(serves(mq) for mq in queues), "the topic known to the slave")
 
 
 def _bodies(batches) -> list[str]:
