@@ -8,7 +8,8 @@ A broker keeps its transactions in two system topics of one queue (0) each
   producer group), REAL_TOPIC / REAL_QID (where a commit puts it) and UNIQ_KEY.
   Before a check-back the broker stores the half again (``putBackHalfMsgQueue``:
   a copy at a new offset, its check count raised) and asks about the copy, so
-  one transaction may have several copies: the newest stands for it.
+  one transaction (one UNIQ_KEY) may have several copies: it is open while no
+  op names any of them, and its newest copy stands for it.
 - ``RMQ_SYS_TRANS_OP_HALF_TOPIC``: op messages, tag ``d``, whose body lists the
   half-queue offsets committed or rolled back, each followed by a comma
   ("12,13,14,"; ``TransactionalOpBatchService`` batches them every
@@ -18,8 +19,8 @@ The broker's check (``TransactionalMessageServiceImpl.check``) keeps its progres
 as the offsets of the consumer group ``CID_RMQ_SYS_TRANS`` in both queues: every
 half below the half queue's progress is ended, put back as a newer copy or
 discarded, and every op below the op queue's progress names only such halves.
-So a half is open when it is at or past the half progress and no op from the op
-progress on names it.
+So a transaction is open when it has a copy at or past the half progress and no op
+from the op progress on names one of its copies there.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rocketspark.message import arrow
 from rocketspark.message.model import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     TRANS_OP_REMOVE_TAG,
@@ -114,16 +116,23 @@ def _broker_halves(client: RemoteClient, broker: str) -> list[MessageExt]:
     # so the ops read from here name every ended half past the half progress read next.
     op_start = _progress(client, op_mq)
     half_start = _progress(client, half_mq)
-    newest: dict[str, MessageExt] = {}
-    for half in _records(client, half_mq, half_start):
-        newest[half.uniq_key or f"@{half.queue_offset}"] = half  # a later copy replaces it
+    halves = list(_records(client, half_mq, half_start))
     ended: set[int] = set()
     for op in _records(client, op_mq, op_start):  # (read after the halves: none is missed)
         if op.tags == TRANS_OP_REMOVE_TAG:
             ended.update(int(p) for p in op.body.split(OP_SEPARATOR) if p.strip().isdigit())
-    return sorted(
-        (h for h in newest.values() if h.queue_offset not in ended), key=lambda h: h.queue_offset
-    )
+    newest: dict[str, MessageExt] = {}
+    closed: set[str] = set()
+    for half in halves:
+        key = half.uniq_key or f"@{half.queue_offset}"
+        newest[key] = half  # a later copy replaces an earlier one
+        # An END of any copy decided the transaction (a check-back's copy is stored
+        # when the op of an END is not shown yet); a copy the broker made for a check
+        # immunity time names its first half's offset.
+        first = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, "")
+        if half.queue_offset in ended or (first.isdigit() and int(first) in ended):
+            closed.add(key)
+    return sorted((h for k, h in newest.items() if k not in closed), key=lambda h: h.queue_offset)
 
 
 def _progress(client: RemoteClient, mq: MessageQueue) -> int:
