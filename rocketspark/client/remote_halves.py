@@ -99,14 +99,12 @@ def open_halves(
         route = client.remoting.route(TRANS_HALF_TOPIC, refresh=True)
     except UnknownTopicError:
         return []  # no broker of the cluster has stored a half yet
-    out = []
-    for broker in sorted(route.masters()):
-        for half in _broker_halves(client, broker):
-            if producer_group is None or half.properties.get(PROPERTY_PRODUCER_GROUP) == (
-                producer_group
-            ):
-                out.append((broker, half))
-    return out
+    return [
+        (broker, half)
+        for broker in sorted(route.masters())
+        for half in _broker_halves(client, broker)
+        if producer_group in (None, half.properties.get(PROPERTY_PRODUCER_GROUP))
+    ]
 
 
 def _broker_halves(client: RemoteClient, broker: str) -> list[MessageExt]:
