@@ -14,10 +14,10 @@ where it is not obvious), so both backends answer alike:
   became of its halves (its process died between prepare and end) is asked:
   a broker sends CHECK_TRANSACTION_STATE for every half older than its
   transaction timeout, and the producer answers COMMIT, ROLLBACK or UNKNOWN.
-  :meth:`Client.check_transactions` takes that answer as a function; the
-  embedded backend runs it over the group's open halves at once, a remote one
-  registers it for the broker's check-backs. A client cannot list open halves
-  on a cluster, so nothing on the Spark side may rely on listing them.
+  :meth:`Client.check_transactions` takes that answer as a function and runs
+  it over the group's open halves at once (a cluster's are read from each
+  master's half and op topics, which show an END a moment late); a remote
+  backend also registers it for the brokers' check-backs.
 - **A lock is held by this client**, not by a thread or a process: it
   serialises two clients' work on one thing (a table, a replay), and is given
   back when the block ends or the client's process dies.
@@ -342,12 +342,12 @@ class Client(Protocol):
         """Let ``answer`` decide the open halves of ``producer_group`` (None: every group).
 
         COMMIT commits a half, ROLLBACK rolls it back, UNKNOWN leaves it open.
-        This is the broker's check-back (CHECK_TRANSACTION_STATE): a remote
-        backend registers ``answer`` for the halves the broker checks (those
-        older than its transaction timeout), the embedded backend runs it now
-        over every open half of the group. ``in_flight`` names halves (by
-        half-queue offset) the caller knows to be undecided: a backend may
-        leave them without asking. Returns counts by answer.
+        This is the broker's check-back (CHECK_TRANSACTION_STATE), run now over
+        every open half of the group; a remote backend also registers ``answer``
+        for the halves the brokers check later (those older than their
+        transaction timeout). ``in_flight`` names halves (by half-queue offset)
+        the caller knows to be undecided: a backend may leave them without
+        asking. Returns counts by answer.
         """
         ...
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rocketspark.client import remote_halves
 from rocketspark.client.api import Answer, ClientRef, MessageQueue, PutResult, TopicInfo
 from rocketspark.client.remote_ledger import RemoteSinkLedger
 from rocketspark.client.remote_producer import PRODUCER_GROUP, Producer
@@ -173,6 +174,7 @@ class RemoteClient:
         self._lock = threading.Lock()
         self._ledger: RemoteSinkLedger | None = None
         self._locks: dict[str, threading.Lock] = {}
+        self._ended = remote_halves.EndedHalves()
 
     def __repr__(self) -> str:
         return f"RemoteClient({self.where})"
@@ -364,6 +366,7 @@ class RemoteClient:
 
     def end_transactions(self, halves: Sequence[Halves], *, commit: bool) -> None:
         self.producer.end_halves(halves, commit=commit)
+        self._ended.note(halves)  # (the brokers' op queues show it a moment later)
 
     def check_transactions(
         self,
@@ -372,15 +375,36 @@ class RemoteClient:
         *,
         in_flight: Iterable[int] = (),
     ) -> dict[str, int]:
-        """Register ``answer`` for the brokers' check-backs of ``producer_group``'s halves.
+        """Run ``answer`` now over every open half of the group on every master, then
+        register it for the brokers' check-backs of the group's halves.
+
+        The open halves are read from each broker's half and op topics (see
+        ``remote_halves.py``); each is ended as answered, with END_TRANSACTION
+        (every answer awaited). A COMMIT for a half whose committed copy exists
+        already only closes it (and is not counted); UNKNOWN leaves a half open.
+        Halves at the half-queue offsets in ``in_flight`` (on any broker), and
+        halves this client ended in the last minute, are not asked.
 
         A broker asks about halves older than its transactionTimeOut, every
         transactionCheckInterval, of a producer of the half's group that is
-        connected: this client is registered as one. Nothing is answered now,
-        so every count is 0.
+        connected: this client is registered as one, and ``answer`` answers
+        those that are left open or prepared later.
         """
+        counts = remote_halves.check(
+            self, producer_group, answer, in_flight=in_flight, ended=self._ended
+        )
         self.producer.register_answer(producer_group, answer)
-        return {"commit": 0, "rollback": 0, "unknown": 0}
+        return counts
+
+    def register_answer(self, producer_group: str | None, answer: Answer) -> None:
+        """Answer the brokers' check-backs of ``producer_group``'s halves (None: of every
+        group) with ``answer``, from now on; nothing is asked now."""
+        self.producer.register_answer(producer_group, answer)
+
+    def open_halves(self, producer_group: str | None = None) -> list[MessageExt]:
+        """The open halves (of ``producer_group``) on every master, as stored in the half
+        topic: by broker name, then half-queue offset (see ``remote_halves.py``)."""
+        return [h for _, h in remote_halves.open_halves(self, producer_group)]
 
     def ensure_group(self, group: str) -> None:
         """Create the consumer group on every master, and its retry topic: a heartbeat

@@ -125,8 +125,8 @@ class Backend:
             return TransactionState.UNKNOWN
 
         # The embedded backend's check asks about every open half at once and leaves
-        # those answered UNKNOWN where they are. (A broker asks about old halves
-        # only, and later: a cluster backend will list them another way.)
+        # those answered UNKNOWN where they are. (A cluster's would register ``keep``
+        # for the brokers' check-backs: its backend lists them with open_halves.)
         self.client.check_transactions(producer_group, keep)
         if self.own:
             return seen
@@ -203,57 +203,19 @@ def cluster(directory: Path, settings: Mapping[str, str], rocketmq: Any = None) 
         {"name_server": namesrv},
         False,
         lambda: [],  # a cluster's batch jobs have no gate (client/remote_ledger.py)
-        lambda topics, group: cluster_open_halves(rocketmq, topics, group),
+        lambda topics, group: [
+            h
+            for h in _cluster_client(namesrv).open_halves(group)
+            if h.properties.get(PROPERTY_REAL_TOPIC) in topics
+        ],
         # check-backs after 3 s, every 2 s (tests/helpers/cluster.py), and the listing's lag
         settle=15.0,
     )
 
 
-def cluster_open_halves(
-    rocketmq: Any, topics: Sequence[str], group: str | None
-) -> list[MessageExt]:
-    """The half messages of ``topics`` (of ``group``) still open on the cluster's brokers.
-
-    Read as RocketMQ's transaction check reads them: each broker's
-    RMQ_SYS_TRANS_HALF_TOPIC, minus the halves an op record of
-    RMQ_SYS_TRANS_OP_HALF_TOPIC names (its body: ended half-queue offsets,
-    comma-separated). A check puts a half back as a copy at a new offset, so a
-    half is known by its UNIQ_KEY and its newest copy decides.
-    """
-    client: Any = ClientRef.cluster(rocketmq.namesrv).connect()
-
-    def rows(topic: str, broker: str) -> list[dict[str, Any]]:
-        mq = MessageQueue(topic, broker, 0)
-        try:
-            start, end = client.min_offset(mq), client.max_offset(mq)
-        except Exception:  # noqa: BLE001 - no transaction has used this broker yet
-            return []
-        out: list[dict[str, Any]] = []
-        while start < end:
-            batches, nxt = client.read_batches(mq, start, end)
-            out += [r for b in batches for r in b.to_pylist()]
-            if nxt <= start:
-                break
-            start = nxt
-        return out
-
-    open_: dict[str, MessageExt] = {}
-    for broker in sorted(rocketmq.broker_addrs):
-        ended = {
-            int(x)
-            for r in rows("RMQ_SYS_TRANS_OP_HALF_TOPIC", broker)
-            for x in r["body"].decode().split(",")
-            if x.strip().isdigit()
-        }
-        for r in sorted(rows("RMQ_SYS_TRANS_HALF_TOPIC", broker), key=lambda r: r["queueOffset"]):
-            uniq = r["uniqKey"] or ""
-            if r["queueOffset"] in ended:
-                open_.pop(uniq, None)
-                continue
-            props = dict(r["properties"])
-            if props.get(PROPERTY_REAL_TOPIC) in topics and group in (None, props.get("PGROUP")):
-                open_[uniq] = client.get_message(r["msgId"])
-    return list(open_.values())
+def _cluster_client(namesrv: str) -> Any:
+    """The cluster's client (a RemoteClient: its open_halves is the cluster's own)."""
+    return ClientRef.cluster(namesrv).connect()
 
 
 # The one list of backends; each takes a fresh directory and the broker settings.
