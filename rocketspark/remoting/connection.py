@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, replace
@@ -195,6 +195,19 @@ class Connection:
         """
         return self._start(request, timeout)[1]
 
+    def invoke_async_encoded(
+        self, code: int, encodes: Sequence[Callable[[int], list[Body]]], timeout: float
+    ) -> list[Future[RemotingCommand]]:
+        """:meth:`invoke_async` of requests of ``code`` given encoded, sent together (one
+        ``sendmsg``): ``encode(opaque)`` returns a request's frame as buffers (a request's
+        flag, not one-way). For requests sent many times with a few numbers changed
+        (pulls), whose frames are a template's."""
+        opaques = [self._next_opaque() for _ in encodes]
+        buffers = [
+            b for encode, opaque in zip(encodes, opaques, strict=True) for b in encode(opaque)
+        ]
+        return self._send_requests(code, opaques, buffers, timeout)
+
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` marked one-way: the server sends no response.
 
@@ -241,20 +254,27 @@ class Connection:
             raise ValueError(f"{request!r} is a response, not a request")
         opaque = self._next_opaque()
         cmd = replace(request, opaque=opaque, flag=request.flag & ~RpcFlag.ONEWAY)
-        buffers = cmd.encode()
-        future: Future[RemotingCommand] = Future()
+        return opaque, self._send_requests(cmd.code, [opaque], cmd.encode(), timeout)[0]
+
+    def _send_requests(
+        self, code: int, opaques: list[int], buffers: list[Body], timeout: float
+    ) -> list[Future[RemotingCommand]]:
+        futures: list[Future[RemotingCommand]] = [Future() for _ in opaques]
         while True:
             sock = self._socket()
             with self._lock:
-                if self._sock is sock:  # not dropped meanwhile: its drop will fail this one
-                    self._pending[opaque] = _Pending(future, sock, cmd.code, timeout)
+                if self._sock is sock:  # not dropped meanwhile: its drop will fail these
+                    for opaque, future in zip(opaques, futures, strict=True):
+                        self._pending[opaque] = _Pending(future, sock, code, timeout)
                     break
         try:
             self._send(sock, buffers)
         except RemotingConnectError:
-            return opaque, future  # _drop failed it with the reason
-        _DEADLINES.add(time.monotonic() + timeout, self._expire_ref, opaque)
-        return opaque, future
+            return futures  # _drop failed them with the reason
+        deadline = time.monotonic() + timeout
+        for opaque in opaques:
+            _DEADLINES.add(deadline, self._expire_ref, opaque)
+        return futures
 
     def _socket(self) -> socket.socket:
         """The open socket, connecting first if there is none.
