@@ -275,81 +275,92 @@ class Producer:
         table = [qs.index(select(qs, k, None)) for k in range(len(qs))]
         which = np.asarray(table, dtype=np.int64)[(first + np.arange(n)) % len(qs)]
         uniq = self.unique_ids(n, now)
-        # Hot path: one lean loop per row, locals bound, no Message per row.
         encoded: list[bytes] = [b""] * n
-        pack = _BATCH_HEAD.pack
-        uniq_item, end = _UNIQ_KEY_ITEM, PROPERTY_SEPARATOR
-        for i in range(n):
-            body = bodies[i]
-            head = ""
-            if tag_items is not None:
-                head = tag_items[i]
-            if key_items is not None:
-                head += key_items[i]
-            props = f"{head}{uniq_item}{uniq[i]}{end}".encode()
-            size = len(props)
-            encoded[i] = b"".join(
-                (pack(22 + len(body) + size, 0, len(body)), body, size.to_bytes(2, "big"), props)
-            )
-        lanes: list[list[_Request]] = []
-        for q in sorted(set(table)):
-            rows = np.flatnonzero(which == q).tolist()
-            if not rows:
-                continue
-            mq = qs[q]
-            lane = []
-            for chunk in _chunks(rows, encoded):
-                if len(chunk) == 1:
-                    i = chunk[0]
-                    body = bodies[i]
-                    lane.append(
-                        _Request(
-                            mq,
-                            chunk,
-                            body,
-                            # the row's properties: its encoded form after BODY and PROPLEN
-                            encoded[i][22 + len(body) :].decode("utf-8"),
-                            now,
-                            0,
-                            None,
-                            False,
-                            False,
-                        )
-                    )
-                else:
-                    lane.append(
-                        _Request(
-                            mq,
-                            chunk,
-                            b"".join([encoded[i] for i in chunk]),
-                            "",
-                            now,
-                            0,
-                            None,
-                            True,
-                            False,
-                        )
-                    )
-            lanes.append(lane)
-        return SentResults(topic, uniq, now, self._send_lanes(lanes))
 
-    def _send_lanes(self, lanes: list[list[_Request]]) -> list[_Sent]:
+        def lanes() -> Iterator[list[_Request]]:
+            # A queue's rows are encoded when its requests are about to go out, so the
+            # brokers store one queue's while the next is encoded.
+            # Hot path: one lean loop per row, locals bound, no Message per row.
+            pack = _BATCH_HEAD.pack
+            uniq_item, end = _UNIQ_KEY_ITEM, PROPERTY_SEPARATOR
+            for q in sorted(set(table)):
+                rows = np.flatnonzero(which == q).tolist()
+                if not rows:
+                    continue
+                for i in rows:
+                    body = bodies[i]
+                    head = ""
+                    if tag_items is not None:
+                        head = tag_items[i]
+                    if key_items is not None:
+                        head += key_items[i]
+                    props = f"{head}{uniq_item}{uniq[i]}{end}".encode()
+                    size = len(props)
+                    encoded[i] = b"".join(
+                        (
+                            pack(22 + len(body) + size, 0, len(body)),
+                            body,
+                            size.to_bytes(2, "big"),
+                            props,
+                        )
+                    )
+                mq = qs[q]
+                lane = []
+                for chunk in _chunks(rows, encoded):
+                    if len(chunk) == 1:
+                        i = chunk[0]
+                        body = bodies[i]
+                        lane.append(
+                            _Request(
+                                mq,
+                                chunk,
+                                body,
+                                # the row's properties: its encoded form after BODY and PROPLEN
+                                encoded[i][22 + len(body) :].decode("utf-8"),
+                                now,
+                                0,
+                                None,
+                                False,
+                                False,
+                            )
+                        )
+                    else:
+                        lane.append(
+                            _Request(
+                                mq,
+                                chunk,
+                                b"".join([encoded[i] for i in chunk]),
+                                "",
+                                now,
+                                0,
+                                None,
+                                True,
+                                False,
+                            )
+                        )
+                yield lane
+
+        return SentResults(topic, uniq, now, self._send_lanes(lanes()))
+
+    def _send_lanes(self, lanes: Iterable[list[_Request]]) -> list[_Sent]:
         """Send each lane's requests in order, one in flight per lane (a queue's messages
         are stored in the order given), lanes side by side, ``SEND_WINDOW`` in flight;
-        return each request's rows, answer, message ids and CommitLog offsets.
+        return each request's rows, answer, message ids and CommitLog offsets. A lane is
+        taken from ``lanes`` when there is room for it.
 
         After a failure no request is started; those in flight are awaited (their rows
         are written) and the first failure is raised.
         """
         sent: list[_Sent] = []
-        waiting = deque(deque(lane) for lane in lanes if lane)
+        waiting = (deque(lane) for lane in lanes if lane)
         inflight: deque[tuple[deque[_Request], _Request, _Started]] = deque()
         error: BaseException | None = None
         try:
-            while waiting and len(inflight) < SEND_WINDOW:
-                lane = waiting.popleft()
+            for lane in waiting:
                 request = lane.popleft()
                 inflight.append((lane, request, self._start(request, request.mq)))
+                if len(inflight) >= SEND_WINDOW:
+                    break
             while inflight:
                 lane, request, started = inflight.popleft()
                 try:
@@ -361,9 +372,9 @@ class Producer:
                 if error is not None:
                     continue
                 if not lane:
-                    if not waiting:
+                    lane = next(waiting, None)  # type: ignore[arg-type]
+                    if lane is None:
                         continue
-                    lane = waiting.popleft()
                 request = lane.popleft()
                 inflight.append((lane, request, self._start(request, request.mq)))
         finally:
@@ -417,7 +428,11 @@ class Producer:
                 if future is None:
                     raise addr
                 return self.remoting.send_answer(mq, future, addr, at)
-            except (RemotingConnectError, RemotingTimeoutError, RemotingCommandError) as e:
+            except (
+                RemotingConnectError,
+                RemotingTimeoutError,
+                RemotingCommandError,
+            ) as e:
                 retriable = not isinstance(e, RemotingCommandError) or e.retriable
                 attempt += 1
                 if request.pinned or not retriable or attempt > SEND_RETRIES:
@@ -427,7 +442,10 @@ class Producer:
                 started = self._start(request, mq)
 
     def prepare(
-        self, messages: list[Message], producer_group: str, extra: Mapping[str, str] | None
+        self,
+        messages: list[Message],
+        producer_group: str,
+        extra: Mapping[str, str] | None,
     ) -> list[PutResult]:
         """Send half messages, ``HALF_WINDOW`` in flight (a broker takes no batch of halves).
 
@@ -538,7 +556,11 @@ class Producer:
             topics = h.topics or ("",) * len(h)
             inflight: deque[Future[RemotingCommand]] = deque()
             rows = zip(
-                h.offsets().tolist(), h.commitlog_offsets, h.transaction_ids, topics, strict=True
+                h.offsets().tolist(),
+                h.commitlog_offsets,
+                h.transaction_ids,
+                topics,
+                strict=True,
             )
             for offset, phy, uniq, topic in rows:
                 flag = state
@@ -648,7 +670,9 @@ class _Request:
     pinned: bool  # every row's queue was chosen: no retry on another queue
 
 
-def _plain_columns(cols: Columns) -> tuple[str, list[str] | None, list[str] | None] | None:
+def _plain_columns(
+    cols: Columns,
+) -> tuple[str, list[str] | None, list[str] | None] | None:
     """The topic and each row's TAGS and KEYS items of columns that ``send_columns``
     encodes itself: one topic, bodies of bytes, ASCII tags and keys, no properties,
     queue ids or sharding keys. None for any other (``Message`` checks those rows)."""
