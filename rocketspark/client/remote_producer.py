@@ -171,6 +171,8 @@ class Producer:
         """Send ``messages`` in batches of one queue; results in input order."""
         if not messages:
             return []
+        if len(messages) == 1:
+            return [self._send_one(messages[0])]
         now = self.now_ms()
         uniq = self.unique_ids(len(messages), now)
         queues: dict[str, list[MessageQueue]] = {}
@@ -191,13 +193,12 @@ class Producer:
             else:
                 raw = f"{_UNIQ_KEY_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
             props_of.append(raw)
-            if len(messages) > 1:
-                encoded.append(_encode_for_batch(m, raw))
+            encoded.append(_encode_for_batch(m, raw))
             groups.setdefault(self.select_queue(m, qs, None), []).append(i)
         lanes: list[list[_Request]] = []
         for mq, rows in groups.items():
             lane: list[_Request] = []
-            for chunk in _chunks(rows, encoded) if encoded else [rows]:
+            for chunk in _chunks(rows, encoded):
                 if len(chunk) == 1 or any(messages[i].delay_level for i in chunk):
                     for i in chunk:  # a row on its own: SEND_MESSAGE_V2
                         m = messages[i]
@@ -230,13 +231,7 @@ class Producer:
                     )
             lanes.append(lane)
         results: list[PutResult | None] = [None] * len(messages)
-        if len(lanes) == 1 and len(lanes[0]) == 1:  # one request (a single send)
-            (request,) = lanes[0]
-            started = self._start(request, request.mq)
-            sent = [self._answered(request, self._finish(request, started))]
-        else:
-            sent = self._send_lanes(lanes)
-        for rows, answer, ids, phys in sent:
+        for rows, answer, ids, phys in self._send_lanes(lanes):
             mq = answer.mq
             for k, (i, msg_id, phy) in enumerate(zip(rows, ids, phys, strict=True)):
                 results[i] = PutResult(
@@ -252,6 +247,48 @@ class Producer:
                     mq.broker,
                 )
         return results  # type: ignore[return-value]
+
+    def _send_one(self, m: Message) -> PutResult:
+        """``send([m])``: one SEND_MESSAGE_V2, without the batch machinery."""
+        # Hot path: every single send.
+        now = self.now_ms()
+        uniq = self._ids.next_ids(1, now)[0]
+        qs = self.queues_of(m.topic)
+        if m.properties or m.keys or m.delay_level:
+            props = m.all_properties()
+            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
+            text = properties_text(props)
+        elif m.tags:  # the same text, without the dict (the common message)
+            text = f"{_TAGS_ITEM}{m.tags}{_UNIQ_ITEM}{uniq}{PROPERTY_SEPARATOR}"
+        else:
+            text = f"{_UNIQ_KEY_ITEM}{uniq}{PROPERTY_SEPARATOR}"
+        mq = self.select_queue(m, qs, None)
+        request = _Request(
+            mq,
+            [0],
+            m.body,
+            text,
+            m.born_timestamp or now,
+            m.flag,
+            m.reconsume_times or None,
+            False,
+            m.queue_id is not None,
+        )
+        _, answer, ids, phys = self._answered(
+            request, self._finish(request, self._start(request, mq))
+        )
+        return PutResult(
+            PutStatus.PUT_OK,
+            m.topic,
+            answer.mq.queue_id,
+            answer.queue_offset,
+            phys[0],
+            ids[0],
+            uniq,
+            now,
+            0,
+            answer.mq.broker,
+        )
 
     def send_columns(self, cols: Columns) -> Sequence[PutResult]:
         """Send a columnar put: rows that differ only in body, tags and keys (one topic,
