@@ -313,6 +313,11 @@ class Producer:
         which = np.asarray(table, dtype=np.int64)[(first + np.arange(n)) % len(qs)]
         uniq = self.unique_ids(n, now)
         encoded: list[bytes] = [b""] * n
+        alike: str | None = None  # the TAGS and KEYS items of every row, when alike
+        if (tag_items is None or tag_items.count(tag_items[0]) == n) and (
+            key_items is None or key_items.count("") == n
+        ):
+            alike = tag_items[0] if tag_items is not None else ""
 
         def lanes() -> Iterator[list[_Request]]:
             # A queue's rows are encoded when its requests are about to go out, so the
@@ -323,6 +328,15 @@ class Producer:
             for q in sorted(set(table)):
                 rows = np.flatnonzero(which == q).tolist()
                 if not rows:
+                    continue
+                mq = qs[q]
+                matrix = None
+                if alike is not None:  # every row's properties but its UNIQ_KEY alike
+                    matrix = _entries_matrix(
+                        [bodies[i] for i in rows], alike, [uniq[i] for i in rows]
+                    )
+                if matrix is not None:
+                    yield _matrix_lane(mq, rows, matrix, bodies, now)
                     continue
                 for i in rows:
                     body = bodies[i]
@@ -341,7 +355,6 @@ class Producer:
                             props,
                         )
                     )
-                mq = qs[q]
                 lane = []
                 for chunk in _chunks(rows, encoded):
                     if len(chunk) == 1:
@@ -799,6 +812,53 @@ def _encode_for_batch(msg: Message, props: bytes) -> bytes:
             props,
         )
     )
+
+
+def _entries_matrix(bodies: list[bytes], head: str, uniq: list[str]) -> np.ndarray | None:
+    """The SEND_BATCH_MESSAGE entries of rows whose properties are ``head`` and their
+    UNIQ_KEY (``_encode_for_batch``'s bytes, flag 0) as the rows of a byte matrix; None
+    unless the bodies are of one length and the UNIQ_KEYs too."""
+    # Hot path: numpy fills a template, no Python code per row.
+    m, size = len(bodies), len(bodies[0])
+    width = len(uniq[0])
+    if len(set(map(len, bodies))) != 1 or len(set(map(len, uniq))) != 1:
+        return None
+    props = f"{head}{_UNIQ_KEY_ITEM}{'0' * width}{PROPERTY_SEPARATOR}".encode()
+    template = b"".join(
+        (
+            _BATCH_HEAD.pack(22 + size + len(props), 0, size),
+            bytes(size),
+            len(props).to_bytes(2, "big"),
+            props,
+        )
+    )
+    out = np.tile(np.frombuffer(template, dtype=np.uint8), (m, 1))
+    at = _BATCH_HEAD.size
+    out[:, at : at + size] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(m, size)
+    at = len(template) - 1 - width  # the UNIQ_KEY's value: before the last separator
+    ids = "".join(uniq).encode("ascii")
+    out[:, at : at + width] = np.frombuffer(ids, dtype=np.uint8).reshape(m, width)
+    return out
+
+
+def _matrix_lane(
+    mq: MessageQueue, rows: list[int], matrix: np.ndarray, bodies: list[bytes], now: int
+) -> list[_Request]:
+    """The requests of a queue's rows whose entries are ``matrix``'s rows (as ``_chunks``
+    cuts them: at most BATCH_MESSAGES and BATCH_BYTES a request)."""
+    width = matrix.shape[1]
+    step = min(BATCH_MESSAGES, max(1, BATCH_BYTES // width))
+    lane = []
+    for a in range(0, len(rows), step):
+        chunk = rows[a : a + step]
+        if len(chunk) == 1:
+            body = bodies[chunk[0]]
+            props = matrix[a, _BATCH_HEAD.size + len(body) + 2 :].tobytes().decode("utf-8")
+            lane.append(_Request(mq, chunk, body, props, now, 0, None, False, False))
+        else:
+            data = matrix[a : a + step].tobytes()
+            lane.append(_Request(mq, chunk, data, "", now, 0, None, True, False))
+    return lane
 
 
 def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
