@@ -923,6 +923,12 @@ class SentResults(Sequence[PutResult]):
     def __iter__(self) -> Iterator[PutResult]:
         return (self._one(i) for i in range(len(self)))
 
+    def __add__(self, other: Iterable[PutResult]) -> list[PutResult]:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Iterable[PutResult]) -> list[PutResult]:
+        return list(other) + list(self)
+
     def __repr__(self) -> str:
         return f"SentResults({len(self)} messages to {self._topic!r})"
 

@@ -213,6 +213,8 @@ def test_columns_land_as_their_messages_would_over_several_queues(client):
         assert row["tags"] == (tags[i % 4] or None)
         assert (row["keys"] or []) == want_keys[i % 7]
     assert len({r.uniq_key for r in rs}) == n
+    assert rs[-1] == list(rs)[-1] == rs[n - 1] and rs[:2] + [] == list(rs)[:2]
+    assert len(rs + rs[:1]) == n + 1 and len([] + rs) == n
     with pytest.raises(InvalidMessageError, match="empty"):
         client.put_columns([b"a", b""], topic=orders)
     with pytest.raises(InvalidMessageError, match="key"):
