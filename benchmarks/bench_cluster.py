@@ -331,6 +331,11 @@ def main() -> None:
     ap.add_argument("--sink", type=int, default=100_000, help="rows per Spark write")
     ap.add_argument("--no-spark", action="store_true", help="pull and send only")
     ap.add_argument(
+        "--only",
+        choices=("pull", "send"),
+        help="measure pulls or sends only (send: no pulled topics are filled, no Spark)",
+    )
+    ap.add_argument(
         "--profile",
         nargs="+",
         choices=("pull", "send", "prepare"),
@@ -361,7 +366,8 @@ def main() -> None:
             topic = topics[label] = f"bench-{label}"
             admin.remoting.create_topic(topic, {broker: QUEUES})
             admin.remoting.create_topic(f"send-{label}", {broker: QUEUES})
-            fill(client(ns, batch), topic, n)
+            if args.only != "send":
+                fill(client(ns, batch), topic, n)
         java = JavaBench(classpath, ns, run_dir / "java-home")
         print(f"cluster up ({ns}); {n:,} messages in each of {sorted(topics.values())}", flush=True)
 
@@ -370,10 +376,12 @@ def main() -> None:
             return
 
         # pull and send: a warm-up round (JIT, page cache, connections), then the rounds
-        java.rate("pull", topic=topics["default"], n=n, batch=32)
-        pull_all(client(ns, 32), topics["default"])
-        java.rate("send", topic="send-default", n=n_single // 4, batch=0)
-        ours_single(client(ns, 32), "send-default", n_single // 4)
+        if args.only != "send":
+            java.rate("pull", topic=topics["default"], n=n, batch=32)
+            pull_all(client(ns, 32), topics["default"])
+        if args.only != "pull":
+            java.rate("send", topic="send-default", n=n_single // 4, batch=0)
+            ours_single(client(ns, 32), "send-default", n_single // 4)
         for r in range(runs):
             java_first = r % 2 == 1
             steps: list[tuple[str, Callable[..., float], tuple[Any, ...], dict[str, Any]]] = []
@@ -394,6 +402,8 @@ def main() -> None:
                 ("batch ours", ours_columns, (c, send, n_batch, args.batch), {}),
                 ("batch4 ours", ours_columns, (c, send, n_batch, 4 * args.batch), {}),
             ]
+            if args.only is not None:  # the pull steps, or the send steps
+                steps = [s for s in steps if s[0].startswith("pull") == (args.only == "pull")]
             # pairs (java, ours) in alternating order from round to round
             for k in range(0, len(steps), 2):
                 pair = steps[k : k + 2]
@@ -406,7 +416,7 @@ def main() -> None:
         java.close()
         java = None
 
-        if not args.no_spark:
+        if not args.no_spark and args.only is None:
             spark = run_spark(ns, topics, n, n_sink, runs, run_dir, add)
     finally:
         if java is not None:

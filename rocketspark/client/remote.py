@@ -340,7 +340,7 @@ class RemoteClient:
         return self.producer.send(list(messages))
 
     def put_columns(self, bodies: Sequence[Any], **columns: Any) -> Sequence[PutResult]:
-        return self.producer.send(Columns.of_keywords(bodies, columns).messages())
+        return self.producer.send_columns(Columns.of_keywords(bodies, columns))
 
     # -- transactions, retries, housekeeping ------------------------------------------------
 

@@ -9,7 +9,11 @@ What RocketMQ's ``DefaultMQProducerImpl`` does for a Java producer:
   writable queue of the topic across brokers in name order, and a sharding key
   hashes over the same list (``SelectMessageQueueByHash``). A batch that fails is
   retried on another broker's queue (unless its queue was chosen) up to
-  ``SEND_RETRIES`` times. Bodies are sent uncompressed.
+  ``SEND_RETRIES`` times. Bodies are sent uncompressed. The requests of one
+  put go out side by side, one in flight per queue (a queue stores its rows in
+  the order given) and ``SEND_WINDOW`` at most, and their answers are read in
+  turn; ``put_columns`` of plain rows (body, tags, keys) is encoded from the
+  columns, without a ``Message`` per row.
 - **Half messages** go one request each (a broker takes no batch of halves),
   ``HALF_WINDOW`` in flight; END_TRANSACTION answers are awaited.
 - **Check-backs** (CHECK_TRANSACTION_STATE) are answered with the answer
@@ -26,6 +30,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, overload
 
 import numpy as np
 
@@ -40,9 +46,11 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message import arrow
+from rocketspark.message.columns import Columns, only_empty
 from rocketspark.message.java_hash import java_string_hash
 from rocketspark.message.model import (
     NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -62,6 +70,7 @@ from rocketspark.remoting.client import RemotingClient, SendAnswer
 from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection, check_response
+from rocketspark.remoting.route import TopicRoute
 
 __all__ = ["PRODUCER_GROUP", "Producer"]
 
@@ -78,6 +87,13 @@ ID_BLOCK = 32768  # UNIQ_KEYs under one millisecond stamp at most
 _TAGS_ITEM = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
 _UNIQ_KEY_ITEM = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
 _UNIQ_ITEM = f"{PROPERTY_SEPARATOR}{_UNIQ_KEY_ITEM}"
+_KEYS_ITEM = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
+SEND_WINDOW = 8  # send requests of one put in flight at most (one per queue)
+# A started send: its future, the broker's address and the start time; or None, the
+# connection error and 0 when the broker could not be reached.
+_Started = tuple[Future[RemotingCommand] | None, Any, float]
+# A request's rows, its answer, and each row's message id and CommitLog offset.
+_Sent = tuple[list[int], SendAnswer, list[str], list[int]]
 
 
 class Producer:
@@ -90,6 +106,7 @@ class Producer:
         self._ids = UniqueIdGenerator()
         self._ids_lock = threading.Lock()
         self._round_robin: dict[str, int] = {}
+        self._queues: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self.written: dict[MessageQueue, int] = {}  # one past the last offset sent, per queue
         self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
         self._answers_lock = threading.Lock()
@@ -106,6 +123,8 @@ class Producer:
         """``n`` UNIQ_KEYs. An id's counter has 16 bits under a millisecond stamp, so a
         block of more than ``ID_BLOCK`` takes the next millisecond's stamp: no id of a
         put repeats (a cluster's check-backs find a half's committed copy by it)."""
+        if n <= ID_BLOCK:
+            return self._ids.next_ids(n, now)  # one block: reserved under the ids' own lock
         out: list[str] = []
         with self._ids_lock:
             for k, a in enumerate(range(0, n, ID_BLOCK)):
@@ -138,10 +157,22 @@ class Producer:
         self._round_robin[msg.topic] = n + 1
         return self.remoting.faults.select(queues, n, avoid)
 
+    def queues_of(self, topic: str) -> list[MessageQueue]:
+        """``write_queues`` of the topic's current route, kept while the route is the same."""
+        route = self.remoting.route(topic)
+        cached = self._queues.get(topic)
+        if cached is not None and cached[0] is route:
+            return cached[1]
+        queues = self.write_queues(topic)
+        self._queues[topic] = (route, queues)
+        return queues
+
     def send(self, messages: list[Message]) -> list[PutResult]:
         """Send ``messages`` in batches of one queue; results in input order."""
         if not messages:
             return []
+        if len(messages) == 1:
+            return [self._send_one(messages[0])]
         now = self.now_ms()
         uniq = self.unique_ids(len(messages), now)
         queues: dict[str, list[MessageQueue]] = {}
@@ -151,7 +182,7 @@ class Producer:
         for i, m in enumerate(messages):
             qs = queues.get(m.topic)
             if qs is None:
-                qs = queues[m.topic] = self.write_queues(m.topic)
+                qs = queues[m.topic] = self.queues_of(m.topic)
             if m.properties or m.keys or m.delay_level:
                 props = m.all_properties()
                 props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq[i])
@@ -164,67 +195,307 @@ class Producer:
             props_of.append(raw)
             encoded.append(_encode_for_batch(m, raw))
             groups.setdefault(self.select_queue(m, qs, None), []).append(i)
-        results: list[PutResult | None] = [None] * len(messages)
+        lanes: list[list[_Request]] = []
         for mq, rows in groups.items():
+            lane: list[_Request] = []
             for chunk in _chunks(rows, encoded):
-                self._send_chunk(mq, chunk, messages, encoded, props_of, uniq, now, results)
+                if len(chunk) == 1 or any(messages[i].delay_level for i in chunk):
+                    for i in chunk:  # a row on its own: SEND_MESSAGE_V2
+                        m = messages[i]
+                        lane.append(
+                            _Request(
+                                mq,
+                                [i],
+                                m.body,
+                                props_of[i].decode("utf-8"),
+                                m.born_timestamp or now,
+                                m.flag,
+                                m.reconsume_times or None,
+                                False,
+                                m.queue_id is not None,
+                            )
+                        )
+                else:
+                    lane.append(
+                        _Request(
+                            mq,
+                            chunk,
+                            b"".join([encoded[i] for i in chunk]),
+                            "",
+                            now,
+                            0,
+                            None,
+                            True,
+                            all(messages[i].queue_id is not None for i in chunk),
+                        )
+                    )
+            lanes.append(lane)
+        results: list[PutResult | None] = [None] * len(messages)
+        for rows, answer, ids, phys in self._send_lanes(lanes):
+            mq = answer.mq
+            for k, (i, msg_id, phy) in enumerate(zip(rows, ids, phys, strict=True)):
+                results[i] = PutResult(
+                    PutStatus.PUT_OK,
+                    mq.topic,
+                    mq.queue_id,
+                    answer.queue_offset + k,
+                    phy,
+                    msg_id,
+                    uniq[i],
+                    now,
+                    0,
+                    mq.broker,
+                )
         return results  # type: ignore[return-value]
 
-    def _send_chunk(
-        self,
-        mq: MessageQueue,
-        rows: list[int],
-        messages: list[Message],
-        encoded: list[bytes],
-        props_of: list[bytes],
-        uniq: list[str],
-        now: int,
-        results: list[PutResult | None],
-    ) -> None:
-        pinned = all(messages[i].queue_id is not None for i in rows)
-        single = len(rows) == 1 or any(messages[i].delay_level for i in rows)
+    def _send_one(self, m: Message) -> PutResult:
+        """``send([m])``: one SEND_MESSAGE_V2, without the batch machinery."""
+        # Hot path: every single send.
+        now = self.now_ms()
+        uniq = self._ids.next_ids(1, now)[0]
+        qs = self.queues_of(m.topic)
+        if m.properties or m.keys or m.delay_level:
+            props = m.all_properties()
+            uniq = props.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, uniq)
+            text = properties_text(props)
+        elif m.tags:  # the same text, without the dict (the common message)
+            text = f"{_TAGS_ITEM}{m.tags}{_UNIQ_ITEM}{uniq}{PROPERTY_SEPARATOR}"
+        else:
+            text = f"{_UNIQ_KEY_ITEM}{uniq}{PROPERTY_SEPARATOR}"
+        mq = self.select_queue(m, qs, None)
+        request = _Request(
+            mq,
+            [0],
+            m.body,
+            text,
+            m.born_timestamp or now,
+            m.flag,
+            m.reconsume_times or None,
+            False,
+            m.queue_id is not None,
+        )
+        _, answer, ids, phys = self._answered(
+            request, self._finish(request, self._start(request, mq))
+        )
+        return PutResult(
+            PutStatus.PUT_OK,
+            m.topic,
+            answer.mq.queue_id,
+            answer.queue_offset,
+            phys[0],
+            ids[0],
+            uniq,
+            now,
+            0,
+            answer.mq.broker,
+        )
+
+    def send_columns(self, cols: Columns) -> Sequence[PutResult]:
+        """Send a columnar put: rows that differ only in body, tags and keys (one topic,
+        no properties, queue ids or sharding keys) are encoded from the columns; any
+        other put goes through :class:`Message` (which reports a bad row)."""
+        plan = _plain_columns(cols)
+        if plan is None:
+            return self.send(cols.messages())
+        topic, tag_items, key_items = plan
+        bodies: list[bytes] = cols.bodies  # type: ignore[assignment]
+        n = len(bodies)
+        qs = self.queues_of(topic)
+        now = self.now_ms()
+        # Queue selection as select_queue's, row by row: round-robin from the topic's
+        # counter over the queues faults.select picks for each start.
+        first = self._round_robin.get(topic)
+        if first is None:
+            first = random.randrange(len(qs))
+        self._round_robin[topic] = first + n
+        select = self.remoting.faults.select
+        table = [qs.index(select(qs, k, None)) for k in range(len(qs))]
+        which = np.asarray(table, dtype=np.int64)[(first + np.arange(n)) % len(qs)]
+        uniq = self.unique_ids(n, now)
+        encoded: list[bytes] = [b""] * n
+        alike: str | None = None  # the TAGS and KEYS items of every row, when alike
+        if (tag_items is None or tag_items.count(tag_items[0]) == n) and (
+            key_items is None or key_items.count("") == n
+        ):
+            alike = tag_items[0] if tag_items is not None else ""
+
+        def lanes() -> Iterator[list[_Request]]:
+            # A queue's rows are encoded when its requests are about to go out, so the
+            # brokers store one queue's while the next is encoded.
+            # Hot path: one lean loop per row, locals bound, no Message per row.
+            pack = _BATCH_HEAD.pack
+            uniq_item, end = _UNIQ_KEY_ITEM, PROPERTY_SEPARATOR
+            for q in sorted(set(table)):
+                rows = np.flatnonzero(which == q).tolist()
+                if not rows:
+                    continue
+                mq = qs[q]
+                matrix = None
+                if alike is not None:  # every row's properties but its UNIQ_KEY alike
+                    matrix = _entries_matrix(
+                        [bodies[i] for i in rows], alike, [uniq[i] for i in rows]
+                    )
+                if matrix is not None:
+                    yield _matrix_lane(mq, rows, matrix, bodies, now)
+                    continue
+                for i in rows:
+                    body = bodies[i]
+                    head = ""
+                    if tag_items is not None:
+                        head = tag_items[i]
+                    if key_items is not None:
+                        head += key_items[i]
+                    props = f"{head}{uniq_item}{uniq[i]}{end}".encode()
+                    size = len(props)
+                    encoded[i] = b"".join(
+                        (
+                            pack(22 + len(body) + size, 0, len(body)),
+                            body,
+                            size.to_bytes(2, "big"),
+                            props,
+                        )
+                    )
+                lane = []
+                for chunk in _chunks(rows, encoded):
+                    if len(chunk) == 1:
+                        i = chunk[0]
+                        body = bodies[i]
+                        lane.append(
+                            _Request(
+                                mq,
+                                chunk,
+                                body,
+                                # the row's properties: its encoded form after BODY and PROPLEN
+                                encoded[i][22 + len(body) :].decode("utf-8"),
+                                now,
+                                0,
+                                None,
+                                False,
+                                False,
+                            )
+                        )
+                    else:
+                        lane.append(
+                            _Request(
+                                mq,
+                                chunk,
+                                b"".join([encoded[i] for i in chunk]),
+                                "",
+                                now,
+                                0,
+                                None,
+                                True,
+                                False,
+                            )
+                        )
+                yield lane
+
+        return SentResults(topic, uniq, now, self._send_lanes(lanes()))
+
+    def _send_lanes(self, lanes: Iterable[list[_Request]]) -> list[_Sent]:
+        """Send each lane's requests in order, one in flight per lane (a queue's messages
+        are stored in the order given), lanes side by side, ``SEND_WINDOW`` in flight;
+        return each request's rows, answer, message ids and CommitLog offsets. A lane is
+        taken from ``lanes`` when there is room for it.
+
+        After a failure no request is started; those in flight are awaited (their rows
+        are written) and the first failure is raised.
+        """
+        sent: list[_Sent] = []
+        waiting = (deque(lane) for lane in lanes if lane)
+        inflight: deque[tuple[deque[_Request], _Request, _Started]] = deque()
+        error: BaseException | None = None
+        try:
+            for lane in waiting:
+                request = lane.popleft()
+                inflight.append((lane, request, self._start(request, request.mq)))
+                if len(inflight) >= SEND_WINDOW:
+                    break
+            while inflight:
+                lane, request, started = inflight.popleft()
+                try:
+                    sent.append(self._answered(request, self._finish(request, started)))
+                except Exception as e:  # the others in flight are awaited first
+                    if error is None:
+                        error = e
+                    continue
+                if error is not None:
+                    continue
+                if not lane:
+                    lane = next(waiting, None)  # type: ignore[arg-type]
+                    if lane is None:
+                        continue
+                request = lane.popleft()
+                inflight.append((lane, request, self._start(request, request.mq)))
+        finally:
+            for _, _, (future, _, _) in inflight:
+                if future is not None:
+                    future.cancel()
+        if error is not None:
+            raise error
+        return sent
+
+    def _answered(self, request: _Request, answer: SendAnswer) -> _Sent:
+        """A request's rows, answer, message ids and CommitLog offsets; what it wrote is
+        remembered (``written``)."""
+        ids = answer.offset_msg_id.split(",")
+        if len(ids) != len(request.rows):
+            raise CorruptRecordError(
+                f"the broker at {answer.broker_addr} answered {len(ids)} message "
+                f"ids for a batch of {len(request.rows)} messages"
+            )
+        phys = _commitlog_offsets(ids)
+        end = answer.queue_offset + len(request.rows)
+        if self.written.get(answer.mq, 0) < end:
+            self.written[answer.mq] = end
+        return request.rows, answer, ids, phys
+
+    def _start(self, request: _Request, mq: MessageQueue) -> _Started:
+        """Start ``request`` to ``mq``: its future, broker address and start time, or (None,
+        the connection error, 0) when the broker cannot be reached."""
+        try:
+            return self.remoting.send_async(
+                mq,
+                request.body,
+                producer_group=PRODUCER_GROUP,
+                properties=request.properties,
+                born_timestamp=request.born,
+                flag=request.flag,
+                batch=request.batch,
+                reconsume_times=request.reconsume,
+            )
+        except RemotingConnectError as e:
+            return None, e, 0.0
+
+    def _finish(self, request: _Request, started: _Started) -> SendAnswer:
+        """The answer of a started request; a failed one is sent again to another broker's
+        queue (unless its queue was chosen), up to ``SEND_RETRIES`` times."""
+        mq = request.mq
         attempt = 0
         while True:
+            future, addr, at = started
             try:
-                if single and len(rows) > 1:
-                    for i in rows:
-                        self._send_chunk(mq, [i], messages, encoded, props_of, uniq, now, results)
-                    return
-                if len(rows) == 1:
-                    m = messages[rows[0]]
-                    answer = self.remoting.send(
-                        mq,
-                        m.body,
-                        producer_group=PRODUCER_GROUP,
-                        properties=props_of[rows[0]].decode("utf-8"),
-                        born_timestamp=m.born_timestamp or now,
-                        flag=m.flag,
-                        reconsume_times=m.reconsume_times or None,
-                    )
-                else:
-                    answer = self.remoting.send(
-                        mq,
-                        b"".join(encoded[i] for i in rows),
-                        producer_group=PRODUCER_GROUP,
-                        properties="",
-                        born_timestamp=now,
-                        batch=True,
-                    )
-                break
-            except (RemotingConnectError, RemotingTimeoutError, RemotingCommandError) as e:
+                if future is None:
+                    raise addr
+                return self.remoting.send_answer(mq, future, addr, at)
+            except (
+                RemotingConnectError,
+                RemotingTimeoutError,
+                RemotingCommandError,
+            ) as e:
                 retriable = not isinstance(e, RemotingCommandError) or e.retriable
                 attempt += 1
-                if pinned or not retriable or attempt > SEND_RETRIES:
+                if request.pinned or not retriable or attempt > SEND_RETRIES:
                     raise
                 qs = self.write_queues(mq.topic)
                 mq = self.remoting.faults.select(qs, random.randrange(len(qs)), mq.broker)
-        _record_results(answer, rows, messages, uniq, now, results)
-        end = answer.queue_offset + len(rows)
-        if self.written.get(answer.mq, 0) < end:
-            self.written[answer.mq] = end
+                started = self._start(request, mq)
 
     def prepare(
-        self, messages: list[Message], producer_group: str, extra: Mapping[str, str] | None
+        self,
+        messages: list[Message],
+        producer_group: str,
+        extra: Mapping[str, str] | None,
     ) -> list[PutResult]:
         """Send half messages, ``HALF_WINDOW`` in flight (a broker takes no batch of halves).
 
@@ -335,7 +606,11 @@ class Producer:
             topics = h.topics or ("",) * len(h)
             inflight: deque[Future[RemotingCommand]] = deque()
             rows = zip(
-                h.offsets().tolist(), h.commitlog_offsets, h.transaction_ids, topics, strict=True
+                h.offsets().tolist(),
+                h.commitlog_offsets,
+                h.transaction_ids,
+                topics,
+                strict=True,
             )
             for offset, phy, uniq, topic in rows:
                 flag = state
@@ -430,6 +705,94 @@ class Producer:
         return None
 
 
+@dataclass(slots=True)
+class _Request:
+    """One SEND_MESSAGE_V2 (a row) or SEND_BATCH_MESSAGE (rows of one queue)."""
+
+    mq: MessageQueue
+    rows: list[int]
+    body: bytes
+    properties: str  # a row's ("" for a batch: each message carries its own)
+    born: int
+    flag: int
+    reconsume: int | None
+    batch: bool
+    pinned: bool  # every row's queue was chosen: no retry on another queue
+
+
+def _plain_columns(
+    cols: Columns,
+) -> tuple[str, list[str] | None, list[str] | None] | None:
+    """The topic and each row's TAGS and KEYS items of columns that ``send_columns``
+    encodes itself: one topic, bodies of bytes, ASCII tags and keys, no properties,
+    queue ids or sharding keys. None for any other (``Message`` checks those rows)."""
+    bodies = cols.bodies
+    n = len(bodies)
+    if not n or bodies.__class__ is not list or cols.extra is not None:
+        return None
+    if not all(bodies) or not all(b.__class__ is bytes for b in bodies):
+        return None
+    topic = cols.topic
+    if cols.topics is not None:
+        topics = cols.topics
+        if topics.__class__ is not list or topics.count(topics[0]) != n:
+            return None
+        if topics[0] is not None:
+            topic = topics[0]
+    if topic.__class__ is not str:
+        return None
+    for col in (cols.queue_ids, cols.sharding_keys):
+        if col is not None and (col.__class__ is not list or col.count(None) != n):
+            return None
+    if cols.properties is not None and not only_empty(cols.properties, n, ({}, None, [], ())):
+        return None
+    tag_items = key_items = None
+    text = ""  # every tag and key, checked at once
+    if cols.tags is not None:
+        if cols.tags.__class__ is not list:
+            return None
+        try:
+            distinct = list(dict.fromkeys(cols.tags))
+        except TypeError:  # unhashable: Message refuses it
+            return None
+        if not all(t is None or t.__class__ is str for t in distinct):
+            return None
+        text = "".join(t for t in distinct if t)
+        items = {t: f"{_TAGS_ITEM}{t}{PROPERTY_SEPARATOR}" if t else "" for t in distinct}
+        tag_items = list(map(items.__getitem__, cols.tags))
+    if cols.keys is not None:
+        if cols.keys.__class__ is not list:
+            return None
+        key_items = [""] * n
+        joined = []
+        for i, k in enumerate(cols.keys):
+            if not k:
+                if k is None or k.__class__ is str or k.__class__ is list or k.__class__ is tuple:
+                    continue
+                return None
+            if k.__class__ is str:
+                if k[0] == " " or k[-1] == " " or "  " in k:  # Message drops empty keys
+                    k = " ".join(filter(None, k.split(" ")))
+                    if not k:
+                        continue
+            elif k.__class__ is list or k.__class__ is tuple:
+                try:
+                    j = " ".join(k)
+                except TypeError:
+                    return None
+                if "" in k or j.count(" ") != len(k) - 1:  # an empty key, or one with a space
+                    return None
+                k = j
+            else:
+                return None
+            joined.append(k)
+            key_items[i] = f"{_KEYS_ITEM}{k}{PROPERTY_SEPARATOR}"
+        text += "".join(joined)
+    if not text.isascii() or NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        return None
+    return topic, tag_items, key_items
+
+
 def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseException]) -> None:
     try:
         check_response(future.result(), request_code=RequestCode.END_TRANSACTION, address=address)
@@ -451,6 +814,53 @@ def _encode_for_batch(msg: Message, props: bytes) -> bytes:
     )
 
 
+def _entries_matrix(bodies: list[bytes], head: str, uniq: list[str]) -> np.ndarray | None:
+    """The SEND_BATCH_MESSAGE entries of rows whose properties are ``head`` and their
+    UNIQ_KEY (``_encode_for_batch``'s bytes, flag 0) as the rows of a byte matrix; None
+    unless the bodies are of one length and the UNIQ_KEYs too."""
+    # Hot path: numpy fills a template, no Python code per row.
+    m, size = len(bodies), len(bodies[0])
+    width = len(uniq[0])
+    if len(set(map(len, bodies))) != 1 or len(set(map(len, uniq))) != 1:
+        return None
+    props = f"{head}{_UNIQ_KEY_ITEM}{'0' * width}{PROPERTY_SEPARATOR}".encode()
+    template = b"".join(
+        (
+            _BATCH_HEAD.pack(22 + size + len(props), 0, size),
+            bytes(size),
+            len(props).to_bytes(2, "big"),
+            props,
+        )
+    )
+    out = np.tile(np.frombuffer(template, dtype=np.uint8), (m, 1))
+    at = _BATCH_HEAD.size
+    out[:, at : at + size] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(m, size)
+    at = len(template) - 1 - width  # the UNIQ_KEY's value: before the last separator
+    ids = "".join(uniq).encode("ascii")
+    out[:, at : at + width] = np.frombuffer(ids, dtype=np.uint8).reshape(m, width)
+    return out
+
+
+def _matrix_lane(
+    mq: MessageQueue, rows: list[int], matrix: np.ndarray, bodies: list[bytes], now: int
+) -> list[_Request]:
+    """The requests of a queue's rows whose entries are ``matrix``'s rows (as ``_chunks``
+    cuts them: at most BATCH_MESSAGES and BATCH_BYTES a request)."""
+    width = matrix.shape[1]
+    step = min(BATCH_MESSAGES, max(1, BATCH_BYTES // width))
+    lane = []
+    for a in range(0, len(rows), step):
+        chunk = rows[a : a + step]
+        if len(chunk) == 1:
+            body = bodies[chunk[0]]
+            props = matrix[a, _BATCH_HEAD.size + len(body) + 2 :].tobytes().decode("utf-8")
+            lane.append(_Request(mq, chunk, body, props, now, 0, None, False, False))
+        else:
+            data = matrix[a : a + step].tobytes()
+            lane.append(_Request(mq, chunk, data, "", now, 0, None, True, False))
+    return lane
+
+
 def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
     chunk: list[int] = []
     size = 0
@@ -465,34 +875,62 @@ def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
         yield chunk
 
 
-def _record_results(
-    answer: SendAnswer,
-    rows: list[int],
-    messages: list[Message],
-    uniq: list[str],
-    now: int,
-    results: list[PutResult | None],
-) -> None:
-    ids = answer.offset_msg_id.split(",")
-    if len(ids) != len(rows):
-        raise CorruptRecordError(
-            f"the broker at {answer.broker_addr} answered {len(ids)} message ids for a batch "
-            f"of {len(rows)} messages"
-        )
-    phys = _commitlog_offsets(ids)
-    for k, (i, msg_id, phy) in enumerate(zip(rows, ids, phys, strict=True)):
-        results[i] = PutResult(
+class SentResults(Sequence[PutResult]):
+    """The results of a columnar send: one PutResult per row, built when asked for."""
+
+    __slots__ = ("_topic", "_uniq", "_now", "_sent", "_which", "_at")
+
+    def __init__(self, topic: str, uniq: list[str], now: int, sent: list[_Sent]):
+        self._topic, self._uniq, self._now, self._sent = topic, uniq, now, sent
+        self._which = np.empty(len(uniq), dtype=np.int64)  # row -> its request in sent
+        self._at = np.empty(len(uniq), dtype=np.int64)  # row -> its place in the request
+        for r, (rows, _, _, _) in enumerate(sent):
+            self._which[rows] = r
+            self._at[rows] = np.arange(len(rows))
+
+    def __len__(self) -> int:
+        return len(self._uniq)
+
+    def _one(self, i: int) -> PutResult:
+        _, answer, ids, phys = self._sent[int(self._which[i])]
+        k = int(self._at[i])
+        return PutResult(
             PutStatus.PUT_OK,
-            messages[i].topic,
+            self._topic,
             answer.mq.queue_id,
             answer.queue_offset + k,
-            phy,
-            msg_id,
-            uniq[i],
-            now,
+            phys[k],
+            ids[k],
+            self._uniq[i],
+            self._now,
             0,
             answer.mq.broker,
         )
+
+    @overload
+    def __getitem__(self, i: int) -> PutResult: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[PutResult]: ...
+    def __getitem__(self, i: int | slice) -> PutResult | list[PutResult]:
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"put result index {i} out of range for {len(self)} results")
+        return self._one(i)
+
+    def __iter__(self) -> Iterator[PutResult]:
+        return (self._one(i) for i in range(len(self)))
+
+    def __add__(self, other: Iterable[PutResult]) -> list[PutResult]:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Iterable[PutResult]) -> list[PutResult]:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return f"SentResults({len(self)} messages to {self._topic!r})"
 
 
 def _commitlog_offsets(ids: list[str]) -> list[int]:
@@ -507,6 +945,8 @@ def _commitlog_offsets(ids: list[str]) -> list[int]:
             raw = b""
         if 2 * len(raw) == len(text):  # (fromhex skips whitespace)
             width = len(ids[0]) // 2
+            if len(ids) == 1:  # a single send's
+                return [int.from_bytes(raw[width - 8 :], "big", signed=True)]
             table = np.frombuffer(raw, dtype=np.uint8).reshape(len(ids), width)
             return np.ascontiguousarray(table[:, width - 8 :]).view(">i8").ravel().tolist()
     return [parse_message_id(msg_id)[1] for msg_id in ids]  # raises naming the bad one

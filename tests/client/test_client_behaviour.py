@@ -24,6 +24,7 @@ from rocketspark.client import (
 )
 from rocketspark.errors import (
     ConfigError,
+    InvalidMessageError,
     OffsetOutOfRangeError,
     SinkJobEndedError,
     TransactionError,
@@ -173,6 +174,51 @@ def test_columns_and_messages_land_alike(client):
     assert rs[0].queue_offset == 2
     rows = [r for b in client.read_batches(mq, 0, 3)[0] for r in b.to_pylist()]
     assert [(r["body"], r["tags"]) for r in rows] == [(b"a", "t"), (b"b", None), (b"c", "t")]
+
+
+def test_columns_land_as_their_messages_would_over_several_queues(client):
+    orders = _fresh("orders")
+    client.create_topic(orders, queues=4)
+    n = 2600  # more than a batch request's messages on some queue
+    keys = [" k1  k2 ", ["a", "b"], ("c",), "", None, [], "k"]
+    tags = ["t", None, "", "u"]
+    bodies = [f"m{i}".encode() for i in range(n)]
+    rs = client.put_columns(
+        bodies,
+        topic=orders,
+        tags=[tags[i % 4] for i in range(n)],
+        keys=[keys[i % 7] for i in range(n)],
+    )
+    assert len(rs) == n
+    rows = {}
+    for mq in client.queues(orders):
+        got = [
+            r for b in client.read_batches(mq, 0, client.max_offset(mq))[0] for r in b.to_pylist()
+        ]
+        offsets = [r["queueOffset"] for r in got]
+        assert offsets == sorted(offsets)
+        bodies_in_queue = [int(r["body"][1:]) for r in got]
+        assert bodies_in_queue == sorted(bodies_in_queue)  # a queue keeps the order given
+        rows.update({r["body"]: r for r in got})
+    assert len(rows) == n
+    want_keys = [["k1", "k2"], ["a", "b"], ["c"], [], [], [], ["k"]]
+    for i, r in enumerate(rs):
+        row = rows[bodies[i]]
+        assert (row["queueId"], row["queueOffset"], row["msgId"], row["uniqKey"]) == (
+            r.queue_id,
+            r.queue_offset,
+            r.msg_id,
+            r.uniq_key,
+        )
+        assert row["tags"] == (tags[i % 4] or None)
+        assert (row["keys"] or []) == want_keys[i % 7]
+    assert len({r.uniq_key for r in rs}) == n
+    assert rs[-1] == list(rs)[-1] == rs[n - 1] and rs[:2] + [] == list(rs)[:2]
+    assert len(rs + rs[:1]) == n + 1 and len([] + rs) == n
+    with pytest.raises(InvalidMessageError, match="empty"):
+        client.put_columns([b"a", b""], topic=orders)
+    with pytest.raises(InvalidMessageError, match="key"):
+        client.put_columns([b"a", b"b"], topic=orders, keys=["k", ["x y"]])
 
 
 # -- transactions ----------------------------------------------------------------------
