@@ -29,14 +29,12 @@ response code and remark, UnknownTopicError for TOPIC_NOT_EXIST.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
 import os
 import random
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,7 +56,7 @@ from rocketspark.message.results import PullStatus
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode, request_name
-from rocketspark.remoting.command import MAX_FRAME_SIZE, Body, RemotingCommand
+from rocketspark.remoting.command import Body, RemotingCommand
 from rocketspark.remoting.connection import (
     Connection,
     Connections,
@@ -69,13 +67,11 @@ from rocketspark.remoting.connection import (
 from rocketspark.remoting.fault import LatencyFaults
 from rocketspark.remoting.heartbeat import Heartbeats
 from rocketspark.remoting.route import MASTER_ID, TopicRoute
+from rocketspark.remoting.template import PullFrames, SendFrames
 
 __all__ = ["PullAnswer", "RemotingClient", "SendAnswer", "parse_namesrv"]
 
 log = logging.getLogger(__name__)
-
-# json.dumps's escaping of a string (ensure_ascii=False), quotes included: the C encoder.
-_json_string: Callable[[str], str] = json.encoder.encode_basestring
 
 ROUTE_TTL = 30.0  # seconds a topic route is used before it is fetched again
 DEFAULT_TIMEOUT = 10.0  # seconds for a request's answer
@@ -116,146 +112,6 @@ class PullAnswer:
     max_offset: int
     suggest_broker_id: int
     body: Body | None  # FOUND: the records, back to back
-
-
-class PullFrames:
-    """The PULL_MESSAGE frames of one queue, group and expression, made by formatting.
-
-    A pull's JSON header differs from the next one's only in ``queueOffset``,
-    ``maxMsgNums`` and ``opaque``: the header is encoded once by the general encoder
-    with marker numbers in those places, which become ``%d`` holes, so a frame is
-    the same bytes as ``RemotingCommand.encode`` writes at a fraction of its cost.
-    :meth:`of` returns None when a header cannot be cut so (a marker number is
-    found elsewhere in it).
-    """
-
-    # marker numbers, none a part of another's digits
-    _OFFSET, _NUMS, _OPAQUE = 8_070_605_040_302_010_001, 8_070_605_040_302_010_002, 7_391_846_205
-    _PREFIX = struct.Struct(">ii")  # LENGTH, MARKER (serialize type JSON: 0 << 24)
-
-    __slots__ = ("_text",)
-
-    def __init__(self, text: bytes):
-        self._text = text
-
-    @classmethod
-    def of(cls, header: h.PullMessageRequestHeader) -> PullFrames | None:
-        probe = dataclasses.replace(header, queue_offset=cls._OFFSET, max_msg_nums=cls._NUMS)
-        cmd = dataclasses.replace(
-            RemotingCommand.request(RequestCode.PULL_MESSAGE, probe.to_ext_fields()),
-            opaque=cls._OPAQUE,
-        )
-        text = bytes(cmd.encode()[0])[cls._PREFIX.size :].replace(b"%", b"%%")
-        holes = (  # in the order they come in the header
-            (b'"queueOffset":"%d"' % cls._OFFSET, b'"queueOffset":"%d"'),
-            (b'"maxMsgNums":"%d"' % cls._NUMS, b'"maxMsgNums":"%d"'),
-            (b'"opaque":%d' % cls._OPAQUE, b'"opaque":%d'),
-        )
-        markers = (cls._OFFSET, cls._NUMS, cls._OPAQUE)
-        if any(text.count(b"%d" % n) != 1 for n in markers):
-            return None
-        where = [text.find(marked) for marked, _ in holes]
-        if not 0 <= where[0] < where[1] < where[2]:
-            return None
-        for marked, hole in holes:
-            text = text.replace(marked, hole)
-        return cls(text)
-
-    def frame(self, offset: int, max_nums: int, opaque: int) -> list[Body]:
-        """The frame asking for ``max_nums`` messages from ``offset``, as ``opaque``."""
-        header = self._text % (offset, max_nums, opaque)
-        n = len(header)
-        return [self._PREFIX.pack(4 + n, n) + header]
-
-
-class SendFrames:
-    """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frames of one queue and producer group.
-
-    A send's JSON header differs from the next one's (to the same queue) only in
-    ``sysFlag``, ``bornTimestamp``, ``flag``, ``properties``, ``reconsumeTimes`` and
-    ``opaque``: the header is encoded once by the general encoder with markers in
-    those places, which become ``%`` holes, so a frame is the same bytes as
-    ``RemotingCommand.encode`` writes at a fraction of its cost (``properties`` is
-    escaped as json.dumps escapes a string). :meth:`of` returns None when a header
-    cannot be cut so (a marker is found elsewhere in it).
-    """
-
-    # markers, none a part of another's text
-    _SYS, _BORN, _FLAG, _TIMES = (
-        8_070_605_040_302_010_001,
-        8_070_605_040_302_010_002,
-        8_070_605_040_302_010_003,
-        8_070_605_040_302_010_004,
-    )
-    _OPAQUE = 7_391_846_205
-    _PROPS = "@rocketspark-properties@"
-    _PREFIX = struct.Struct(">ii")  # LENGTH, MARKER (serialize type JSON: 0 << 24)
-    # the largest body a frame takes here (a bigger one: the general encoder's error)
-    MAX_BODY = MAX_FRAME_SIZE - 0x10000
-
-    __slots__ = ("_text",)
-
-    def __init__(self, text: str):
-        self._text = text
-
-    @classmethod
-    def of(cls, code: int, header: h.SendMessageRequestHeaderV2) -> SendFrames | None:
-        """The frames of ``header``'s queue, group and batch flag; reconsumeTimes a hole
-        when ``header`` has one (else left out), maxReconsumeTimes as ``header``'s."""
-        probe = dataclasses.replace(
-            header,
-            sys_flag=cls._SYS,
-            born_timestamp=cls._BORN,
-            flag=cls._FLAG,
-            properties=cls._PROPS,
-            reconsume_times=None if header.reconsume_times is None else cls._TIMES,
-        )
-        cmd = dataclasses.replace(
-            RemotingCommand.request(code, probe.to_ext_fields()), opaque=cls._OPAQUE
-        )
-        text = bytes(cmd.encode()[0][cls._PREFIX.size :]).decode("utf-8").replace("%", "%%")
-        holes = [
-            (f'"f":"{cls._SYS}"', '"f":"%d"'),
-            (f'"g":"{cls._BORN}"', '"g":"%d"'),
-            (f'"h":"{cls._FLAG}"', '"h":"%d"'),
-            (f'"i":"{cls._PROPS}"', '"i":%s'),
-        ]
-        if header.reconsume_times is not None:
-            holes.append((f'"j":"{cls._TIMES}"', '"j":"%d"'))
-        holes.append((f'"opaque":{cls._OPAQUE}', '"opaque":%d'))
-        markers = [str(m) for m in (cls._SYS, cls._BORN, cls._FLAG, cls._OPAQUE)]
-        markers.append(cls._PROPS)
-        if header.reconsume_times is not None:
-            markers.append(str(cls._TIMES))
-        if any(text.count(m) != 1 for m in markers):
-            return None
-        where = [text.find(marked) for marked, _ in holes]
-        if min(where) < 0 or where != sorted(where):
-            return None
-        for marked, hole in holes:
-            text = text.replace(marked, hole)
-        return cls(text)
-
-    def frame(
-        self,
-        body: Body,
-        sys_flag: int,
-        born_timestamp: int,
-        flag: int,
-        properties: str,
-        reconsume_times: int | None,
-        opaque: int,
-    ) -> list[Body]:
-        """The frame of a send of ``body`` with these fields, as ``opaque``."""
-        props = _json_string(properties)
-        if reconsume_times is None:
-            text = self._text % (sys_flag, born_timestamp, flag, props, opaque)
-        else:
-            text = self._text % (sys_flag, born_timestamp, flag, props, reconsume_times, opaque)
-        header = text.encode("utf-8")
-        n = len(header)
-        head = self._PREFIX.pack(4 + n + len(body), n) + header
-        return [head, body] if len(body) else [head]
 
 
 @dataclass(frozen=True, slots=True)

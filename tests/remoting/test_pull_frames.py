@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketspark.message.model import MessageQueue
-from rocketspark.remoting.client import PullFrames, _pull_header
+from rocketspark.remoting.client import _pull_header
 from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.template import PullFrames
 
 
 def _general(header, opaque: int) -> bytes:

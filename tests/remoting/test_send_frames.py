@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketspark.message.model import MessageQueue
-from rocketspark.remoting.client import SendFrames
 from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.headers import SendMessageRequestHeader
+from rocketspark.remoting.template import NUMBER_MARKS, SendFrames
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
@@ -96,7 +96,7 @@ def test_the_common_send_is_cut_into_its_template():
 def test_a_header_holding_a_marker_is_left_to_the_general_encoder():
     header = SendMessageRequestHeader(
         producer_group="g",
-        topic=f"t{SendFrames._BORN}",
+        topic=f"t{NUMBER_MARKS[1]}",
         queue_id=0,
         born_timestamp=0,
         broker_name="b",
