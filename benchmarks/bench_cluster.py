@@ -13,6 +13,10 @@ on each with N messages of 100-byte bodies (tag "t"), and measures in alternatin
   ``poll()`` until N; its pull threads pull the queues in parallel, one request in
   flight per queue). Both ask for the same pullBatchSize: 32 on broker-a, 1024 on
   broker-b;
+- transactional sends: N halves prepared and committed as the exactly-once sink does
+  (``prepare_columns``, halves pipelined, then ``end_transactions``, every answer awaited)
+  against N ``TransactionMQProducer.sendMessageInTransaction`` (a half, then a one-way
+  END_TRANSACTION, one message after the other);
 - send: synchronous single sends (``put_batch([message])`` per call against
   ``producer.send(msg)``), and batches (``put_columns`` of B rows, which the client
   splits into one SEND_BATCH_MESSAGE per queue, against ``producer.send(Collection)`` of
@@ -62,6 +66,7 @@ from tests.helpers.rocketmq import JavaPrograms, RocketMQ  # noqa: E402
 BODY = b"x" * 100
 TAG = "t"
 QUEUES = 4
+TX_GROUP = "bench-transact"
 # The two brokers: the same store settings, different pull limits. A pull answers at most
 # maxTransferCountOnMessageInMemory messages / maxTransferBytesOnMessageInMemory bytes
 # (…OnDisk when the messages are no longer in the page cache): 32 / 256 KiB and 8 / 64 KiB
@@ -209,6 +214,15 @@ def ours_columns(c: Any, topic: str, n: int, batch: int) -> float:
     return (n // batch) * batch / (time.perf_counter() - t0)
 
 
+def ours_transact(c: Any, topic: str, n: int) -> float:
+    """n halves prepared (pipelined, as the exactly-once sink's tasks send them) and
+    committed (every END_TRANSACTION answer awaited, as the sink's driver does)."""
+    t0 = time.perf_counter()
+    results = c.prepare_columns([BODY] * n, topic=topic, tags=[TAG] * n, producer_group=TX_GROUP)
+    c.end_transactions(c.halves(results, producer_group=TX_GROUP), commit=True)
+    return n / (time.perf_counter() - t0)
+
+
 def fill(c: Any, topic: str, n: int) -> None:
     step = 4096
     for i in range(0, n, step):
@@ -328,6 +342,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=400_000, help="messages in each pulled topic")
     ap.add_argument("--single", type=int, default=20_000, help="single sends per round")
     ap.add_argument("--batch", type=int, default=1024, help="messages per batch send call")
+    ap.add_argument("--transact", type=int, default=4_000, help="transactional sends per round")
     ap.add_argument("--sink", type=int, default=100_000, help="rows per Spark write")
     ap.add_argument("--no-spark", action="store_true", help="pull and send only")
     ap.add_argument(
@@ -343,8 +358,9 @@ def main() -> None:
     )
     args = ap.parse_args()
     n, n_single, n_sink, runs = args.n, args.single, args.sink, args.runs
+    n_tx = args.transact
     if args.quick:
-        n, n_single, n_sink, runs = 40_000, 2_000, 20_000, 1
+        n, n_single, n_sink, runs, n_tx = 40_000, 2_000, 20_000, 1, 500
     n_batch = 50 * args.batch if not args.quick else 10 * args.batch
     before, load = reference(), os.getloadavg()
     run_dir = Path(tempfile.mkdtemp(prefix="rs-bench-cluster-"))
@@ -400,6 +416,8 @@ def main() -> None:
                 ("single ours", ours_single, (c, send, n_single), {}),
                 ("batch java", java.rate, ("send",), batches),
                 ("batch ours", ours_columns, (c, send, n_batch, args.batch), {}),
+                ("transact java", java.rate, ("transact",), {"topic": send, "n": n_tx}),
+                ("transact ours", ours_transact, (c, send, n_tx), {}),
                 ("batch4 ours", ours_columns, (c, send, n_batch, 4 * args.batch), {}),
             ]
             if args.only is not None:  # the pull steps, or the send steps
@@ -433,6 +451,7 @@ def main() -> None:
         results,
         n=n,
         n_single=n_single,
+        n_tx=n_tx,
         n_batch=n_batch,
         batch=args.batch,
         n_sink=n_sink,
@@ -514,6 +533,7 @@ def report(
     *,
     n: int,
     n_single: int,
+    n_tx: int,
     n_batch: int,
     batch: int,
     n_sink: int,
@@ -565,6 +585,12 @@ def report(
         "batch4 ours",
         "batch java",
         f"({n_batch:,} rows a round)",
+    )
+    row(
+        f"transactional sends, committed ({n_tx:,})",
+        "transact ours",
+        "transact java",
+        "reference: sendMessageInTransaction",
     )
     for label in BROKERS:
         row(
