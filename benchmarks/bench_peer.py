@@ -236,11 +236,12 @@ class Pids:
     broker: int
 
 
-def cpu_ticks(pids: Pids) -> dict[tuple[str, int], int]:
+def cpu_ticks(pids: Pids, parents: dict[int, int]) -> dict[tuple[str, int], int]:
     """Return the clock ticks each process has used so far, keyed by (family, pid).
 
     The Spark JVM's own threads under ("spark_jvm", its pid), the processes below
-    it and the JVM's reaped children under "python" (see the module doc).
+    it and the JVM's reaped children under "python" (see the module doc). Records
+    each Python process's parent in ``parents``.
     """
     out: dict[tuple[str, int], int] = {}
     jvm = _stat(pids.spark_jvm)
@@ -251,6 +252,7 @@ def cpu_ticks(pids: Pids) -> dict[tuple[str, int], int]:
             st = _stat(pid)
             if st is not None:
                 out["python", pid] = st[1] + st[2]
+                parents[pid] = st[0]
     broker = _stat(pids.broker)
     if broker is not None:
         out["broker", pids.broker] = broker[1] + broker[2]
@@ -264,26 +266,32 @@ class CpuMeter:
     """The CPU-seconds each family spends while a run goes on, sampled every ``interval`` s.
 
     pyspark.daemon ignores SIGCHLD, so a worker it forked leaves no trace once it
-    ends: sampling while the run goes on keeps all but its last ``interval``.
+    ends: sampling while the run goes on keeps all but its last ``interval``. A
+    process the JVM started and reaped during the run shows twice, under its own
+    pid until it ends and then whole in the JVM's cutime: its last sample is
+    taken off.
     """
 
     def __init__(self, pids: Pids, interval: float = 0.25):
         self.pids, self.interval = pids, interval
         self.seen: dict[tuple[str, int], int] = {}
+        self.parents: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _sample(self) -> None:
-        for key, ticks in cpu_ticks(self.pids).items():
+    def _sample(self) -> dict[tuple[str, int], int]:
+        now = cpu_ticks(self.pids, self.parents)
+        for key, ticks in now.items():
             if ticks > self.seen.get(key, -1):
                 self.seen[key] = ticks
+        return now
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
 
     def __enter__(self) -> CpuMeter:
-        self.before = cpu_ticks(self.pids)
+        self.before = cpu_ticks(self.pids, self.parents)
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -292,12 +300,15 @@ class CpuMeter:
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
-        self._sample()
+        self.after = self._sample()
 
     def seconds(self) -> dict[str, float]:
         out = dict.fromkeys(FAMILIES, 0.0)
         for (family, pid), ticks in self.seen.items():
             out[family] += max(0, ticks - self.before.get((family, pid), 0)) / CLK_TCK
+            gone = (family, pid) not in self.after
+            if family == "python" and gone and self.parents.get(pid) == self.pids.spark_jvm:
+                out[family] -= ticks / CLK_TCK  # counted again in the JVM's cutime
         return out
 
 
@@ -429,6 +440,9 @@ def fill_kafka(spark, bootstrap: str, n: int) -> None:
         .option("topic", TOPIC)
         .option("kafka.linger.ms", "20")
         .option("kafka.batch.size", str(1 << 20))
+        # Generous timeouts: on a loaded machine a produce request can wait long.
+        .option("kafka.request.timeout.ms", "300000")
+        .option("kafka.delivery.timeout.ms", "900000")
         .save()
     )
     counts = {
@@ -620,6 +634,9 @@ def main() -> None:
         machine.append(
             f"machine at the end:   {reference()}, load average {os.getloadavg()[0]:.1f}"
         )
+    except BaseException:
+        print(f"the Kafka broker's log ends:\n{broker.log_tail()}", file=sys.stderr)
+        raise
     finally:
         if spark is not None:
             spark.stop()
