@@ -20,12 +20,14 @@ counted; medians):
   when the trigger began) and to its first progress event (that timestamp plus
   the trigger's duration);
 - the CPU each family of processes spent in each run, from /proc/<pid>/stat
-  (utime + stime, read before and after): the Spark JVM (its own threads); the
-  Python workers (everything below the Spark JVM: pyspark.daemon, the workers
-  it forks, the planner and streaming-source processes Spark starts; the JVM's
-  cutime + cstime holds those that ended and were reaped); the Kafka broker JVM;
-  this driver process. The broker runs (idle) during our runs too: its CPU then
-  is shown but not counted in our total.
+  (utime + stime, read before the run, every 0.25 s during it and after it):
+  the Spark JVM (its own threads); the Python workers (every process below the
+  Spark JVM: pyspark.daemon, the workers it forks, the planner and
+  streaming-source processes Spark starts; those the JVM reaped during the run
+  through its cutime + cstime, those pyspark.daemon's workers that ended up to
+  their last sample); the Kafka broker JVM; this driver process (with the
+  sampling). The broker runs, idle, during our runs too: its CPU then is shown
+  but not counted in our total.
 
 Ratios are ours / Kafka: above 1 is faster for rows/s, slower for times and
 CPU. CPU per row does not depend on the machine's load; rows/s do. The machine
@@ -634,17 +636,19 @@ def main() -> None:
         machine.append(
             f"machine at the end:   {reference()}, load average {os.getloadavg()[0]:.1f}"
         )
-    except BaseException:
+    except Exception:
         print(f"the Kafka broker's log ends:\n{broker.log_tail()}", file=sys.stderr)
         raise
     finally:
-        if spark is not None:
-            spark.stop()
-        from rocketspark.client import close_all
+        try:
+            if spark is not None:
+                spark.stop()
+        finally:
+            from rocketspark.client import close_all
 
-        close_all()
-        broker.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+            close_all()
+            broker.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
     report(n, results, versions, machine, loads)
 
 
