@@ -3,8 +3,10 @@
     ./dev bench-spark            # or: python benchmarks/bench_spark.py [--quick] [--runs N]
 
 - source: a batch read of a whole topic into Spark's noop sink, rows/s, and
-  the same through a synthetic Python data source that yields ready-made Arrow
-  batches of the same schema (the framework's ceiling), measured in the same run;
+  the same through a synthetic Python data source that yields one ready-made
+  Arrow batch of the same schema over and over, built once per Python worker
+  before the timed reads (the framework's ceiling: what the Python data source
+  path costs with no I/O and no decoding), measured in the same run;
 - sink: an exactly-once batch write of 100-byte bodies into the store, rows/s
   (and at-least-once, and a Python sink that only counts the rows: the
   framework's ceiling for writes, for comparison);
@@ -41,8 +43,54 @@ from rocketspark.store import Message, MessageStore  # noqa: E402
 BODY = b"x" * 100
 
 
+# The ceiling's batch lives in this module of each Python worker, kept across tasks
+# (workers are reused): built by the first read in a worker (the warm-up round), so
+# the timed reads only hand Spark ready-made batches. Not a module global of this
+# file: Spark ships the reader's functions by value, and their globals with them.
+_CEILING_CACHE = "_rocketspark_bench_ceiling"
+CEILING_BATCH_ROWS = 1 << 16  # as the source's batches (its READ_CHUNK)
+
+
+def _ceiling_batch(rows: int):
+    """Return the ceiling's Arrow batch of ``rows`` rows, built once per Python worker."""
+    import types
+
+    cache = sys.modules.get(_CEILING_CACHE)
+    if cache is None:
+        cache = sys.modules[_CEILING_CACHE] = types.ModuleType(_CEILING_CACHE)
+        cache.batches = {}  # type: ignore[attr-defined]
+    batch = cache.batches.get(rows)
+    if batch is None:
+        import pyarrow as pa
+
+        from rocketspark.message.arrow import ARROW_SCHEMA
+
+        # One real batch read from a store, to have the source's values and layout.
+        store = tempfile.mkdtemp(prefix="rs-ceiling-")
+        try:
+            with MessageStore.open(store) as s:
+                s.create_topic("c", queues=1)
+                s.put_batch([Message("c", BODY, tags="t", keys=["k"]) for _ in range(rows)])
+                batches, _ = s.read_batches("c", 0, 0, None)
+                batch = (
+                    pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+                    .combine_chunks()
+                    .to_batches()[0]
+                )
+        finally:
+            shutil.rmtree(store, ignore_errors=True)
+        cache.batches[rows] = batch
+    return batch
+
+
 class _Ceiling(DataSource):
-    """Yields the same pre-built Arrow batch over and over: no I/O, no decoding."""
+    """Yields one ready-made Arrow batch over and over: no I/O, no decoding, no set-up.
+
+    What the Python data source path itself costs (Spark planning the tasks, the
+    Arrow stream from the worker to the JVM, the JVM's rows): the most any
+    Python source of this schema can reach. The batch is built once per Python
+    worker, before the timed reads (see ``_ceiling_batch``).
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -65,25 +113,8 @@ class _CeilingReader(DataSourceReader):
         return [InputPartition(i) for i in range(self.parts)]
 
     def read(self, partition):
-        import pyarrow as pa
-
-        from rocketspark.message.arrow import ARROW_SCHEMA
-        from rocketspark.store.message_store import MessageStore as _MS  # noqa: F401
-
-        n = 65536
-        store = tempfile.mkdtemp(prefix="rs-ceiling-")
-        try:
-            with MessageStore.open(store) as s:  # one real batch, to have real values
-                s.create_topic("c", queues=1)
-                s.put_batch([Message("c", BODY, tags="t", keys=["k"]) for _ in range(n)])
-                batches, _ = s.read_batches("c", 0, 0, None)
-                batch = (
-                    pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
-                    .combine_chunks()
-                    .to_batches()[0]
-                )
-        finally:
-            shutil.rmtree(store, ignore_errors=True)
+        n = CEILING_BATCH_ROWS
+        batch = _ceiling_batch(n)
         left = self.rows // self.parts
         while left > 0:
             take = min(left, n)
@@ -273,7 +304,10 @@ def main() -> None:
     print(f"  machine at the start: {before}")
     print(f"  machine at the end:   {reference()}")
     print(f"  source, batch read -> noop      {med(ours):>12,.0f} rows/s  (target >= 1,200,000)")
-    print(f"  synthetic Arrow source ceiling  {med(ceiling):>12,.0f} rows/s")
+    print(
+        f"  synthetic Arrow source ceiling  {med(ceiling):>12,.0f} rows/s  (a cached batch "
+        "handed over and over: Spark's Python source path alone)"
+    )
     print(f"  source / ceiling                {med(ours) / med(ceiling):>12.0%}  (target >= 70%)")
     print(
         f"  sink, exactly_once              {med(eo[0]):>12,.0f} rows/s  (target >= 500,000; "
