@@ -287,12 +287,17 @@ class RemoteClient:
         blocks = reader.blocks()
         if end - start > self.pull_batch * self.pipeline:
             blocks = read_ahead(blocks)  # more than one burst of pulls: pull while converting
-        batches = [
-            arrow.records_body_to_batch(
-                block, topic=mq.topic, broker_name=mq.broker, queue_id=mq.queue_id, check_crc=crc
-            )
-            for block in blocks
-        ]
+        with contextlib.closing(blocks):  # a failed conversion stops the pulls at once
+            batches = [
+                arrow.records_body_to_batch(
+                    block,
+                    topic=mq.topic,
+                    broker_name=mq.broker,
+                    queue_id=mq.queue_id,
+                    check_crc=crc,
+                )
+                for block in blocks
+            ]
         # Rows are the same on both backends: the properties every broker adds to
         # every message it stores (its cluster, region, trace switch) are left out.
         batches = [

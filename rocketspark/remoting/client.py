@@ -721,7 +721,7 @@ class RemotingClient:
         if self.credentials is None and max_reconsume_times is None:
             # (a signed request's frame is the general encoder's: its signature covers it)
             frames = self._send_frames(mq, producer_group, batch, reconsume_times is not None)
-        if frames is None or len(body) > SendFrames.MAX_BODY:
+        if frames is None:
             addr, code, header = self._send_request(
                 mq,
                 body,

@@ -22,8 +22,9 @@ import json
 import struct
 from collections.abc import Callable, Mapping, Sequence
 
+from rocketspark.errors import RemotingFrameError
 from rocketspark.remoting import headers as h
-from rocketspark.remoting.codes import RequestCode
+from rocketspark.remoting.codes import RequestCode, request_name
 from rocketspark.remoting.command import MAX_FRAME_SIZE, Body, RemotingCommand
 
 __all__ = ["FrameTemplate", "PullFrames", "SendFrames", "json_string"]
@@ -41,9 +42,10 @@ _PREFIX = struct.Struct(">ii")  # LENGTH, MARKER (serialize type JSON: 0 << 24)
 class FrameTemplate:
     """One request's frames, the ext fields ``open_fields`` and the opaque left as holes."""
 
-    __slots__ = ("_order", "_text")
+    __slots__ = ("_code", "_order", "_text")
 
-    def __init__(self, text: str, order: tuple[int, ...] | None):
+    def __init__(self, code: int, text: str, order: tuple[int, ...] | None):
+        self._code = code
         self._text = text
         self._order = order  # the values' order in the text, when not as given
 
@@ -75,7 +77,7 @@ class FrameTemplate:
         order = tuple(sorted(range(len(holes)), key=where.__getitem__))
         for marked, hole in holes:
             text = text.replace(marked, hole)
-        return cls(text, None if order == tuple(range(len(holes))) else order)
+        return cls(code, text, None if order == tuple(range(len(holes))) else order)
 
     def frame(self, args: tuple[int | str, ...], body: Body = b"") -> list[Body]:
         """The frame with ``args`` in the open fields (in ``open_fields``' order; a text
@@ -84,6 +86,11 @@ class FrameTemplate:
             args = tuple(args[i] for i in self._order)
         header = (self._text % args).encode("utf-8")
         n = len(header)
+        if _PREFIX.size + n + len(body) > MAX_FRAME_SIZE:
+            raise RemotingFrameError(
+                f"frame of {request_name(self._code)} would be {_PREFIX.size + n + len(body)} "
+                f"bytes, more than the {MAX_FRAME_SIZE} a RocketMQ server accepts"
+            )
         head = _PREFIX.pack(4 + n + len(body), n) + header
         return [head, body] if len(body) else [head]
 
@@ -114,9 +121,6 @@ class PullFrames:
 
 class SendFrames:
     """The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frames of one queue and producer group."""
-
-    # the largest body a frame takes here (a bigger one: the general encoder's error)
-    MAX_BODY = MAX_FRAME_SIZE - 0x10000
 
     __slots__ = ("_template",)
 

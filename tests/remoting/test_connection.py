@@ -382,3 +382,17 @@ def test_requests_given_encoded_go_out_together_and_are_answered_each(server, co
     answers = [f.result(WAIT) for f in futures]
     assert [a.ext_fields["seq"] for a in answers] == [str(i) for i in range(5)]
     assert [bytes(a.body) for a in answers] == [f"body-{i}".encode() for i in range(5)]
+
+
+def test_more_requests_given_encoded_than_one_sendmsg_takes_all_go_out(server, conn):
+    # a burst of 1500 frames of two buffers each: beyond the kernel's iovec limit (1024)
+    def encode(i):
+        return lambda opaque: [
+            bytes(b) for b in request(f"b{i}".encode(), seq=str(i)).with_opaque(opaque).encode()
+        ]
+
+    futures = conn.invoke_async_encoded(
+        RequestCode.GET_MAX_OFFSET, [encode(i) for i in range(1500)], WAIT
+    )
+    answers = [f.result(WAIT) for f in futures]
+    assert [a.ext_fields["seq"] for a in answers] == [str(i) for i in range(1500)]

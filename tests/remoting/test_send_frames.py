@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocketspark.errors import RemotingFrameError
 from rocketspark.message.model import MessageQueue
 from rocketspark.remoting.codes import RequestCode
-from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.command import MAX_FRAME_SIZE, RemotingCommand
 from rocketspark.remoting.headers import SendMessageRequestHeader
 from rocketspark.remoting.template import NUMBER_MARKS, SendFrames
 
@@ -102,3 +104,25 @@ def test_a_header_holding_a_marker_is_left_to_the_general_encoder():
         broker_name="b",
     )
     assert SendFrames.of(RequestCode.SEND_MESSAGE_V2, header.to_v2()) is None
+
+
+def test_a_template_frame_over_the_limit_is_refused_as_the_general_encoders():
+    header = SendMessageRequestHeader(
+        producer_group="g",
+        topic="t",
+        queue_id=0,
+        born_timestamp=0,
+        reconsume_times=None,
+        broker_name="b",
+    )
+    frames = SendFrames.of(RequestCode.SEND_MESSAGE_V2, header.to_v2())
+    assert frames is not None
+    body = b"x" * (MAX_FRAME_SIZE - 200)
+    with pytest.raises(RemotingFrameError, match="more than the 16777216"):
+        frames.frame(body, 0, 0, 0, "p" * 400, None, 1)
+    with pytest.raises(RemotingFrameError, match="more than the 16777216"):
+        RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2,
+            dataclasses.replace(header, properties="p" * 400).to_v2().to_ext_fields(),
+            body=body,
+        ).encode()
