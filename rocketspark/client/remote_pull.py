@@ -14,7 +14,7 @@ import queue
 import struct
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -65,7 +65,7 @@ class RangeReader:
             self.mq, offset, n, group=self.client.group, expression=self.expression, address=address
         )
 
-    def blocks(self) -> Iterator[bytes | memoryview]:
+    def blocks(self) -> Generator[bytes | memoryview, None, None]:
         """Yield buffers of back-to-back records, in queue order, up to ~ARROW_BLOCK_BYTES."""
         if self.position >= self.end:
             return
@@ -174,7 +174,7 @@ def _join(parts: list[memoryview]) -> bytes | memoryview:
 T = TypeVar("T")
 
 
-def read_ahead(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+def read_ahead(items: Iterator[T], depth: int = 1) -> Generator[T, None, None]:
     """Yield the items of ``items``, which a thread of their own makes up to ``depth`` ahead.
 
     A range reader's pulls go on while the caller turns its last block into Arrow
