@@ -191,7 +191,7 @@ class Producer:
             else:
                 raw = f"{_UNIQ_KEY_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
             props_of.append(raw)
-            encoded.append(_encode_for_batch(m, raw))
+            encoded.append(_encode_for_batch(m.body, m.flag, raw))
             groups.setdefault(self.select_queue(m, qs, None), []).append(i)
         lanes: list[list[_Request]] = []
         for mq, rows in groups.items():
@@ -344,7 +344,7 @@ class Producer:
                     if key_items is not None:
                         head += key_items[i]
                     props = f"{head}{uniq_item}{uniq[i]}{end}".encode()
-                    size = len(props)
+                    size = len(props)  # _encode_for_batch's entry, inlined
                     encoded[i] = b"".join(
                         (
                             pack(22 + len(body) + size, 0, len(body)),
@@ -834,13 +834,13 @@ def _add_note(error: BaseException, note: str) -> None:
         error.__notes__ = [*getattr(error, "__notes__", ()), note]
 
 
-def _encode_for_batch(msg: Message, props: bytes) -> bytes:
+def _encode_for_batch(body: bytes, flag: int, props: bytes) -> bytes:
     """One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``):
-    TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first)."""
-    body = msg.body
+    TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first).
+    (``send_columns`` inlines these bytes in its loop over rows.)"""
     return b"".join(
         (
-            _BATCH_HEAD.pack(22 + len(body) + len(props), msg.flag & 0xFFFFFFFF, len(body)),
+            _BATCH_HEAD.pack(22 + len(body) + len(props), flag & 0xFFFFFFFF, len(body)),
             body,
             len(props).to_bytes(2, "big"),
             props,
@@ -858,14 +858,7 @@ def _entries_matrix(bodies: list[bytes], head: str, uniq: list[str]) -> np.ndarr
     if len(set(map(len, bodies))) != 1 or len(set(map(len, uniq))) != 1:
         return None
     props = f"{head}{_UNIQ_KEY_ITEM}{'0' * width}{PROPERTY_SEPARATOR}".encode()
-    template = b"".join(
-        (
-            _BATCH_HEAD.pack(22 + size + len(props), 0, size),
-            bytes(size),
-            len(props).to_bytes(2, "big"),
-            props,
-        )
-    )
+    template = _encode_for_batch(bytes(size), 0, props)
     out = np.tile(np.frombuffer(template, dtype=np.uint8), (m, 1))
     at = _BATCH_HEAD.size
     out[:, at : at + size] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(m, size)
