@@ -88,7 +88,7 @@ _UNIQ_ITEM = f"{PROPERTY_SEPARATOR}{_UNIQ_KEY_ITEM}"
 _KEYS_ITEM = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
 SEND_WINDOW = 8  # send requests of one put in flight at most (one per queue)
 # A started send: its future, the broker's address and the start time; or None, the
-# connection error and 0 when the broker could not be reached.
+# error and 0 when it could not start (see Producer._start).
 _Started = tuple[Future[RemotingCommand] | None, Any, float]
 # A request's rows, its answer, and each row's message id and CommitLog offset.
 _Sent = tuple[list[int], SendAnswer, list[str], list[int]]
