@@ -35,6 +35,7 @@ __all__ = [
     "RemotingTimeoutError",
     "RemotingCommandError",
     "BrokerBusyError",
+    "NoMasterError",
 ]
 
 
@@ -238,5 +239,12 @@ class RemotingCommandError(RemotingError):
 
 class BrokerBusyError(RemotingCommandError):
     """The broker refused the request for now (SYSTEM_BUSY, flow control); retry later."""
+
+    retriable = True
+
+
+class NoMasterError(RemotingError):
+    """A broker group has no master in the NameServers' route (a failover under way):
+    a send may go to another broker group's queue meanwhile."""
 
     retriable = True

@@ -7,8 +7,9 @@ What RocketMQ's ``DefaultMQProducerImpl`` does for a Java producer:
   round-robin from a random start (as RocketMQ's producer), avoiding brokers that
   failed or were slow (latency fault tolerance); a ``queueId`` picks the n-th
   writable queue of the topic across brokers in name order, and a sharding key
-  hashes over the same list (``SelectMessageQueueByHash``). A batch that fails is
-  retried on another broker's queue (unless its queue was chosen) up to
+  hashes over the same list (``SelectMessageQueueByHash``). A batch that fails, or
+  cannot start (broker unreachable, no master during a failover), is retried on
+  another broker's queue (unless one of its rows' queue was chosen) up to
   ``SEND_RETRIES`` times. Bodies are sent uncompressed. The requests of one
   put go out side by side, one in flight per queue (a queue stores its rows in
   the order given) and ``SEND_WINDOW`` at most, and their answers are read in
@@ -39,10 +40,7 @@ from rocketspark.client.api import Answer, MessageQueue, PutResult
 from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
-    RemotingCommandError,
-    RemotingConnectError,
     RemotingError,
-    RemotingTimeoutError,
     UnknownTopicError,
 )
 from rocketspark.message import arrow
@@ -90,7 +88,7 @@ _UNIQ_ITEM = f"{PROPERTY_SEPARATOR}{_UNIQ_KEY_ITEM}"
 _KEYS_ITEM = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
 SEND_WINDOW = 8  # send requests of one put in flight at most (one per queue)
 # A started send: its future, the broker's address and the start time; or None, the
-# connection error and 0 when the broker could not be reached.
+# error and 0 when it could not start (see Producer._start).
 _Started = tuple[Future[RemotingCommand] | None, Any, float]
 # A request's rows, its answer, and each row's message id and CommitLog offset.
 _Sent = tuple[list[int], SendAnswer, list[str], list[int]]
@@ -193,7 +191,7 @@ class Producer:
             else:
                 raw = f"{_UNIQ_KEY_ITEM}{uniq[i]}{PROPERTY_SEPARATOR}".encode()
             props_of.append(raw)
-            encoded.append(_encode_for_batch(m, raw))
+            encoded.append(_encode_for_batch(m.body, m.flag, raw))
             groups.setdefault(self.select_queue(m, qs, None), []).append(i)
         lanes: list[list[_Request]] = []
         for mq, rows in groups.items():
@@ -226,7 +224,7 @@ class Producer:
                             0,
                             None,
                             True,
-                            all(messages[i].queue_id is not None for i in chunk),
+                            any(messages[i].queue_id is not None for i in chunk),
                         )
                     )
             lanes.append(lane)
@@ -346,7 +344,7 @@ class Producer:
                     if key_items is not None:
                         head += key_items[i]
                     props = f"{head}{uniq_item}{uniq[i]}{end}".encode()
-                    size = len(props)
+                    size = len(props)  # _encode_for_batch's entry, inlined
                     encoded[i] = b"".join(
                         (
                             pack(22 + len(body) + size, 0, len(body)),
@@ -398,41 +396,47 @@ class Producer:
         return each request's rows, answer, message ids and CommitLog offsets. A lane is
         taken from ``lanes`` when there is room for it.
 
-        After a failure no request is started; those in flight are awaited (their rows
-        are written) and the first failure is raised.
+        After a failure (of a request, or of making a lane) no request is started; those
+        in flight are awaited (their rows are written, see ``written``) and the first
+        failure is raised, with notes naming the later ones and the rows the brokers
+        stored (see :func:`_failed_send`).
         """
         sent: list[_Sent] = []
         waiting = (deque(lane) for lane in lanes if lane)
         inflight: deque[tuple[deque[_Request], _Request, _Started]] = deque()
-        error: BaseException | None = None
+        errors: list[Exception] = []
         try:
-            for lane in waiting:
+            while len(inflight) < SEND_WINDOW:
+                try:
+                    lane = next(waiting, None)
+                except Exception as e:  # the requests in flight are awaited first
+                    errors.append(e)
+                    break
+                if lane is None:
+                    break
                 request = lane.popleft()
                 inflight.append((lane, request, self._start(request, request.mq)))
-                if len(inflight) >= SEND_WINDOW:
-                    break
             while inflight:
                 lane, request, started = inflight.popleft()
                 try:
                     sent.append(self._answered(request, self._finish(request, started)))
-                except Exception as e:  # the others in flight are awaited first
-                    if error is None:
-                        error = e
-                    continue
-                if error is not None:
-                    continue
-                if not lane:
-                    lane = next(waiting, None)  # type: ignore[arg-type]
-                    if lane is None:
+                    if errors:
                         continue
+                    if not lane:
+                        lane = next(waiting, None)
+                        if lane is None:
+                            continue
+                except Exception as e:  # the others in flight are awaited first
+                    errors.append(e)
+                    continue
                 request = lane.popleft()
                 inflight.append((lane, request, self._start(request, request.mq)))
         finally:
-            for _, _, (future, _, _) in inflight:
+            for _, _, (future, _, _) in inflight:  # (only when interrupted)
                 if future is not None:
                     future.cancel()
-        if error is not None:
-            raise error
+        if errors:
+            raise _failed_send(errors, sent)
         return sent
 
     def _answered(self, request: _Request, answer: SendAnswer) -> _Sent:
@@ -452,7 +456,8 @@ class Producer:
 
     def _start(self, request: _Request, mq: MessageQueue) -> _Started:
         """Start ``request`` to ``mq``: its future, broker address and start time, or (None,
-        the connection error, 0) when the broker cannot be reached."""
+        the error, 0) when it could not start (the broker unreachable, no master, the route
+        not refreshed...): :meth:`_finish` raises that error or retries the request."""
         try:
             return self.remoting.send_async(
                 mq,
@@ -464,7 +469,7 @@ class Producer:
                 batch=request.batch,
                 reconsume_times=request.reconsume,
             )
-        except RemotingConnectError as e:
+        except Exception as e:  # raised by _finish, after the requests in flight
             return None, e, 0.0
 
     def _finish(self, request: _Request, started: _Started) -> SendAnswer:
@@ -478,14 +483,9 @@ class Producer:
                 if future is None:
                     raise addr
                 return self.remoting.send_answer(mq, future, addr, at)
-            except (
-                RemotingConnectError,
-                RemotingTimeoutError,
-                RemotingCommandError,
-            ) as e:
-                retriable = not isinstance(e, RemotingCommandError) or e.retriable
+            except RemotingError as e:  # unreachable, timed out, busy, no master: retriable
                 attempt += 1
-                if request.pinned or not retriable or attempt > SEND_RETRIES:
+                if request.pinned or not e.retriable or attempt > SEND_RETRIES:
                     raise
                 qs = self.write_queues(mq.topic)
                 mq = self.remoting.faults.select(qs, random.randrange(len(qs)), mq.broker)
@@ -717,7 +717,7 @@ class _Request:
     flag: int
     reconsume: int | None
     batch: bool
-    pinned: bool  # every row's queue was chosen: no retry on another queue
+    pinned: bool  # a row's queue was chosen: no retry on another queue
 
 
 def _plain_columns(
@@ -800,13 +800,47 @@ def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseExcep
         errors.append(e)
 
 
-def _encode_for_batch(msg: Message, props: bytes) -> bytes:
+def _failed_send(errors: list[Exception], sent: list[_Sent]) -> Exception:
+    """The first error of a put, with notes: each later error, and the rows the brokers
+    stored (per queue, its offset ranges), so a caller can tell acknowledged rows from
+    the others."""
+    error = errors[0]
+    for e in errors[1:]:
+        _add_note(error, f"later failure of the same put: {type(e).__name__}: {e}")
+    runs: dict[MessageQueue, list[list[int]]] = {}
+    n = 0
+    for rows, answer, _, _ in sorted(sent, key=lambda s: (str(s[1].mq), s[1].queue_offset)):
+        a, b = answer.queue_offset, answer.queue_offset + len(rows)
+        n += len(rows)
+        ranges = runs.setdefault(answer.mq, [])
+        if ranges and ranges[-1][1] == a:
+            ranges[-1][1] = b
+        else:
+            ranges.append([a, b])
+    stored = "; ".join(
+        f"{mq.topic}/{mq.broker}/{mq.queue_id} offsets "
+        + ", ".join(f"[{a}, {b})" for a, b in ranges)
+        for mq, ranges in runs.items()
+    )
+    _add_note(error, f"stored by the brokers before the failure: {n} rows ({stored or 'none'})")
+    return error
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (its ``__notes__`` under Python 3.10)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10: the same attribute, which tracebacks do not show
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
+
+
+def _encode_for_batch(body: bytes, flag: int, props: bytes) -> bytes:
     """One message of a SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessage``):
-    TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first)."""
-    body = msg.body
+    TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY (length first), PROPERTIES (length first).
+    (``send_columns`` inlines these bytes in its loop over rows.)"""
     return b"".join(
         (
-            _BATCH_HEAD.pack(22 + len(body) + len(props), msg.flag & 0xFFFFFFFF, len(body)),
+            _BATCH_HEAD.pack(22 + len(body) + len(props), flag & 0xFFFFFFFF, len(body)),
             body,
             len(props).to_bytes(2, "big"),
             props,
@@ -824,14 +858,7 @@ def _entries_matrix(bodies: list[bytes], head: str, uniq: list[str]) -> np.ndarr
     if len(set(map(len, bodies))) != 1 or len(set(map(len, uniq))) != 1:
         return None
     props = f"{head}{_UNIQ_KEY_ITEM}{'0' * width}{PROPERTY_SEPARATOR}".encode()
-    template = b"".join(
-        (
-            _BATCH_HEAD.pack(22 + size + len(props), 0, size),
-            bytes(size),
-            len(props).to_bytes(2, "big"),
-            props,
-        )
-    )
+    template = _encode_for_batch(bytes(size), 0, props)
     out = np.tile(np.frombuffer(template, dtype=np.uint8), (m, 1))
     at = _BATCH_HEAD.size
     out[:, at : at + size] = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(m, size)
@@ -876,7 +903,10 @@ def _chunks(rows: list[int], encoded: list[bytes]) -> Iterator[list[int]]:
 
 
 class SentResults(Sequence[PutResult]):
-    """The results of a columnar send: one PutResult per row, built when asked for."""
+    """The results of a columnar send: one PutResult per row, built when asked for.
+
+    A sequence as the list of the other backends: ``len``, indexing, slices (lists),
+    iteration, ``index``/``count``, ``+`` and ``==`` with a list of the same results."""
 
     __slots__ = ("_topic", "_uniq", "_now", "_sent", "_which", "_at")
 
@@ -922,6 +952,14 @@ class SentResults(Sequence[PutResult]):
 
     def __iter__(self) -> Iterator[PutResult]:
         return (self._one(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list, tuple or results of the same PutResults, in the same order."""
+        if not isinstance(other, (list, tuple, SentResults)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a list
 
     def __add__(self, other: Iterable[PutResult]) -> list[PutResult]:
         return list(self) + list(other)

@@ -44,6 +44,7 @@ from typing import Any
 
 from rocketspark.errors import (
     ConfigError,
+    NoMasterError,
     RemotingCommandError,
     RemotingConnectError,
     RemotingError,
@@ -391,7 +392,7 @@ class RemotingClient:
             b = self.route(topic, refresh=refresh).broker(broker_name)
             if b is not None and b.master:
                 return b.master
-        raise RemotingError(
+        raise NoMasterError(
             f"broker {broker_name!r} of topic {topic!r} has no master in the NameServers' "
             f"route ({';'.join(self.namesrv)})"
         )

@@ -22,7 +22,7 @@ def _message_entry(body: bytes, tags: str | None, keys, uniq: str) -> bytes:
     m = Message("t", body, tags=tags, keys=keys)
     props = m.all_properties()
     props["UNIQ_KEY"] = uniq
-    return _encode_for_batch(m, encode_properties(props))
+    return _encode_for_batch(m.body, m.flag, encode_properties(props))
 
 
 @pytest.mark.parametrize(
