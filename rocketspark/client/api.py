@@ -266,12 +266,15 @@ class Client(Protocol):
         *,
         expression: str = "*",
         check_crc: bool | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> tuple[list[pa.RecordBatch], int]:
         """Arrow record batches (``message.arrow``'s schema) of offsets [start, end).
 
         Returns the batches and the offset to read next (at most ``end``; less
         than ``start`` never; equal to ``start`` when nothing is there). Rows
-        the tag ``expression`` drops leave gaps in queueOffset.
+        the tag ``expression`` drops leave gaps in queueOffset. ``columns``:
+        only these columns of the schema, in this order (``message.arrow.row_schema``);
+        what none of them needs is not decoded (the tag filter works without tags).
         """
         ...
 

@@ -205,6 +205,7 @@ class EmbeddedClient:
         *,
         expression: str = "*",
         check_crc: bool | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> tuple[list[Any], int]:
         return self.store.read_batches(
             mq.topic,
@@ -214,6 +215,7 @@ class EmbeddedClient:
             expression,
             broker_name=mq.broker,
             check_crc=check_crc,
+            columns=columns,
         )
 
     def get_message(self, msg_id: str) -> MessageExt:

@@ -279,6 +279,7 @@ class RemoteClient:
         *,
         expression: str = "*",
         check_crc: bool | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> tuple[list[pa.RecordBatch], int]:
         """Pull ``[start, end)`` of ``mq`` with up to ``pullPipeline`` pulls in flight."""
         sub = SubscriptionExpression(expression)
@@ -287,6 +288,7 @@ class RemoteClient:
         blocks = reader.blocks()
         if end - start > self.pull_batch * self.pipeline:
             blocks = read_ahead(blocks)  # more than one burst of pulls: pull while converting
+        decode = columns if sub.matches_all else arrow.with_tags(columns)
         with contextlib.closing(blocks):  # a failed conversion stops the pulls at once
             batches = [
                 arrow.records_body_to_batch(
@@ -295,16 +297,20 @@ class RemoteClient:
                     broker_name=mq.broker,
                     queue_id=mq.queue_id,
                     check_crc=crc,
+                    columns=decode,
                 )
                 for block in blocks
             ]
         # Rows are the same on both backends: the properties every broker adds to
         # every message it stores (its cluster, region, trace switch) are left out.
-        batches = [
-            arrow.drop_properties(b, BROKER_STAMPED_PROPERTIES) for b in batches if b.num_rows
-        ]
+        if columns is None or "properties" in columns:
+            batches = [
+                arrow.drop_properties(b, BROKER_STAMPED_PROPERTIES) for b in batches if b.num_rows
+            ]
+        else:
+            batches = [b for b in batches if b.num_rows]
         if not sub.matches_all:
-            batches = [arrow.filter_tags(b, sub.tags) for b in batches]
+            batches = [arrow.filter_tags(b, sub.tags, columns) for b in batches]
         return batches, reader.position
 
     def get_message(self, msg_id: str) -> MessageExt:

@@ -16,12 +16,12 @@ from rocketspark.datasource.options import parse_options
 from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter, SinkPlan
 from rocketspark.datasource.source import (
     SCHEMA_DDL,
-    SCHEMA_FIELDS,
     RocketMQBatchReader,
     RocketMQFilteringBatchReader,
     RocketMQStreamReader,
     SourcePlan,
     called_for_filter_pushdown,
+    columns_of,
 )
 from rocketspark.errors import ConfigError, RocketSparkError
 
@@ -42,16 +42,20 @@ class RocketMQDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> RocketMQBatchReader:
-        _check_schema(schema)
-        plan = SourcePlan.create(parse_options(self.options, "read"), streaming=False)
+        columns = columns_of(schema)  # a .schema() of some columns: the rows have only those
+        plan = SourcePlan.create(
+            parse_options(self.options, "read"), streaming=False, columns=columns
+        )
         if called_for_filter_pushdown():
             return RocketMQFilteringBatchReader(plan)
         return RocketMQBatchReader(plan)
 
     def streamReader(self, schema: Any) -> Any:
         try:
-            _check_schema(schema)
-            plan = SourcePlan.create(parse_options(self.options, "read"), streaming=True)
+            columns = columns_of(schema)
+            plan = SourcePlan.create(
+                parse_options(self.options, "read"), streaming=True, columns=columns
+            )
         except RocketSparkError as e:
             # pyspark's stream runner (4.0-4.2) answers an error raised here with an
             # UnboundLocalError of its own that ends the trace; raised from the
@@ -73,19 +77,6 @@ class RocketMQDataSource(DataSource):
             raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
         return RocketMQStreamWriter(
             SinkPlan.create(parse_options(self.options, "write"), schema, streaming=True)
-        )
-
-
-def _check_schema(schema: Any) -> None:
-    """The source's rows have one schema: a schema given with .schema() must be it
-    (Kafka's connector refuses any, "a fixed schema"; this one takes its own)."""
-    if schema is None or isinstance(schema, str):
-        return
-    got = [(f.name, f.dataType.simpleString()) for f in schema.fields]
-    if got != SCHEMA_FIELDS:
-        raise ConfigError(
-            "the rocketmq source has a fixed schema and cannot be read with another (leave "
-            f".schema() out, and select or cast columns after load()): {SCHEMA_DDL}"
         )
 
 

@@ -11,6 +11,7 @@ gaps between the queueOffsets of the rows: that is normal, not data loss.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import time
@@ -80,6 +81,58 @@ SCHEMA_FIELDS = [
 READ_CHUNK = 1 << 16
 
 
+def columns_of(schema: Any) -> tuple[str, ...] | None:
+    """The columns a ``.schema()`` given to the source picks; None: all, as SCHEMA_DDL.
+
+    Such a schema is some of the source's columns, in any order, none twice,
+    each named as in SCHEMA_DDL (case included) with its type, and nullable.
+    The rows then have only those columns, in that order, and what none of them
+    needs is not decoded (the properties, msgId, the hosts). With no schema
+    given, Spark passes the source's own. Raises ConfigError naming the first
+    field that is not such a column.
+    """
+    if schema is None or isinstance(schema, str):
+        return None
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    full = {f.name: f for f in from_arrow_schema(ARROW_SCHEMA).fields}
+    names = [f.name for f in schema.fields]
+    if names == list(full) and all(f == full[f.name] for f in schema.fields):
+        return None
+    if not names:
+        raise ConfigError(f"the rocketmq source cannot read no column; {_SCHEMA_HINT}")
+    for f in schema.fields:
+        want = full.get(f.name)
+        if want is None:
+            close = [n for n in full if n.lower() == f.name.lower()] or difflib.get_close_matches(
+                f.name, list(full), n=1, cutoff=0.6
+            )
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"the rocketmq source has no column {f.name!r}{hint}; {_SCHEMA_HINT}")
+        if f.dataType != want.dataType:
+            got, typ = f.dataType.simpleString(), want.dataType.simpleString()
+            detail = " with nullable elements and values" if got == typ else f", not {got}"
+            typ = _DDL_TYPES[f.name]
+            raise ConfigError(
+                f"column {f.name!r} is {typ} in the rocketmq source{detail}; {_SCHEMA_HINT}"
+            )
+        if not f.nullable:
+            raise ConfigError(
+                f"column {f.name!r} of the rocketmq source is nullable: drop its NOT NULL"
+            )
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"column {twice!r} is given twice in the schema; {_SCHEMA_HINT}")
+    return tuple(names)
+
+
+_DDL_TYPES = dict(f.split(" ", 1) for f in SCHEMA_DDL.split(", "))  # name -> type as in DDL
+_SCHEMA_HINT = (
+    "a .schema() given to it picks some of its columns, with their types, in any order "
+    f"(leave .schema() out to read them all): {SCHEMA_DDL}"
+)
+
+
 # The options that say where a read starts, and where a batch read ends: one of each.
 _STARTS = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
 _ENDS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
@@ -96,6 +149,7 @@ class QueueRange(InputPartition):
     expression: str
     fail_on_data_loss: bool
     check_crc: bool | None = None  # None: the client's (embedded: checkCRCOnRead)
+    columns: tuple[str, ...] | None = None  # the rows' columns (columns_of); None: all
 
 
 @dataclass
@@ -106,11 +160,21 @@ class SourcePlan:
     options: ParsedOptions
     broker: str = ""  # the brokerName option: relabels the queues (embedded)
     streaming: bool = False
+    columns: tuple[str, ...] | None = None  # a .schema() of some columns (columns_of)
     _topics_checked: bool = field(default=False, repr=False)
 
     @classmethod
-    def create(cls, options: ParsedOptions, *, streaming: bool | None) -> SourcePlan:
-        """Validate the options against each other and the store; None: batch or stream."""
+    def create(
+        cls,
+        options: ParsedOptions,
+        *,
+        streaming: bool | None,
+        columns: tuple[str, ...] | None = None,
+    ) -> SourcePlan:
+        """Validate the options against each other and the store; None: batch or stream.
+
+        ``columns``: the columns the rows have (:func:`columns_of`); None: all.
+        """
         pattern = options.get("topicPattern")
         given = [k for k in ("topic", "topicPattern", "assign") if options.get(k)]
         if len(given) > 1:
@@ -144,7 +208,7 @@ class SourcePlan:
         if options.get("group"):
             validate_group(options["group"])
         ref = client_ref(options).require()
-        plan = cls(ref, options, streaming=bool(streaming))
+        plan = cls(ref, options, streaming=bool(streaming), columns=columns)
         client = ref.connect()
         plan.broker = options.get("brokerName") or ""
         queues = plan.queues(client)  # unknown topics and queues fail here, at load()
@@ -367,7 +431,7 @@ class SourcePlan:
                 pieces = max(pieces, math.ceil(size / max(1, cap)))
             for k in range(pieces):  # nearly equal pieces, none over the cap
                 a, b = s + size * k // pieces, s + size * (k + 1) // pieces
-                out.append(QueueRange(self.client, mq, a, b, expr, fail, check_crc))
+                out.append(QueueRange(self.client, mq, a, b, expr, fail, check_crc, self.columns))
         return out
 
 
@@ -392,6 +456,7 @@ def read_range(part: QueueRange) -> Iterator[Any]:
             min(end, pos + READ_CHUNK),
             expression=part.expression,
             check_crc=part.check_crc,
+            columns=part.columns,
         )
         for b in batches:
             if b.num_rows:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketspark.errors import CorruptRecordError
+from rocketspark.errors import ConfigError, CorruptRecordError
 from rocketspark.message.byte_gather import gather_items
 from rocketspark.message.model import (
     KEY_SEPARATOR,
@@ -94,10 +94,33 @@ _HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.u
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
 
-def empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
-    )
+COLUMN_NAMES = tuple(ARROW_SCHEMA.names)
+# The columns read from the properties: a read that wants none of them parses none.
+PROPERTY_COLUMNS = frozenset(("uniqKey", "tags", "keys", "properties"))
+
+
+@lru_cache(maxsize=64)
+def row_schema(columns: tuple[str, ...] | None = None) -> pa.Schema:
+    """The row schema of ``columns`` (names of :data:`ARROW_SCHEMA`, in that order;
+    None: all of it). Raises ConfigError for a name that is not a column."""
+    if columns is None:
+        return ARROW_SCHEMA
+    unknown = [c for c in columns if c not in COLUMN_NAMES]
+    if unknown:
+        raise ConfigError(
+            f"no column {unknown[0]!r} in the row schema (columns: {', '.join(COLUMN_NAMES)})"
+        )
+    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+
+
+def empty_batch(columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
+    schema = row_schema(columns)
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+def with_tags(columns: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The columns to decode for a tag filter: ``columns`` and ``tags``."""
+    return columns if columns is None or "tags" in columns else (*columns, "tags")
 
 
 class _Reached(NamedTuple):
@@ -120,9 +143,11 @@ def records_to_batch(
     commitlog_offsets: np.ndarray,
     check_crc: bool = True,
     file: str | None = None,
+    columns: tuple[str, ...] | None = None,
 ) -> pa.RecordBatch:
     """Return the records at ``positions`` of ``buffer`` (ascending, all of ``topic``
-    and queue ``queue_id``) as one batch of :data:`ARROW_SCHEMA`.
+    and queue ``queue_id``) as one batch of :data:`ARROW_SCHEMA`, or of its
+    ``columns`` only, in that order (:func:`row_schema`).
 
     ``buffer`` is any bytes-like object in the CommitLog layout (a mapped segment, or
     a PULL_MESSAGE body); the batch copies what it keeps, so the buffer may be closed
@@ -130,14 +155,17 @@ def records_to_batch(
     record is expected to say (a ConsumeQueue entry's size and offsets). Raises
     CorruptRecordError, naming ``file`` and the CommitLog offset, when a record lies
     past the end of the buffer, its header disagrees with what is expected, or, with
-    ``check_crc``, its body does not match its BODYCRC.
+    ``check_crc``, its body does not match its BODYCRC. The checks are the same
+    whatever the ``columns``; what no column wanted is not built (the properties
+    are parsed only for uniqKey, tags, keys or properties).
     """
+    schema = row_schema(columns)
     rel = np.asarray(positions, dtype=np.int64)
     size = np.asarray(sizes, dtype=np.int64)
     qoff = np.asarray(queue_offsets, dtype=np.int64)
     phy = np.asarray(commitlog_offsets, dtype=np.int64)
     if len(phy) == 0:
-        return empty_batch()
+        return empty_batch(columns)
     reached = _Reached(topic, queue_id, check_crc)
     n = len(phy)
     buf = np.frombuffer(buffer, dtype=np.uint8)
@@ -167,7 +195,7 @@ def records_to_batch(
             )
         sys_flag = hdr["sys_flag"].astype(np.int32)
         if np.any(sys_flag & _SLOW_FLAGS):
-            return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff)
+            return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff, columns)
         body_len = hdr["body_len"].astype(np.int64)
         topic_bytes = topic.encode("utf-8")
         topic_len = len(topic_bytes)
@@ -201,41 +229,33 @@ def records_to_batch(
                 offset=int(phy[i]),
             )
         _check_topics(buf, body_end, v2, topic_bytes, file, phy)
+        names = schema.names
         segment = pa.py_buffer(buffer)
-        body = _cut(segment, body_start, body_end).cast(pa.binary())
-        props = _cut(segment, props_start, props_start + props_len)
-        del segment
-        if reached.check_crc:
-            _check_body_crcs(body, body_len, hdr["crc"], file, phy)
-        try:
-            parsed = _parse_properties(props)
-        except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
-            return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff)
-        msg_id = _msg_ids(hdr, phy)
-        qoffsets = hdr["queue_offset"].astype(np.int64)
-        born = _hosts(hdr["born_ip"], hdr["born_port"])
-        store = _hosts(hdr["store_ip"], hdr["store_port"])
-        columns = _finish(
-            n,
-            topic,
-            broker_name,
-            hdr["queue_id"].astype(np.int32),
-            qoffsets,
-            msg_id,
-            body,
-            parsed,
-            hdr["born_ts"].astype(np.int64),
-            hdr["store_ts"].astype(np.int64),
-            born,
-            store,
-            hdr["reconsume"].astype(np.int32),
-            phy,
-            hdr["flag"].astype(np.int32),
-            sys_flag,
+        # Bodies are cut for their check even when no column wants them.
+        body = (
+            _cut(segment, body_start, body_end).cast(pa.binary())
+            if reached.check_crc or "body" in names
+            else None
         )
+        props = (
+            None
+            if PROPERTY_COLUMNS.isdisjoint(names)
+            else _cut(segment, props_start, props_start + props_len)
+        )
+        del segment
+        if body is not None and reached.check_crc:
+            _check_body_crcs(body, body_len, hdr["crc"], file, phy)
+        parsed = None
+        if props is not None:
+            try:
+                parsed = _parse_properties(props)
+            except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
+                return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff, columns)
+        decoded = _Decoded(n, topic, broker_name, hdr, phy, sys_flag, body, parsed)
+        arrays = [_BUILD[name](decoded) for name in names]
     finally:
         del buf
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def record_positions(buffer: Any, *, what: str = "pull answer") -> tuple[np.ndarray, np.ndarray]:
@@ -288,9 +308,11 @@ def records_body_to_batch(
     queue_id: int,
     check_crc: bool = True,
     what: str = "pull answer",
+    columns: tuple[str, ...] | None = None,
 ) -> pa.RecordBatch:
     """Return the back-to-back records of one queue in ``buffer`` (a pull answer's body)
-    as one batch of :data:`ARROW_SCHEMA`, with the same vectorised code as a segment.
+    as one batch of :data:`ARROW_SCHEMA` (or of its ``columns``), with the same
+    vectorised code as a segment.
 
     Each record's queue offset and CommitLog offset come from its own header
     (there is no ConsumeQueue entry to compare them with); its topic and queue
@@ -299,7 +321,7 @@ def records_body_to_batch(
     """
     starts, sizes = record_positions(buffer, what=what)
     if len(starts) == 0:
-        return empty_batch()
+        return empty_batch(columns)
     buf = np.frombuffer(buffer, dtype=np.uint8)
     if int(starts[-1]) + HEADER_DTYPE.itemsize > len(buf):
         raise CorruptRecordError(f"{what}: its last record is shorter than a record header")
@@ -316,6 +338,7 @@ def records_body_to_batch(
         commitlog_offsets=hdr["phy"].astype(np.int64),
         check_crc=check_crc,
         file=what,
+        columns=columns,
     )
 
 
@@ -328,12 +351,14 @@ def _read_each(
     phy: np.ndarray,
     size: np.ndarray,
     qoff: np.ndarray,
+    columns: tuple[str, ...] | None,
 ) -> pa.RecordBatch:
     """The records as one batch, decoded one by one (the per-record path)."""
     rows = zip(rel.tolist(), phy.tolist(), size.tolist(), qoff.tolist(), strict=True)
     return messages_to_batch(
         [_read_reached(buffer, file, reached, r, p, s, q) for r, p, s, q in rows],
         broker_name,
+        columns,
     )
 
 
@@ -875,53 +900,55 @@ def _split_keys(keys_raw: pa.Array, n: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pc.filter(flat, keep), mask=keys.is_null())
 
 
-def _finish(
-    n: int,
-    topic: str,
-    broker_name: str,
-    queue_id: np.ndarray,
-    queue_offset: np.ndarray,
-    msg_id: pa.Array,
-    body: pa.Array,
-    parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array],
-    born_ts: np.ndarray,
-    store_ts: np.ndarray,
-    born: pa.Array,
-    store: pa.Array,
-    reconsume: np.ndarray,
-    phy: np.ndarray,
-    flag: np.ndarray,
-    sys_flag: np.ndarray,
-) -> list[pa.Array]:
-    prop_map, tags, uniq, keys_raw = parsed
-    keys = _split_keys(keys_raw, n)
-    zeros = pa.array(np.zeros(n, dtype=np.int32))
-    return [
-        pa.array([topic], pa.string()).take(zeros),
-        pa.array([broker_name], pa.string()).take(zeros),
-        pa.array(queue_id, pa.int32()),
-        pa.array(queue_offset, pa.int64()),
-        msg_id,
-        uniq,
-        tags,
-        keys,
-        body,
-        prop_map,
-        pa.array(born_ts * 1000, TIMESTAMP),
-        pa.array(store_ts * 1000, TIMESTAMP),
-        born,
-        store,
-        pa.array(reconsume, pa.int32()),
-        pa.array(phy, pa.int64()),
-        pa.array(flag, pa.int32()),
-        pa.array(sys_flag, pa.int32()),
-    ]
+class _Decoded(NamedTuple):
+    """What the vectorised decoder has of a block: the columns are built from it."""
+
+    n: int
+    topic: str
+    broker_name: str
+    hdr: np.ndarray
+    phy: np.ndarray
+    sys_flag: np.ndarray
+    body: pa.Array | None  # None when neither the body column nor its check wanted it
+    parsed: tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None  # (map, tags, uniq, keys)
 
 
-def messages_to_batch(messages: Sequence[MessageExt], broker_name: str) -> pa.RecordBatch:
-    """Return decoded messages as one batch (the per-record path)."""
+def _repeat(text: str, n: int) -> pa.Array:
+    return pa.array([text], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+# How each column is built from a decoded block; only the wanted ones are called.
+_BUILD: dict[str, Callable[[_Decoded], pa.Array]] = {
+    "topic": lambda d: _repeat(d.topic, d.n),
+    "brokerName": lambda d: _repeat(d.broker_name, d.n),
+    "queueId": lambda d: pa.array(d.hdr["queue_id"].astype(np.int32), pa.int32()),
+    "queueOffset": lambda d: pa.array(d.hdr["queue_offset"].astype(np.int64), pa.int64()),
+    "msgId": lambda d: _msg_ids(d.hdr, d.phy),
+    "uniqKey": lambda d: d.parsed[2],  # type: ignore[index]
+    "tags": lambda d: d.parsed[1],  # type: ignore[index]
+    "keys": lambda d: _split_keys(d.parsed[3], d.n),  # type: ignore[index]
+    "body": lambda d: d.body,
+    "properties": lambda d: d.parsed[0],  # type: ignore[index]
+    "bornTimestamp": lambda d: pa.array(d.hdr["born_ts"].astype(np.int64) * 1000, TIMESTAMP),
+    "storeTimestamp": lambda d: pa.array(d.hdr["store_ts"].astype(np.int64) * 1000, TIMESTAMP),
+    "bornHost": lambda d: _hosts(d.hdr["born_ip"], d.hdr["born_port"]),
+    "storeHost": lambda d: _hosts(d.hdr["store_ip"], d.hdr["store_port"]),
+    "reconsumeTimes": lambda d: pa.array(d.hdr["reconsume"].astype(np.int32), pa.int32()),
+    "commitLogOffset": lambda d: pa.array(d.phy, pa.int64()),
+    "flag": lambda d: pa.array(d.hdr["flag"].astype(np.int32), pa.int32()),
+    "sysFlag": lambda d: pa.array(d.sys_flag, pa.int32()),
+}
+assert tuple(_BUILD) == COLUMN_NAMES
+
+
+def messages_to_batch(
+    messages: Sequence[MessageExt], broker_name: str, columns: tuple[str, ...] | None = None
+) -> pa.RecordBatch:
+    """Return decoded messages as one batch (the per-record path), of ``columns`` only
+    when given (:func:`row_schema`)."""
+    schema = row_schema(columns)
     if not messages:
-        return empty_batch()
+        return empty_batch(columns)
     cols = {
         "topic": [m.topic for m in messages],
         "brokerName": [broker_name] * len(messages),
@@ -945,7 +972,7 @@ def messages_to_batch(messages: Sequence[MessageExt], broker_name: str) -> pa.Re
         "sysFlag": [m.sys_flag for m in messages],
     }
     return pa.RecordBatch.from_arrays(
-        [pa.array(cols[f.name], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA
+        [pa.array(cols[f.name], f.type) for f in schema], schema=schema
     )
 
 
@@ -977,17 +1004,26 @@ def drop_properties(batch: pa.RecordBatch, names: frozenset[str]) -> pa.RecordBa
     return batch.set_column(i, batch.schema.field(i), mapped.cast(props.type))
 
 
-def filter_tags(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.RecordBatch:
-    """Keep rows whose tags are in ``tags`` (all rows when None)."""
-    if tags is None or batch.num_rows == 0:
-        return batch
-    mask = pc.is_in(batch.column("tags"), value_set=pa.array(sorted(tags), pa.string()))
-    return batch.filter(pc.fill_null(mask, False))
+def filter_tags(
+    batch: pa.RecordBatch, tags: frozenset[str] | None, columns: tuple[str, ...] | None = None
+) -> pa.RecordBatch:
+    """Keep rows whose tags are in ``tags`` (all rows when None), and of them the
+    ``columns`` (all when None): a tags column decoded for the filter alone
+    (:func:`with_tags`) goes."""
+    mask = None
+    if tags is not None and batch.num_rows:
+        mask = pc.is_in(batch.column("tags"), value_set=pa.array(sorted(tags), pa.string()))
+    if columns is not None and batch.num_columns != len(columns):
+        batch = batch.select(list(columns))
+    return batch if mask is None else batch.filter(pc.fill_null(mask, False))
 
 
 __all__ = [
     "ARROW_SCHEMA",
+    "COLUMN_NAMES",
     "COLUMN_PROPERTIES",
+    "row_schema",
+    "with_tags",
     "empty_batch",
     "records_to_batch",
     "messages_to_batch",

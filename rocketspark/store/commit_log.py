@@ -640,9 +640,11 @@ class CommitLog:
         queue_id: int,
         queue_offsets: np.ndarray,
         check_crc: bool = True,
+        columns: tuple[str, ...] | None = None,
     ) -> list[Any]:
         """Return the records at ``phy_offsets`` (ascending, all of ``topic``) as Arrow
-        record batches (``rocketspark.message.arrow``), one per segment touched.
+        record batches (``rocketspark.message.arrow``), one per segment touched, of
+        ``columns`` only when given.
 
         ``sizes`` and ``queue_offsets`` are those of the ConsumeQueue entries that
         point at the records, in queue ``queue_id``. Raises CorruptRecordError naming
@@ -682,6 +684,7 @@ class CommitLog:
                     commitlog_offsets=phy[a:b],
                     check_crc=check_crc,
                     file=f.path,
+                    columns=columns,
                 )
             )
         return out

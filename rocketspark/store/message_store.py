@@ -384,9 +384,11 @@ class MessageStore:
         *,
         broker_name: str | None = None,
         check_crc: bool | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> tuple[list[Any], int]:
-        """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects and return
-        them with the offset to read next (see Reader.read_batches)."""
+        """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (of
+        ``columns`` only when given) and return them with the offset to read next
+        (see Reader.read_batches)."""
         self._check_open()
         return self.reader.read_batches(
             topic,
@@ -396,6 +398,7 @@ class MessageStore:
             expression,
             broker_name=broker_name,
             check_crc=check_crc,
+            columns=columns,
         )
 
     def get_message(self, commitlog_offset: int) -> MessageExt:

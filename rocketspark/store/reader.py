@@ -170,11 +170,13 @@ class Reader:
         *,
         broker_name: str | None = None,
         check_crc: bool | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> tuple[list[Any], int]:
         """Read queue offsets [start, end) as ``pyarrow.RecordBatch`` objects (vectorised).
 
-        Returns the batches (schema ``message.arrow.ARROW_SCHEMA``) and the offset
-        to read next. ``end`` None or past the max offset reads to the max.
+        Returns the batches (schema ``message.arrow.ARROW_SCHEMA``, or its
+        ``columns`` only, in that order: what no column wants is not decoded) and
+        the offset to read next. ``end`` None or past the max offset reads to the max.
         Raises OffsetOutOfRangeError when ``start`` is below the min offset, and
         CorruptRecordError for a damaged record (a body CRC mismatch only when
         ``check_crc``, by default the store's checkCRCOnRead).
@@ -203,6 +205,7 @@ class Reader:
         # Blocks of ARROW_BLOCK records: a million-row block is ~3x slower per row
         # here (its arrays no longer fit in the caches) and holds more memory at once.
         broker = broker_name or self.config.broker_name
+        decode = columns if sub.matches_all else arrow.with_tags(columns)
         batches = []
         for at in range(0, len(entries), ARROW_BLOCK):
             block = entries[at : at + ARROW_BLOCK]
@@ -214,9 +217,10 @@ class Reader:
                 queue_id=queue_id,
                 queue_offsets=qoffsets[at : at + ARROW_BLOCK],
                 check_crc=check_crc,
+                columns=decode,
             )
         if not sub.matches_all:
-            batches = [arrow.filter_tags(b, sub.tags) for b in batches]
+            batches = [arrow.filter_tags(b, sub.tags, columns) for b in batches]
         return batches, next_offset
 
     def get_message(self, commitlog_offset: int) -> MessageExt:

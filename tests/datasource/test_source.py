@@ -563,19 +563,120 @@ def test_a_group_stream_goes_on_when_its_topic_has_fewer_queues(spark, store_pat
         assert [store.committed_offset("g4", "orders", q) for q in range(2)] == [15, 15]
 
 
-def test_a_schema_of_ones_own_is_refused_before_a_task_runs(spark, backend):
+def test_a_schema_of_some_columns_reads_those_columns_in_its_order(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 40, properties={"region": "eu"})
+    stored = backend.rows(orders)
+    for ddl, expression in [
+        ("body binary, queueOffset long", "*"),
+        ("keys array<string>, msgId string, tags string, properties map<string,string>", "*"),
+        ("queueOffset long, queueId int, brokerName string, body binary", "even"),
+    ]:
+        df = (
+            spark.read.format("rocketmq")
+            .schema(ddl)
+            .options(**backend.options)
+            .option("topic", orders)
+            .option("subExpression", expression)
+            .load()
+        )
+        names = [c.split(" ")[0] for c in ddl.split(", ")]
+        assert df.columns == names
+        want = [
+            tuple(r[n] for n in names)
+            for r in stored
+            if expression == "*" or r["tags"] == expression
+        ]
+        assert len(want) == (40 if expression == "*" else 20)
+        got = [tuple(_plain(v) for v in r) for r in df.collect()]
+        assert sorted(got, key=repr) == sorted(
+            (tuple(_plain(v) for v in r) for r in want), key=repr
+        )
+
+
+def _plain(value):
+    """A column's value as both sides compare it (Spark's bytearray, a map's items)."""
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, dict):
+        return sorted(value.items())
+    if isinstance(value, list):
+        return [tuple(v) if isinstance(v, tuple) else v for v in value]
+    return value
+
+
+def test_a_stream_of_some_columns_reads_those_columns(spark, backend, tmp_path):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 30)
+    ddl = "body binary, queueOffset long, queueId int, brokerName string"
+    df = (
+        spark.readStream.format("rocketmq")
+        .schema(ddl)
+        .options(**backend.options)
+        .option("topic", orders)
+        .option("startingOffsets", "earliest")
+        .option("subExpression", "odd")
+        .load()
+    )
+    assert df.columns == ["body", "queueOffset", "queueId", "brokerName"]
+    out, _ = _run_available_now(df, tmp_path, "s")
+    got = sorted(
+        (bytes(r.body), r.queueOffset, r.queueId, r.brokerName)
+        for r in spark.read.parquet(out).collect()
+    )
+    want = sorted(
+        (r["body"], r["queueOffset"], r["queueId"], r["brokerName"])
+        for r in backend.rows(orders)
+        if r["tags"] == "odd"
+    )
+    assert got == want and len(want) == 15
+
+
+@pytest.mark.parametrize(
+    "ddl, message",
+    [
+        ("topic string, offset long", "the rocketmq source has no column 'offset'"),
+        ("Body binary", "the rocketmq source has no column 'Body' (did you mean 'body'?)"),
+        ("queueOffset int", "column 'queueOffset' is long in the rocketmq source, not int"),
+        ("body binary, body binary", "column 'body' is given twice"),
+    ],
+)
+def test_a_schema_that_is_not_some_of_the_columns_is_refused_before_a_task_runs(
+    spark, backend, ddl, message
+):
     orders = backend.fresh_topic("orders")
     _fill(backend.client, orders, 2)
     df = (
         spark.read.format("rocketmq")
-        .schema("topic string, queueOffset long")
+        .schema(ddl)
         .options(**backend.options)
         .option("topic", orders)
         .load()
     )
-    with pytest.raises(Exception, match="the rocketmq source has a fixed schema") as e:
+    with pytest.raises(Exception, match=re.escape(message)) as e:
         df.collect()
+    assert "queueOffset long, msgId string" in str(e.value)  # the columns it could pick
     assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in str(e.value)
+
+
+def test_a_stream_with_a_schema_that_is_not_some_of_the_columns_fails_at_start(spark, backend):
+    orders = backend.fresh_topic("orders")
+    _fill(backend.client, orders, 2)
+    df = (
+        spark.readStream.format("rocketmq")
+        .schema("body string")
+        .options(**backend.options)
+        .option("topic", orders)
+        .load()
+    )
+    q = None
+    with pytest.raises(Exception, match="column 'body' is binary in the rocketmq source") as e:
+        q = df.writeStream.format("noop").start()
+        q.awaitTermination(60)
+        raise AssertionError(f"query did not fail: {q.exception()}")
+    if q is not None:
+        q.stop()
+    assert "UnboundLocalError" not in str(e.value)
 
 
 def test_starting_offsets_group_resumes_where_the_group_is(spark, backend, tmp_path):

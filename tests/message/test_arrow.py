@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketspark.message.arrow import (
+    ARROW_SCHEMA,
+    COLUMN_NAMES,
     COLUMN_PROPERTIES,
     _NotUtf8,
     _parse_grouped,
@@ -242,7 +244,6 @@ def test_the_data_sources_schema_is_the_arrow_schema():
     """SCHEMA_DDL (what Spark is told) names ARROW_SCHEMA's fields, in order, with the
     Spark types of their Arrow types (until it is derived from ARROW_SCHEMA)."""
     from rocketspark.datasource.source import SCHEMA_FIELDS
-    from rocketspark.message.arrow import ARROW_SCHEMA
 
     def spark_type(t: pa.DataType) -> str:
         if pa.types.is_list(t):
@@ -274,3 +275,97 @@ def test_drop_properties_takes_names_out_of_every_map_of_a_sliced_batch():
     ]
     assert drop_properties(batch.slice(2), names).column(0).to_pylist() == [[], [], [("b", "2")]]
     assert drop_properties(batch.slice(4), names).column(0).to_pylist() == [[("b", "2")]]
+
+
+# -- some columns only -------------------------------------------------------------------
+
+_SOME = [
+    ("body", "queueOffset"),
+    ("queueOffset", "body"),
+    ("tags",),
+    ("keys", "uniqKey", "properties"),
+    ("msgId", "storeHost", "bornHost", "sysFlag"),
+    ("storeTimestamp", "bornTimestamp", "commitLogOffset", "flag", "reconsumeTimes"),
+    tuple(reversed(COLUMN_NAMES)),
+]
+
+
+def _varied_store(root: str) -> MessageStore:
+    store = MessageStore.open(root, mappedFileSizeCommitLog=4096)
+    store.create_topic("t", queues=1)
+    store.put_batch(
+        [
+            Message(
+                "t",
+                b"b%d" % i,
+                tags=["a", "bb", None][i % 3],
+                keys=[f"k{i}"] * (i % 2),
+                properties={"p": "v" * (i % 4)} if i % 5 else {},
+            )
+            for i in range(60)
+        ]
+    )
+    return store
+
+
+def _columns(batches, names) -> dict:
+    table = pa.Table.from_batches(batches)
+    assert table.column_names == list(names)
+    return {n: table.column(n).to_pylist() for n in names}
+
+
+@pytest.mark.parametrize("names", _SOME, ids=lambda c: "-".join(c))
+@pytest.mark.parametrize("expression", ["*", "a || bb"])
+def test_a_read_of_some_columns_gives_the_full_reads_values_in_their_order(names, expression):
+    with tempfile.TemporaryDirectory() as root, _varied_store(root) as store:
+        full, nxt = store.read_batches("t", 0, 0, None, expression)
+        some, nxt2 = store.read_batches("t", 0, 0, None, expression, columns=names)
+        assert nxt == nxt2 == 60
+        want = pa.Table.from_batches(full)
+        assert want.num_rows == (60 if expression == "*" else 40)
+        assert _columns(some, names) == {n: want.column(n).to_pylist() for n in names}
+
+
+def test_a_read_of_no_property_column_parses_no_properties_and_builds_no_ids(monkeypatch):
+    import rocketspark.message.arrow as arrow
+
+    def unwanted(*args):
+        raise AssertionError("built for a column no one asked for")
+
+    with tempfile.TemporaryDirectory() as root, _varied_store(root) as store:
+        want = pa.Table.from_batches(store.read_batches("t", 0, 0, None)[0])
+        for name in ("_parse_properties", "_msg_ids", "_hosts", "_split_keys"):
+            monkeypatch.setattr(arrow, name, unwanted)
+        some, _ = store.read_batches("t", 0, 0, None, columns=("body", "queueOffset"))
+        assert _columns(some, ("body", "queueOffset")) == {
+            "body": want.column("body").to_pylist(),
+            "queueOffset": want.column("queueOffset").to_pylist(),
+        }
+
+
+def test_the_per_record_path_gives_the_columns_asked_for(monkeypatch):
+    """Properties that are not UTF-8 go record by record: the same columns come out."""
+    import rocketspark.message.arrow as arrow
+
+    def not_utf8(props):
+        raise _NotUtf8("a property is not UTF-8")
+
+    names = ("keys", "body", "tags")
+    with tempfile.TemporaryDirectory() as root, _varied_store(root) as store:
+        want = pa.Table.from_batches(store.read_batches("t", 0, 0, None)[0])
+        monkeypatch.setattr(arrow, "_parse_properties", not_utf8)
+        some, _ = store.read_batches("t", 0, 0, None, "a", columns=names)
+        rows = [r for r in want.to_pylist() if r["tags"] == "a"]
+        assert _columns(some, names) == {n: [r[n] for r in rows] for n in names}
+        empty = arrow.messages_to_batch([], "b", names)
+        assert empty.schema.names == list(names) and empty.num_rows == 0
+
+
+def test_a_column_the_rows_do_not_have_is_refused():
+    from rocketspark.errors import ConfigError
+    from rocketspark.message.arrow import row_schema
+
+    assert row_schema(None) is ARROW_SCHEMA
+    assert row_schema(("body",)).names == ["body"]
+    with pytest.raises(ConfigError, match="no column 'offset' in the row schema .*queueOffset"):
+        row_schema(("body", "offset"))

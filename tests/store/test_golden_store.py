@@ -102,6 +102,22 @@ def test_every_message_reads_back_through_arrow(golden):
                 assert int(r["storeTimestamp"].timestamp() * 1000) == e["storeTimestamp"]
 
 
+@pytest.mark.parametrize(
+    "columns", [("body", "msgId"), ("bornHost", "storeHost", "queueOffset"), ("properties",)]
+)
+def test_some_columns_read_back_as_in_the_full_read(golden, columns):
+    """IPv6 hosts (the per-record path), the v2 magic and a tag filter without the tags."""
+    with MessageStore.open(golden, **SIZES) as store:
+        for topic, qid in {(e["topic"], e["queueId"]) for e in EXPECTED["messages"]}:
+            for expression in ("*", "TagA || 标签"):
+                full, nxt = store.read_batches(topic, qid, 0, None, expression)
+                some, nxt2 = store.read_batches(topic, qid, 0, None, expression, columns=columns)
+                assert nxt == nxt2
+                want = [{c: r[c] for c in columns} for b in full for r in b.to_pylist()]
+                assert [r for b in some for r in b.to_pylist()] == want
+                assert all(b.schema.names == list(columns) for b in some)
+
+
 def test_index_queries_match_rocketmq(golden):
     with MessageStore.open(golden, **SIZES) as store:
         for q in EXPECTED["indexQueries"]:
