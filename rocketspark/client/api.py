@@ -351,6 +351,17 @@ class Client(Protocol):
         """
         ...
 
+    def register_answer(self, producer_group: str | None, answer: Answer) -> None:
+        """Answer the check-backs of ``producer_group``'s halves (None: of every group) with
+        ``answer``, from now on; nothing is asked now.
+
+        Cluster: the brokers' CHECK_TRANSACTION_STATE for halves older than their
+        transaction timeout reach this process (registered as a producer of the group).
+        Embedded: nothing; a store has no broker to ask back, and its halves are
+        decided by :meth:`check_transactions` alone.
+        """
+        ...
+
     # -- retries and dead letters ----------------------------------------------------------
 
     def ensure_group(self, group: str) -> None:
