@@ -66,8 +66,10 @@ __all__ = [
     "validate_group",
 ]
 
-# What a producer answers for one of its half messages (LocalTransactionState).
-Answer = Callable[[MessageExt], TransactionState]
+# What a producer answers for one of its half messages (LocalTransactionState). Every
+# backend reads the answer with ``message.model.answer_state``: True is COMMIT, False
+# ROLLBACK, None UNKNOWN, as the embedded store's check has always taken them.
+Answer = Callable[[MessageExt], TransactionState | bool | str | None]
 
 
 @dataclass(frozen=True, slots=True)
