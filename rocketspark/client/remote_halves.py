@@ -90,8 +90,10 @@ class EndedTransactions:
     sends (``Producer.end_halves``, ``Producer.on_check``, :func:`check`) first
     claims its transaction here, under one lock: a transaction claimed by another
     thread, or ended within ``memory`` seconds, is not ended again by this process,
-    whichever copy is asked about. A claim is settled when the END is sent (one-way)
-    or answered, and released when it failed or decided nothing (UNKNOWN).
+    whichever copy is asked about. A claim is settled when a COMMIT is sent (one-way)
+    or answered, and released when the END failed, decided nothing (UNKNOWN) or was a
+    ROLLBACK: that stores nothing, and a half whose check-back copy was rolled back
+    may still be committed by its first offset.
 
     Ended transactions are kept in two generations of ``memory`` seconds each, so one
     is remembered for ``memory`` to twice that; later a committed copy is found by

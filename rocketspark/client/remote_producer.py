@@ -641,9 +641,11 @@ class Producer:
                     future = conn.invoke_async(request, self.remoting.timeout)
                     inflight.append((future, key, flag == _end_state(commit)))
                     if len(inflight) >= END_WINDOW:
-                        done += self._end_answered(inflight.popleft(), addr, errors, claimed)
+                        done += self._end_answered(
+                            inflight.popleft(), addr, errors, claimed, commit
+                        )
                 while inflight:
-                    done += self._end_answered(inflight.popleft(), addr, errors, claimed)
+                    done += self._end_answered(inflight.popleft(), addr, errors, claimed, commit)
             finally:
                 self.ended.release(claimed)
         if errors:
@@ -656,8 +658,13 @@ class Producer:
         address: str,
         errors: list[BaseException],
         claimed: set[TransactionKey],
+        committed: bool,
     ) -> int:
-        """Await an END's answer and settle its transaction (1: ended as asked)."""
+        """Await an END's answer; settle its transaction if committed (1: ended as asked).
+
+        Only a commit is remembered: a ROLLBACK stores nothing, and a half rolled back
+        (a check-back's copy) may still be committed by its first offset (a second
+        ROLLBACK is harmless)."""
         future, key, as_asked = sent
         try:
             check_response(
@@ -666,8 +673,9 @@ class Producer:
         except RemotingError as e:
             errors.append(e)
             return 0  # (released with the rest of the claims)
-        self.ended.settle((key,))
-        claimed.discard(key)
+        if committed:
+            self.ended.settle((key,))
+            claimed.discard(key)
         return int(as_asked)
 
     def end_flag(self, address: str, topic: str, uniq: str, *, commit: bool, guard: bool) -> int:
@@ -706,7 +714,7 @@ class Producer:
 
         The broker asks about a new copy of the half (a new half-queue offset), also of
         one whose END it has not read yet (its op queue lags under load). A transaction
-        this client ended lately is rolled back, which only closes the copy, without
+        this client committed lately is rolled back, which only closes the copy, without
         asking; one it is ending now gets no reply (the broker asks again). Any other
         is claimed, asked about, and ended as ``end_flag`` says (guarded).
         """
@@ -723,9 +731,11 @@ class Producer:
         (free,) = self.ended.claim((key,))
         try:
             if free:
-                flag = self._check_flag(answer, msg, head.commit_log_offset, conn.address, uniq)
+                flag, commit = self._check_flag(
+                    answer, msg, head.commit_log_offset, conn.address, uniq
+                )
             elif self.ended.state(key) == "ended":
-                flag = SysFlag.TRANSACTION_ROLLBACK
+                flag, commit = SysFlag.TRANSACTION_ROLLBACK, False
             else:
                 return None  # being ended by another thread of this client
             conn.invoke_oneway(
@@ -744,28 +754,29 @@ class Producer:
                     ),
                 )
             )
-            if free and flag:
+            if free and flag and commit:
                 self.ended.settle((key,))
                 free = False
         finally:
-            if free:  # not ended: UNKNOWN, or the END was not sent
+            if free:  # not committed: ROLLBACK, UNKNOWN, or the END was not sent
                 self.ended.release((key,))
         return None
 
     def _check_flag(
         self, answer: Answer, half: MessageExt, commit_log_offset: int, address: str, uniq: str
-    ) -> int:
-        """The END flag of a check-back's half: as ``answer`` says (0: UNKNOWN, also when
-        the answer raises: the broker asks again), guarded by :meth:`end_flag`."""
+    ) -> tuple[int, bool]:
+        """The END flag of a check-back's half, and whether its answer was COMMIT: as
+        ``answer`` says (0: UNKNOWN, also when the answer raises: the broker asks again),
+        guarded by :meth:`end_flag`."""
         try:
             state = answer_state(answer(half))
         except Exception:  # noqa: BLE001 - the broker asks again; the half stays open
             log.exception("answering the check-back of half %s failed", commit_log_offset)
-            return 0
+            return 0, False
         if state is TransactionState.UNKNOWN:
-            return 0
+            return 0, False
         commit = state is TransactionState.COMMIT
-        return self.end_flag(address, half.topic, uniq, commit=commit, guard=True)
+        return self.end_flag(address, half.topic, uniq, commit=commit, guard=True), commit
 
     def _broker_name(self, address: str) -> str:
         """The name of the broker whose master is at ``address`` (a check-back that does

@@ -328,3 +328,12 @@ def test_an_answer_means_the_same_to_the_check_and_to_a_check_back(remoting, ans
     assert _flags(remoting)[1:] == ([(12, FLAG[state])] if state in FLAG else [])
     name = {TransactionState.COMMIT: "commit", TransactionState.ROLLBACK: "rollback"}
     assert counts[name.get(state, "unknown")] == 1
+
+
+def test_a_half_whose_check_back_copy_was_rolled_back_is_still_committed(remoting, producer):
+    # (a replay's answer says ROLLBACK until its table records it; then it commits)
+    producer.register_answer(None, lambda half: TransactionState.ROLLBACK)
+    _check_back(producer, remoting.conn, 9, "U1")
+    assert producer.end_halves(_halves(5, "U1"), commit=True) == 1
+    _check_back(producer, remoting.conn, 12, "U1")
+    assert _flags(remoting) == [(9, ROLLBACK), (5, COMMIT), (12, ROLLBACK)]
