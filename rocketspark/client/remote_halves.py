@@ -90,10 +90,10 @@ class EndedTransactions:
     sends (``Producer.end_halves``, ``Producer.on_check``, :func:`check`) first
     claims its transaction here, under one lock: a transaction claimed by another
     thread, or ended within ``memory`` seconds, is not ended again by this process,
-    whichever copy is asked about. A claim is settled when a COMMIT is sent (one-way)
-    or answered, and released when the END failed, decided nothing (UNKNOWN) or was a
-    ROLLBACK: that stores nothing, and a half whose check-back copy was rolled back
-    may still be committed by its first offset.
+    whichever copy is asked about; only a COMMIT may follow a ROLLBACK (that stores
+    nothing, and a half whose check-back copy was rolled back may still be committed
+    by its first offset). A claim is settled when the END is sent (one-way) or
+    answered, and released when it failed or decided nothing (UNKNOWN).
 
     Ended transactions are kept in two generations of ``memory`` seconds each, so one
     is remembered for ``memory`` to twice that; later a committed copy is found by
@@ -107,17 +107,20 @@ class EndedTransactions:
         self._clock = clock
         self._lock = threading.Lock()
         self._ending: set[TransactionKey] = set()
-        self._recent: set[TransactionKey] = set()
-        self._older: set[TransactionKey] = set()
+        # ended transactions -> whether committed (True) or rolled back (False)
+        self._recent: dict[TransactionKey, bool] = {}
+        self._older: dict[TransactionKey, bool] = {}
         self._since = clock()  # when the recent generation began
 
-    def claim(self, keys: Iterable[TransactionKey]) -> list[bool]:
-        """Claim each transaction for an END; False for one being ended or ended lately."""
+    def claim(self, keys: Iterable[TransactionKey], *, commit: bool = False) -> list[bool]:
+        """Claim each transaction for an END; False for one being ended or ended lately
+        (with ``commit``: one rolled back lately may be claimed, to be committed)."""
         with self._lock:
             self._age()
             out = []
             for key in keys:
-                free = key not in self._ending and not self._ended(key)
+                ended = self._ended(key)
+                free = key not in self._ending and (ended is None or (commit and not ended))
                 if free:
                     self._ending.add(key)
                 out.append(free)
@@ -129,29 +132,30 @@ class EndedTransactions:
             self._age()
             if key in self._ending:
                 return "ending"
-            return "ended" if self._ended(key) else "open"
+            return "open" if self._ended(key) is None else "ended"
 
-    def settle(self, keys: Iterable[TransactionKey]) -> None:
+    def settle(self, keys: Iterable[TransactionKey], *, committed: bool) -> None:
         """The claimed transactions are ended (their END sent or answered)."""
         with self._lock:
             self._age()
             for key in keys:
                 self._ending.discard(key)
-                self._recent.add(key)
+                self._recent[key] = committed
 
     def release(self, keys: Iterable[TransactionKey]) -> None:
         """The claimed transactions are not ended (an END failed, or was not sent)."""
         with self._lock:
             self._ending.difference_update(keys)
 
-    def _ended(self, key: TransactionKey) -> bool:
-        return key in self._recent or key in self._older
+    def _ended(self, key: TransactionKey) -> bool | None:
+        got = self._recent.get(key)
+        return self._older.get(key) if got is None else got
 
     def _age(self) -> None:
         now = self._clock()
         if now - self._since >= self._memory:
-            self._older = self._recent if now - self._since < 2 * self._memory else set()
-            self._recent = set()
+            self._older = self._recent if now - self._since < 2 * self._memory else {}
+            self._recent = {}
             self._since = now
 
 

@@ -618,7 +618,8 @@ class Producer:
             rows = list(
                 zip(offsets, h.commitlog_offsets, h.transaction_ids, topics, keys, strict=True)
             )
-            mine = [row for row, free in zip(rows, self.ended.claim(keys), strict=True) if free]
+            free = self.ended.claim(keys, commit=commit)
+            mine = [row for row, ok in zip(rows, free, strict=True) if ok]
             claimed = {row[4] for row in mine}  # released below unless settled
             inflight: deque[tuple[Future[RemotingCommand], TransactionKey, bool]] = deque()
             try:
@@ -660,11 +661,7 @@ class Producer:
         claimed: set[TransactionKey],
         committed: bool,
     ) -> int:
-        """Await an END's answer; settle its transaction if committed (1: ended as asked).
-
-        Only a commit is remembered: a ROLLBACK stores nothing, and a half rolled back
-        (a check-back's copy) may still be committed by its first offset (a second
-        ROLLBACK is harmless)."""
+        """Await an END's answer and settle its transaction (1: ended as asked)."""
         future, key, as_asked = sent
         try:
             check_response(
@@ -673,9 +670,8 @@ class Producer:
         except RemotingError as e:
             errors.append(e)
             return 0  # (released with the rest of the claims)
-        if committed:
-            self.ended.settle((key,))
-            claimed.discard(key)
+        self.ended.settle((key,), committed=committed)
+        claimed.discard(key)
         return int(as_asked)
 
     def end_flag(self, address: str, topic: str, uniq: str, *, commit: bool, guard: bool) -> int:
@@ -714,7 +710,7 @@ class Producer:
 
         The broker asks about a new copy of the half (a new half-queue offset), also of
         one whose END it has not read yet (its op queue lags under load). A transaction
-        this client committed lately is rolled back, which only closes the copy, without
+        this client ended lately is rolled back, which only closes the copy, without
         asking; one it is ending now gets no reply (the broker asks again). Any other
         is claimed, asked about, and ended as ``end_flag`` says (guarded).
         """
@@ -754,11 +750,11 @@ class Producer:
                     ),
                 )
             )
-            if free and flag and commit:
-                self.ended.settle((key,))
+            if free and flag:
+                self.ended.settle((key,), committed=commit)
                 free = False
         finally:
-            if free:  # not committed: ROLLBACK, UNKNOWN, or the END was not sent
+            if free:  # not ended: UNKNOWN, or the END was not sent
                 self.ended.release((key,))
         return None
 

@@ -280,7 +280,7 @@ def test_halves_of_other_brokers_and_transactions_are_claimed_apart():
     ended = EndedTransactions()
     assert ended.claim([("a", "U1"), ("b", "U1"), ("a", "U2")]) == [True, True, True]
     assert ended.claim([("a", "U1")]) == [False]
-    ended.settle([("a", "U1")])
+    ended.settle([("a", "U1")], committed=True)
     ended.release([("b", "U1")])
     assert [ended.state(k) for k in [("a", "U1"), ("b", "U1"), ("a", "U2")]] == [
         "ended",
@@ -293,7 +293,7 @@ def test_ended_transactions_are_forgotten_after_one_to_two_memories():
     now = [0.0]
     ended = EndedTransactions(memory=60.0, clock=lambda: now[0])
     ended.claim([("a", "U1")])
-    ended.settle([("a", "U1")])
+    ended.settle([("a", "U1")], committed=True)
     now[0] = 100.0
     assert ended.state(("a", "U1")) == "ended"
     now[0] = 200.0
