@@ -27,6 +27,7 @@ import logging
 import random
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -618,7 +619,7 @@ class Producer:
             rows = list(
                 zip(offsets, h.commitlog_offsets, h.transaction_ids, topics, keys, strict=True)
             )
-            free = self.ended.claim(keys, commit=commit)
+            free = self._claim(keys, commit)
             mine = [row for row, ok in zip(rows, free, strict=True) if ok]
             claimed = {row[4] for row in mine}  # released below unless settled
             inflight: deque[tuple[Future[RemotingCommand], TransactionKey, bool]] = deque()
@@ -652,6 +653,24 @@ class Producer:
         if errors:
             raise errors[0]
         return done
+
+    def _claim(self, keys: list[TransactionKey], commit: bool) -> list[bool]:
+        """Claim transactions for end_halves, waiting (up to the request timeout) for
+        those a check-back is ending now: its answer may be a ROLLBACK, after which a
+        COMMIT is still due."""
+        free = self.ended.claim(keys, commit=commit)
+        deadline = time.monotonic() + self.remoting.timeout
+        while not all(free) and time.monotonic() < deadline:
+            busy = [
+                i for i, ok in enumerate(free) if not ok and self.ended.state(keys[i]) == "ending"
+            ]
+            if not busy:
+                break
+            time.sleep(0.05)
+            again = self.ended.claim([keys[i] for i in busy], commit=commit)
+            for i, ok in zip(busy, again, strict=True):
+                free[i] = ok
+        return free
 
     def _end_answered(
         self,
