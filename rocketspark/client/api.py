@@ -66,8 +66,10 @@ __all__ = [
     "validate_group",
 ]
 
-# What a producer answers for one of its half messages (LocalTransactionState).
-Answer = Callable[[MessageExt], TransactionState]
+# What a producer answers for one of its half messages (LocalTransactionState). Every
+# backend reads the answer with ``message.model.answer_state``: True is COMMIT, False
+# ROLLBACK, None UNKNOWN, as the embedded store's check has always taken them.
+Answer = Callable[[MessageExt], TransactionState | bool | str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +353,17 @@ class Client(Protocol):
         transaction timeout). ``in_flight`` names halves (by half-queue offset)
         the caller knows to be undecided: a backend may leave them without
         asking. Returns counts by answer.
+        """
+        ...
+
+    def register_answer(self, producer_group: str | None, answer: Answer) -> None:
+        """Answer the check-backs of ``producer_group``'s halves (None: of every group) with
+        ``answer``, from now on; nothing is asked now.
+
+        Cluster: the brokers' CHECK_TRANSACTION_STATE for halves older than their
+        transaction timeout reach this process (registered as a producer of the group).
+        Embedded: nothing; a store has no broker to ask back, and its halves are
+        decided by :meth:`check_transactions` alone.
         """
         ...
 

@@ -305,6 +305,9 @@ class EmbeddedClient:
             "unknown": counts["unknown"],
         }
 
+    def register_answer(self, producer_group: str | None, answer: Answer) -> None:
+        """Nothing: no broker asks an embedded store's producer back (see ``Client``)."""
+
     # -- retries and dead letters ----------------------------------------------------------
 
     def ensure_group(self, group: str) -> None:

@@ -174,7 +174,6 @@ class RemoteClient:
         self._lock = threading.Lock()
         self._ledger: RemoteSinkLedger | None = None
         self._locks: dict[str, threading.Lock] = {}
-        self._ended = remote_halves.EndedHalves()
 
     def __repr__(self) -> str:
         return f"RemoteClient({self.where})"
@@ -377,7 +376,6 @@ class RemoteClient:
 
     def end_transactions(self, halves: Sequence[Halves], *, commit: bool) -> None:
         self.producer.end_halves(halves, commit=commit)
-        self._ended.note(halves)  # (the brokers' op queues show it a moment later)
 
     def check_transactions(
         self,
@@ -394,16 +392,15 @@ class RemoteClient:
         (every answer awaited). A COMMIT for a half whose committed copy exists
         already only closes it (and is not counted); UNKNOWN leaves a half open.
         Halves at the half-queue offsets in ``in_flight`` (on any broker), and
-        halves this client ended in the last minute, are not asked.
+        halves of a transaction (broker, UNIQ_KEY) this client is ending or ended
+        lately, are not asked: within a process a transaction is ended once.
 
         A broker asks about halves older than its transactionTimeOut, every
         transactionCheckInterval, of a producer of the half's group that is
         connected: this client is registered as one, and ``answer`` answers
         those that are left open or prepared later.
         """
-        counts = remote_halves.check(
-            self, producer_group, answer, in_flight=in_flight, ended=self._ended
-        )
+        counts = remote_halves.check(self, producer_group, answer, in_flight=in_flight)
         self.producer.register_answer(producer_group, answer)
         return counts
 

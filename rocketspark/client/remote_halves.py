@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from rocketspark.client.api import Answer, MessageQueue
 from rocketspark.client.remote_pull import RangeReader
@@ -44,6 +43,7 @@ from rocketspark.message.model import (
     TRANS_OP_REMOVE_TAG,
     MessageExt,
     TransactionState,
+    answer_state,
 )
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.record import decode_record
@@ -51,39 +51,112 @@ from rocketspark.message.results import Halves, offset_runs
 
 if TYPE_CHECKING:  # pragma: no cover
     from rocketspark.client.remote import RemoteClient
+    from rocketspark.client.remote_producer import Producer
 
-__all__ = ["CHECK_GROUP", "EndedHalves", "check", "open_halves"]
+__all__ = [
+    "CHECK_GROUP",
+    "EndedTransactions",
+    "TransactionKey",
+    "check",
+    "end_answered",
+    "open_halves",
+    "transaction_key",
+]
 
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the broker's check progress (MixAll.CID_SYS_RMQ_TRANS)
 HALF_QUEUE = 0  # the one queue of each transaction topic (its op queue has the same id)
 OP_SEPARATOR = b","
-# How long this client takes a half it ended for ended, whatever the op queue says yet
-# (it lags by transactionOpBatchInterval, 3 s by default, more under load).
+# How long this client takes a transaction it ended for ended, whatever the op queue says
+# yet (it lags by transactionOpBatchInterval, 3 s by default, more under load).
 ENDED_MEMORY_SECONDS = 60.0
 
 
-class EndedHalves:
-    """The halves this client ended lately, by (broker, half-queue offset)."""
+# A transaction as this client remembers it: (broker name, UNIQ_KEY); a half without a
+# UNIQ_KEY is named by "@" and its half-queue offset.
+TransactionKey = tuple[str, str]
 
-    def __init__(self) -> None:
+
+def transaction_key(broker: str, uniq: str | None, offset: int) -> TransactionKey:
+    """The key of the transaction of a half: its broker's name and its UNIQ_KEY."""
+    return (broker, uniq or f"@{offset}")
+
+
+class EndedTransactions:
+    """The transactions this client is ending or ended lately, by (broker, UNIQ_KEY).
+
+    A broker stores a new copy of a half (a new half-queue offset, the same UNIQ_KEY)
+    before each check-back, also of a half whose END it has not read yet, and commits
+    a transaction again on a second COMMIT (a duplicate). So every END this client
+    sends (``Producer.end_halves``, ``Producer.on_check``, :func:`check`) first
+    claims its transaction here, under one lock: a transaction claimed by another
+    thread, or ended within ``memory`` seconds, is not ended again by this process,
+    whichever copy is asked about; only a COMMIT may follow a ROLLBACK (that stores
+    nothing, and a half whose check-back copy was rolled back may still be committed
+    by its first offset). A claim is settled when the END is sent (one-way) or
+    answered, and released when it failed or decided nothing (UNKNOWN).
+
+    Ended transactions are kept in two generations of ``memory`` seconds each, so one
+    is remembered for ``memory`` to twice that; later a committed copy is found by
+    its UNIQ_KEY (``Producer.committed_copy``), whose index has caught up by then.
+    """
+
+    def __init__(
+        self, memory: float = ENDED_MEMORY_SECONDS, clock: Callable[[], float] = time.monotonic
+    ):
+        self._memory = memory
+        self._clock = clock
         self._lock = threading.Lock()
-        self._ended: deque[tuple[float, Sequence[Halves]]] = deque()
+        self._ending: set[TransactionKey] = set()
+        # ended transactions -> whether committed (True) or rolled back (False)
+        self._recent: dict[TransactionKey, bool] = {}
+        self._older: dict[TransactionKey, bool] = {}
+        self._since = clock()  # when the recent generation began
 
-    def note(self, halves: Sequence[Halves]) -> None:
-        now = time.monotonic()
+    def claim(self, keys: Iterable[TransactionKey], *, commit: bool = False) -> list[bool]:
+        """Claim each transaction for an END; False for one being ended or ended lately
+        (with ``commit``: one rolled back lately may be claimed, to be committed)."""
         with self._lock:
-            self._ended.append((now, halves))
-            self._forget(now)
+            self._age()
+            out = []
+            for key in keys:
+                ended = self._ended(key)
+                free = key not in self._ending and (ended is None or (commit and not ended))
+                if free:
+                    self._ending.add(key)
+                out.append(free)
+            return out
 
-    def recent(self) -> set[tuple[str, int]]:
+    def state(self, key: TransactionKey) -> Literal["open", "ending", "ended"]:
+        """Whether this client is ending the transaction now, ended it lately, or neither."""
         with self._lock:
-            self._forget(time.monotonic())
-            noted = [hs for _, hs in self._ended]
-        return {(h.broker, o) for hs in noted for h in hs for o in h.offsets().tolist()}
+            self._age()
+            if key in self._ending:
+                return "ending"
+            return "open" if self._ended(key) is None else "ended"
 
-    def _forget(self, now: float) -> None:
-        while self._ended and self._ended[0][0] < now - ENDED_MEMORY_SECONDS:
-            self._ended.popleft()
+    def settle(self, keys: Iterable[TransactionKey], *, committed: bool) -> None:
+        """The claimed transactions are ended (their END sent or answered)."""
+        with self._lock:
+            self._age()
+            for key in keys:
+                self._ending.discard(key)
+                self._recent[key] = committed
+
+    def release(self, keys: Iterable[TransactionKey]) -> None:
+        """The claimed transactions are not ended (an END failed, or was not sent)."""
+        with self._lock:
+            self._ending.difference_update(keys)
+
+    def _ended(self, key: TransactionKey) -> bool | None:
+        got = self._recent.get(key)
+        return self._older.get(key) if got is None else got
+
+    def _age(self) -> None:
+        now = self._clock()
+        if now - self._since >= self._memory:
+            self._older = self._recent if now - self._since < 2 * self._memory else {}
+            self._recent = {}
+            self._since = now
 
 
 def open_halves(
@@ -158,60 +231,47 @@ def check(
     answer: Answer,
     *,
     in_flight: Iterable[int] = (),
-    ended: EndedHalves,
 ) -> dict[str, int]:
     """Ask ``answer`` about every open half of ``producer_group`` (None: of every group)
-    on the cluster now, and end each as it answers.
+    on the cluster now, and end each as it answers (see :func:`end_answered`)."""
+    found = open_halves(client, producer_group)
+    return end_answered(client.producer, found, answer, in_flight=in_flight)
 
-    Halves at a half-queue offset in ``in_flight`` (on any broker) and halves this
-    client ended lately (``ended``: the op queue may not show it yet) are not asked.
-    COMMIT commits a half (END_TRANSACTION, every answer awaited), unless its committed
-    copy exists already (an END the op queue does not show yet, or one of an older copy
-    of the half): that half is rolled back, which only closes it, and is not counted.
-    ROLLBACK rolls a half back, UNKNOWN leaves it open. If ``answer`` raises, nothing is
-    ended. Returns how many halves were committed, rolled back and left open.
+
+def end_answered(
+    producer: Producer,
+    found: Sequence[tuple[str, MessageExt]],
+    answer: Answer,
+    *,
+    in_flight: Iterable[int] = (),
+) -> dict[str, int]:
+    """Ask ``answer`` about each (broker, half) found open, then end the halves as
+    answered (``Producer.end_halves``, every answer awaited).
+
+    Halves at a half-queue offset in ``in_flight`` (on any broker), and halves of a
+    transaction this client is ending or ended lately (the op queue may not show it
+    yet, and a check-back's copy of it has a new offset), are not asked. COMMIT
+    commits a half, unless its committed copy exists already: then it is rolled back,
+    which only closes it, and is not counted. ROLLBACK rolls a half back, UNKNOWN
+    leaves it open (an answer is read by ``answer_state``: True / False too). If
+    ``answer`` raises, nothing is ended. Returns how many halves were committed,
+    rolled back and left open.
     """
     flying = set(in_flight)
-    skip = ended.recent()
-    found = open_halves(client, producer_group)
+    ended = producer.ended
     decided: list[tuple[str, MessageExt, TransactionState]] = []
-    counts = {"commit": 0, "rollback": 0, "unknown": 0}
     for broker, half in found:
-        if half.queue_offset in flying or (broker, half.queue_offset) in skip:
+        key = transaction_key(broker, half.uniq_key, half.queue_offset)
+        if half.queue_offset in flying or ended.state(key) != "open":
             continue
-        state = _state(answer(half))
-        decided.append((broker, half, state))
-    commit: list[tuple[str, MessageExt]] = []
-    rollback: list[tuple[str, MessageExt]] = []
-    for broker, half, state in decided:
-        if state is TransactionState.COMMIT:
-            topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
-            address = client.remoting.broker_master(broker)
-            if client.producer.committed_copy(address, topic, half.uniq_key or ""):
-                rollback.append((broker, half))
-                continue
-            commit.append((broker, half))
-            counts["commit"] += 1
-        elif state is TransactionState.ROLLBACK:
-            rollback.append((broker, half))
-            counts["rollback"] += 1
-        else:
-            counts["unknown"] += 1
-    for chosen, how in ((commit, True), (rollback, False)):
-        halves = _halves(chosen)
-        if halves:
-            client.producer.end_halves(halves, commit=how)
-            ended.note(halves)
-    return counts
-
-
-def _state(answer: object) -> TransactionState:
-    """The TransactionState of an answer (as the embedded check takes: True / False too)."""
-    if answer is TransactionState.COMMIT or answer is True:
-        return TransactionState.COMMIT
-    if answer is TransactionState.ROLLBACK or answer is False:
-        return TransactionState.ROLLBACK
-    return TransactionState.UNKNOWN
+        decided.append((broker, half, answer_state(answer(half))))
+    commit = [(b, h) for b, h, state in decided if state is TransactionState.COMMIT]
+    rollback = [(b, h) for b, h, state in decided if state is TransactionState.ROLLBACK]
+    return {
+        "commit": producer.end_halves(_halves(commit), commit=True, guard=True),
+        "rollback": producer.end_halves(_halves(rollback), commit=False),
+        "unknown": len(decided) - len(commit) - len(rollback),
+    }
 
 
 def _halves(chosen: list[tuple[str, MessageExt]]) -> list[Halves]:

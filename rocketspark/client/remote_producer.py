@@ -28,6 +28,7 @@ import logging
 import random
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -37,6 +38,7 @@ from typing import Any, overload
 import numpy as np
 
 from rocketspark.client.api import Answer, MessageQueue, PutResult
+from rocketspark.client.remote_halves import EndedTransactions, TransactionKey, transaction_key
 from rocketspark.errors import (
     ConfigError,
     CorruptRecordError,
@@ -55,8 +57,10 @@ from rocketspark.message.model import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
+    MessageExt,
     SysFlag,
     TransactionState,
+    answer_state,
     check_extra_properties,
 )
 from rocketspark.message.names import validate_group
@@ -68,7 +72,7 @@ from rocketspark.remoting.client import RemotingClient, SendAnswer
 from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection, check_response
-from rocketspark.remoting.route import TopicRoute
+from rocketspark.remoting.route import MASTER_ID, TopicRoute
 
 __all__ = ["PRODUCER_GROUP", "Producer"]
 
@@ -108,6 +112,7 @@ class Producer:
         self.written: dict[MessageQueue, int] = {}  # one past the last offset sent, per queue
         self._answers: dict[str, Answer] = {}  # producer group ("": any) -> check-back answer
         self._answers_lock = threading.Lock()
+        self.ended = EndedTransactions()  # every END of this client claims its transaction here
         remoting.register_handler(RequestCode.CHECK_TRANSACTION_STATE, self.on_check)
 
     def register_answer(self, producer_group: str | None, answer: Answer) -> None:
@@ -588,55 +593,114 @@ class Producer:
             )
         return out
 
-    def end_halves(self, halves: Iterable[Halves], *, commit: bool, guard: bool = False) -> None:
+    def end_halves(self, halves: Iterable[Halves], *, commit: bool, guard: bool = False) -> int:
         """END_TRANSACTION for every half, ``END_WINDOW`` in flight, each answer awaited.
 
         RocketMQ's producer sends END_TRANSACTION one-way; here every answer is
         awaited, so when this returns each half is ended (or an error is raised,
         naming the first that failed) and a check-back that comes later finds
-        the committed copy (see :meth:`_on_check`). With ``guard``, a half whose
-        committed copy exists already (a commit cut short by a crash, then
-        finished) is rolled back instead: that only closes it.
+        the transaction ended (see :meth:`on_check`). A half whose transaction
+        (broker, UNIQ_KEY) this client is ending or ended lately is left as it is
+        (see ``EndedTransactions``). With ``guard``, a COMMIT whose committed copy
+        exists already (a commit cut short by a crash, then finished) is a ROLLBACK
+        (see :meth:`end_flag`). Returns how many halves were ended as asked.
         """
-        state = SysFlag.TRANSACTION_COMMIT if commit else SysFlag.TRANSACTION_ROLLBACK
         errors: list[BaseException] = []
+        done = 0
         for h in halves:
             addr = self.remoting.broker_master(h.broker)
             conn = self.remoting.connection(addr)
             topics = h.topics or ("",) * len(h)
-            inflight: deque[Future[RemotingCommand]] = deque()
-            rows = zip(
-                h.offsets().tolist(),
-                h.commitlog_offsets,
-                h.transaction_ids,
-                topics,
-                strict=True,
+            offsets = h.offsets().tolist()
+            keys = [
+                transaction_key(h.broker, uniq, offset)
+                for uniq, offset in zip(h.transaction_ids, offsets, strict=True)
+            ]
+            rows = list(
+                zip(offsets, h.commitlog_offsets, h.transaction_ids, topics, keys, strict=True)
             )
-            for offset, phy, uniq, topic in rows:
-                flag = state
-                if guard and commit and self.committed_copy(addr, topic, uniq):
-                    flag = SysFlag.TRANSACTION_ROLLBACK
-                request = self.remoting.command(
-                    RequestCode.END_TRANSACTION,
-                    hdr.EndTransactionRequestHeader(
-                        topic=topic or None,
-                        producer_group=h.producer_group,
-                        tran_state_table_offset=offset,
-                        commit_log_offset=phy,
-                        commit_or_rollback=int(flag),
-                        from_transaction_check=False,
-                        msg_id=uniq,
-                        transaction_id=uniq,
-                        broker_name=h.broker,
-                    ),
-                )
-                inflight.append(conn.invoke_async(request, self.remoting.timeout))
-                if len(inflight) >= END_WINDOW:
-                    _ended(inflight.popleft(), addr, errors)
-            while inflight:
-                _ended(inflight.popleft(), addr, errors)
+            free = self._claim(keys, commit)
+            mine = [row for row, ok in zip(rows, free, strict=True) if ok]
+            claimed = {row[4] for row in mine}  # released below unless settled
+            inflight: deque[tuple[Future[RemotingCommand], TransactionKey, bool]] = deque()
+            try:
+                for offset, phy, uniq, topic, key in mine:
+                    flag = self.end_flag(addr, topic, uniq, commit=commit, guard=guard)
+                    request = self.remoting.command(
+                        RequestCode.END_TRANSACTION,
+                        hdr.EndTransactionRequestHeader(
+                            topic=topic or None,
+                            producer_group=h.producer_group,
+                            tran_state_table_offset=offset,
+                            commit_log_offset=phy,
+                            commit_or_rollback=int(flag),
+                            from_transaction_check=False,
+                            msg_id=uniq,
+                            transaction_id=uniq,
+                            broker_name=h.broker,
+                        ),
+                    )
+                    future = conn.invoke_async(request, self.remoting.timeout)
+                    inflight.append((future, key, flag == _end_state(commit)))
+                    if len(inflight) >= END_WINDOW:
+                        done += self._end_answered(
+                            inflight.popleft(), addr, errors, claimed, commit
+                        )
+                while inflight:
+                    done += self._end_answered(inflight.popleft(), addr, errors, claimed, commit)
+            finally:
+                self.ended.release(claimed)
         if errors:
             raise errors[0]
+        return done
+
+    def _claim(self, keys: list[TransactionKey], commit: bool) -> list[bool]:
+        """Claim transactions for end_halves, waiting (up to the request timeout) for
+        those a check-back is ending now: its answer may be a ROLLBACK, after which a
+        COMMIT is still due."""
+        free = self.ended.claim(keys, commit=commit)
+        deadline = time.monotonic() + self.remoting.timeout
+        while not all(free) and time.monotonic() < deadline:
+            busy = [
+                i for i, ok in enumerate(free) if not ok and self.ended.state(keys[i]) == "ending"
+            ]
+            if not busy:
+                break
+            time.sleep(0.05)
+            again = self.ended.claim([keys[i] for i in busy], commit=commit)
+            for i, ok in zip(busy, again, strict=True):
+                free[i] = ok
+        return free
+
+    def _end_answered(
+        self,
+        sent: tuple[Future[RemotingCommand], TransactionKey, bool],
+        address: str,
+        errors: list[BaseException],
+        claimed: set[TransactionKey],
+        committed: bool,
+    ) -> int:
+        """Await an END's answer and settle its transaction (1: ended as asked)."""
+        future, key, as_asked = sent
+        try:
+            check_response(
+                future.result(), request_code=RequestCode.END_TRANSACTION, address=address
+            )
+        except RemotingError as e:
+            errors.append(e)
+            return 0  # (released with the rest of the claims)
+        self.ended.settle((key,), committed=committed)
+        claimed.discard(key)
+        return int(as_asked)
+
+    def end_flag(self, address: str, topic: str, uniq: str, *, commit: bool, guard: bool) -> int:
+        """The END_TRANSACTION flag of a half this client claimed: COMMIT or ROLLBACK as
+        asked, except that with ``guard`` a COMMIT whose committed copy exists already on
+        the broker at ``address`` is a ROLLBACK, which only closes the half (a broker
+        commits a half again on a second COMMIT: a duplicate)."""
+        if commit and guard and self.committed_copy(address, topic, uniq):
+            return SysFlag.TRANSACTION_ROLLBACK
+        return _end_state(commit)
 
     def committed_copy(self, address: str, topic: str, uniq: str) -> bool:
         """Whether the broker at ``address`` holds the committed copy of half ``uniq``
@@ -661,7 +725,14 @@ class Producer:
 
     def on_check(self, request: RemotingCommand, conn: Connection) -> RemotingCommand | None:
         """CHECK_TRANSACTION_STATE: answer with END_TRANSACTION (one-way) on the same
-        connection, as RocketMQ's producer does; no answer registered: no reply."""
+        connection, as RocketMQ's producer does; no answer registered: no reply.
+
+        The broker asks about a new copy of the half (a new half-queue offset), also of
+        one whose END it has not read yet (its op queue lags under load). A transaction
+        this client ended lately is rolled back, which only closes the copy, without
+        asking; one it is ending now gets no reply (the broker asks again). Any other
+        is claimed, asked about, and ended as ``end_flag`` says (guarded).
+        """
         head = hdr.CheckTransactionStateRequestHeader.from_ext_fields(request.ext_fields)
         msg = decode_record(request.body or b"", 0, verify_crc=False)
         group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
@@ -669,40 +740,70 @@ class Producer:
             answer = self._answers.get(group) or self._answers.get("")
         if answer is None:
             return None
-        try:
-            state = answer(msg)
-        except Exception:  # noqa: BLE001 - the broker asks again; the half stays open
-            log.exception("answering the check-back of half %s failed", head.commit_log_offset)
-            state = TransactionState.UNKNOWN
-        flag = {
-            TransactionState.COMMIT: SysFlag.TRANSACTION_COMMIT,
-            TransactionState.ROLLBACK: SysFlag.TRANSACTION_ROLLBACK,
-        }.get(state, 0)
-        # A broker checks halves whose END it has not read yet (its op queue lags behind
-        # under load), and commits a half again on a second COMMIT: a duplicate. A half
-        # whose committed copy exists is rolled back instead, which only closes it.
         uniq = msg.uniq_key or head.msg_id or ""
-        if flag == SysFlag.TRANSACTION_COMMIT and self.committed_copy(
-            conn.address, msg.topic, uniq
-        ):
-            flag = SysFlag.TRANSACTION_ROLLBACK
-        conn.invoke_oneway(
-            self.remoting.command(
-                RequestCode.END_TRANSACTION,
-                hdr.EndTransactionRequestHeader(
-                    topic=msg.topic,
-                    producer_group=group,
-                    tran_state_table_offset=head.tran_state_table_offset,
-                    commit_log_offset=head.commit_log_offset,
-                    commit_or_rollback=int(flag),
-                    from_transaction_check=True,
-                    msg_id=uniq,
-                    transaction_id=head.transaction_id,
-                    broker_name=head.broker_name,
-                ),
+        broker = head.broker_name or self._broker_name(conn.address)
+        key = transaction_key(broker, uniq, head.tran_state_table_offset)
+        (free,) = self.ended.claim((key,))
+        try:
+            if free:
+                flag, commit = self._check_flag(
+                    answer, msg, head.commit_log_offset, conn.address, uniq
+                )
+            elif self.ended.state(key) == "ended":
+                flag, commit = SysFlag.TRANSACTION_ROLLBACK, False
+            else:
+                return None  # being ended by another thread of this client
+            conn.invoke_oneway(
+                self.remoting.command(
+                    RequestCode.END_TRANSACTION,
+                    hdr.EndTransactionRequestHeader(
+                        topic=msg.topic,
+                        producer_group=group,
+                        tran_state_table_offset=head.tran_state_table_offset,
+                        commit_log_offset=head.commit_log_offset,
+                        commit_or_rollback=int(flag),
+                        from_transaction_check=True,
+                        msg_id=uniq,
+                        transaction_id=head.transaction_id,
+                        broker_name=head.broker_name,
+                    ),
+                )
             )
-        )
+            if free and flag:
+                self.ended.settle((key,), committed=commit)
+                free = False
+        finally:
+            if free:  # not ended: UNKNOWN, or the END was not sent
+                self.ended.release((key,))
         return None
+
+    def _check_flag(
+        self, answer: Answer, half: MessageExt, commit_log_offset: int, address: str, uniq: str
+    ) -> tuple[int, bool]:
+        """The END flag of a check-back's half, and whether its answer was COMMIT: as
+        ``answer`` says (0: UNKNOWN, also when the answer raises: the broker asks again),
+        guarded by :meth:`end_flag`."""
+        try:
+            state = answer_state(answer(half))
+        except Exception:  # noqa: BLE001 - the broker asks again; the half stays open
+            log.exception("answering the check-back of half %s failed", commit_log_offset)
+            return 0, False
+        if state is TransactionState.UNKNOWN:
+            return 0, False
+        commit = state is TransactionState.COMMIT
+        return self.end_flag(address, half.topic, uniq, commit=commit, guard=True), commit
+
+    def _broker_name(self, address: str) -> str:
+        """The name of the broker whose master is at ``address`` (a check-back that does
+        not name its broker); the address itself if no route or cluster info names it."""
+        for route in self.remoting.cached_routes():
+            for name, master in route.masters().items():
+                if master == address:
+                    return name
+        for name, ids in self.remoting.brokers().items():
+            if ids.get(MASTER_ID) == address:
+                return name
+        return address
 
 
 @dataclass(slots=True)
@@ -793,11 +894,8 @@ def _plain_columns(
     return topic, tag_items, key_items
 
 
-def _ended(future: Future[RemotingCommand], address: str, errors: list[BaseException]) -> None:
-    try:
-        check_response(future.result(), request_code=RequestCode.END_TRANSACTION, address=address)
-    except RemotingError as e:
-        errors.append(e)
+def _end_state(commit: bool) -> int:
+    return SysFlag.TRANSACTION_COMMIT if commit else SysFlag.TRANSACTION_ROLLBACK
 
 
 def _failed_send(errors: list[Exception], sent: list[_Sent]) -> Exception:

@@ -571,3 +571,26 @@ class TransactionState(enum.Enum):
     COMMIT = "COMMIT_MESSAGE"
     ROLLBACK = "ROLLBACK_MESSAGE"
     UNKNOWN = "UNKNOW"
+
+
+def answer_state(answer: TransactionState | str | bool | None) -> TransactionState:
+    """Return the TransactionState a producer's answer means, as every backend reads it.
+
+    A TransactionState is itself; True is COMMIT, False ROLLBACK, None UNKNOWN; a text
+    starting with COMMIT or ROLLBACK (any case: a state's name or its wire value) is
+    that state; anything else is UNKNOWN (the half stays open).
+    """
+    if isinstance(answer, TransactionState):
+        return answer
+    if answer is True:
+        return TransactionState.COMMIT
+    if answer is False:
+        return TransactionState.ROLLBACK
+    if answer is None:
+        return TransactionState.UNKNOWN
+    text = str(answer).upper()
+    if text.startswith("COMMIT"):
+        return TransactionState.COMMIT
+    if text.startswith("ROLLBACK"):
+        return TransactionState.ROLLBACK
+    return TransactionState.UNKNOWN

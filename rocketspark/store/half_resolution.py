@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from rocketspark.errors import ConfigError, OffsetOutOfRangeError
-from rocketspark.message.model import INT64_MAX, TRANS_HALF_TOPIC, TransactionState
+from rocketspark.message.model import INT64_MAX, TRANS_HALF_TOPIC
 from rocketspark.message.results import PutResult, PutResults
 
 OFFSET_SEPARATOR = ","
@@ -113,24 +113,6 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     keep = np.ones(len(values), dtype=bool)
     keep[1:] = values[1:] != values[:-1]
     return values[keep]
-
-
-def answer_state(answer: TransactionState | str | bool | None) -> TransactionState:
-    """The TransactionState a check answer means (True / False / None or its name)."""
-    if isinstance(answer, TransactionState):
-        return answer
-    if answer is True:
-        return TransactionState.COMMIT
-    if answer is False:
-        return TransactionState.ROLLBACK
-    if answer is None:
-        return TransactionState.UNKNOWN
-    text = str(answer).upper()
-    if text.startswith("COMMIT"):
-        return TransactionState.COMMIT
-    if text.startswith("ROLLBACK"):
-        return TransactionState.ROLLBACK
-    return TransactionState.UNKNOWN
 
 
 def half_offsets(half: object) -> list[int] | np.ndarray:

@@ -40,6 +40,7 @@ from rocketspark.message.model import (
     MessageExt,
     SysFlag,
     TransactionState,
+    answer_state,
     check_extra_properties,
 )
 from rocketspark.message.properties import committed_properties, half_properties, properties_text
@@ -48,7 +49,6 @@ from rocketspark.store.half_resolution import (
     OFFSET_SEPARATOR,
     HalfState,
     ResolutionTable,
-    answer_state,
     op_offsets,
     sorted_unique,
 )

@@ -347,6 +347,25 @@ def test_open_halves_are_decided_by_the_answer(client):
         }
 
 
+def test_true_and_false_answers_commit_and_roll_back_on_every_backend(client):
+    orders = _fresh("orders")
+    pg = _fresh("pg")
+    client.create_topic(orders, queues=1)
+    (mq,) = client.queues(orders)
+    client.prepare_batch(
+        [Message(orders, body) for body in (b"yes", b"no", b"later")], producer_group=pg
+    )
+    verdict = {b"yes": True, b"no": False, b"later": None}
+    # (the answer is registered for the brokers' check-backs too: the same reading)
+    counts = client.check_transactions(pg, lambda half: verdict[half.body])
+    assert counts == {"commit": 1, "rollback": 1, "unknown": 1}
+    assert _max_offset_reaches(client, mq, 1)
+    rows = [r["body"] for b in client.read_batches(mq, 0, 10)[0] for r in b.to_pylist()]
+    assert rows == [b"yes"]
+    client.register_answer(pg, lambda half: False)  # every backend takes it
+    assert client.check_transactions(pg, lambda half: False)["rollback"] == 1
+
+
 # -- retries and dead letters ------------------------------------------------------------
 
 

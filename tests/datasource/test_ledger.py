@@ -51,3 +51,17 @@ def test_commit_if_pending_unknown_while_in_flight_rollback_otherwise():
 def test_with_nothing_pending_or_in_flight_every_half_of_the_sink_is_rolled_back():
     answer = sink_answer("s1", (), np.empty(0, dtype=np.int64))
     assert answer(_half(0)) is TransactionState.ROLLBACK
+
+
+def test_the_sink_registers_its_answer_on_an_embedded_client_too(tmp_path):
+    # (no broker asks an embedded store's producer back: registering does nothing)
+    from rocketspark.client import ClientRef, close_all
+    from rocketspark.datasource.ledger import register_answer
+    from rocketspark.store import MessageStore
+
+    path = str(tmp_path / "store")
+    MessageStore.open(path).close()
+    try:
+        register_answer(ClientRef.embedded(path, {}).connect(), "rocketspark-sink-s1")
+    finally:
+        close_all()
