@@ -219,19 +219,9 @@ class Producer:
                             )
                         )
                 else:
-                    lane.append(
-                        _Request(
-                            mq,
-                            chunk,
-                            b"".join([encoded[i] for i in chunk]),
-                            "",
-                            now,
-                            0,
-                            None,
-                            True,
-                            any(messages[i].queue_id is not None for i in chunk),
-                        )
-                    )
+                    pinned = any(messages[i].queue_id is not None for i in chunk)
+                    data = b"".join([encoded[i] for i in chunk])
+                    lane.append(_Request.of_batch(mq, chunk, data, now, pinned))
             lanes.append(lane)
         results: list[PutResult | None] = [None] * len(messages)
         for rows, answer, ids, phys in self._send_lanes(lanes):
@@ -378,19 +368,8 @@ class Producer:
                             )
                         )
                     else:
-                        lane.append(
-                            _Request(
-                                mq,
-                                chunk,
-                                b"".join([encoded[i] for i in chunk]),
-                                "",
-                                now,
-                                0,
-                                None,
-                                True,
-                                False,
-                            )
-                        )
+                        data = b"".join([encoded[i] for i in chunk])
+                        lane.append(_Request.of_batch(mq, chunk, data, now, False))
                 yield lane
 
         return SentResults(topic, uniq, now, self._send_lanes(lanes()))
@@ -820,6 +799,13 @@ class _Request:
     batch: bool
     pinned: bool  # a row's queue was chosen: no retry on another queue
 
+    @classmethod
+    def of_batch(
+        cls, mq: MessageQueue, rows: list[int], data: bytes, now: int, pinned: bool
+    ) -> _Request:
+        """A SEND_BATCH_MESSAGE of ``rows``, their entries back to back in ``data``."""
+        return cls(mq, rows, data, "", now, 0, None, True, pinned)
+
 
 def _plain_columns(
     cols: Columns,
@@ -982,7 +968,7 @@ def _matrix_lane(
             lane.append(_Request(mq, chunk, body, props, now, 0, None, False, False))
         else:
             data = matrix[a : a + step].tobytes()
-            lane.append(_Request(mq, chunk, data, "", now, 0, None, True, False))
+            lane.append(_Request.of_batch(mq, chunk, data, now, False))
     return lane
 
 
