@@ -600,6 +600,14 @@ def report(
             "rows/s, local[2] -> noop; reference: embedded",
         )
     row("Spark source, embedded store", "source embedded", None)
+    for label in BROKERS:  # what the broker answers at all: a bound for the Spark source
+        for who in ("ours", "java"):
+            row(
+                f"  one process's pull ({who}), {label} broker",
+                f"pull {label} {who}",
+                "source embedded",
+                "reference: the Spark source on the embedded store",
+            )
     for g in ("at_least_once", "exactly_once"):
         row(
             f"Spark sink {g} into the broker ({n_sink:,})",

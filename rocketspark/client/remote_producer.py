@@ -71,7 +71,7 @@ from rocketspark.remoting import headers as hdr
 from rocketspark.remoting.client import RemotingClient, SendAnswer
 from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.command import RemotingCommand
-from rocketspark.remoting.connection import Connection, check_response
+from rocketspark.remoting.connection import AwaitedResponse, Connection, check_response
 from rocketspark.remoting.route import MASTER_ID, TopicRoute
 
 __all__ = ["PRODUCER_GROUP", "Producer"]
@@ -93,7 +93,9 @@ _KEYS_ITEM = f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}"
 SEND_WINDOW = 8  # send requests of one put in flight at most (one per queue)
 # A started send: its future, the broker's address and the start time; or None, the
 # error and 0 when it could not start (see Producer._start).
-_Started = tuple[Future[RemotingCommand] | None, Any, float]
+_Started = tuple[Future[RemotingCommand] | AwaitedResponse | None, Any, float]
+# A half message in flight: its row, queue, response to come, broker address, start time.
+_HalfSent = tuple[int, MessageQueue, Future[RemotingCommand] | AwaitedResponse, str, float]
 # A request's rows, its answer, and each row's message id and CommitLog offset.
 _Sent = tuple[list[int], SendAnswer, list[str], list[int]]
 
@@ -268,7 +270,7 @@ class Producer:
             m.queue_id is not None,
         )
         _, answer, ids, phys = self._answered(
-            request, self._finish(request, self._start(request, mq))
+            request, self._finish(request, self._start(request, mq, awaited=True))
         )
         return PutResult(
             PutStatus.PUT_OK,
@@ -438,10 +440,11 @@ class Producer:
             self.written[answer.mq] = end
         return request.rows, answer, ids, phys
 
-    def _start(self, request: _Request, mq: MessageQueue) -> _Started:
+    def _start(self, request: _Request, mq: MessageQueue, awaited: bool = False) -> _Started:
         """Start ``request`` to ``mq``: its future, broker address and start time, or (None,
         the error, 0) when it could not start (the broker unreachable, no master, the route
-        not refreshed...): :meth:`_finish` raises that error or retries the request."""
+        not refreshed...): :meth:`_finish` raises that error or retries the request.
+        ``awaited``: :meth:`_finish` reads the answer next, on this thread."""
         try:
             return self.remoting.send_async(
                 mq,
@@ -452,6 +455,7 @@ class Producer:
                 flag=request.flag,
                 batch=request.batch,
                 reconsume_times=request.reconsume,
+                awaited=awaited,
             )
         except Exception as e:  # raised by _finish, after the requests in flight
             return None, e, 0.0
@@ -473,7 +477,7 @@ class Producer:
                     raise
                 qs = self.write_queues(mq.topic)
                 mq = self.remoting.faults.select(qs, random.randrange(len(qs)), mq.broker)
-                started = self._start(request, mq)
+                started = self._start(request, mq, awaited=True)
 
     def prepare(
         self,
@@ -495,7 +499,7 @@ class Producer:
         uniq = self.unique_ids(len(messages), now)
         queues: dict[str, list[MessageQueue]] = {}
         results: list[PutResult | None] = [None] * len(messages)
-        inflight: deque[tuple[int, MessageQueue, Future[RemotingCommand], str, float]] = deque()
+        inflight: deque[_HalfSent] = deque()
         try:
             for i, m in enumerate(messages):
                 qs = queues.get(m.topic)
@@ -530,7 +534,7 @@ class Producer:
 
     def _half_result(
         self,
-        sent: tuple[int, MessageQueue, Future[RemotingCommand], str, float],
+        sent: _HalfSent,
         messages: list[Message],
         uniq: list[str],
         now: int,

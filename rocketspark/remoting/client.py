@@ -59,6 +59,7 @@ from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode, request_name
 from rocketspark.remoting.command import Body, RemotingCommand
 from rocketspark.remoting.connection import (
+    AwaitedResponse,
     Connection,
     Connections,
     Handler,
@@ -259,6 +260,24 @@ class RemotingClient:
         try:
             return self._connections.get(address).invoke_async_encoded(
                 code, encodes, timeout or self.timeout
+            )
+        except RemotingConnectError:
+            self._forget_routes_to(address)
+            raise
+
+    def invoke_awaited(
+        self,
+        address: str,
+        code: int,
+        encode: Callable[[int], list[Body]],
+        *,
+        timeout: float | None = None,
+    ) -> AwaitedResponse:
+        """One request given encoded whose answer the caller reads on its own thread soon
+        (``Connection.invoke_awaited``: no timer, no Future)."""
+        try:
+            return self._connections.get(address).invoke_awaited(
+                code, encode, timeout or self.timeout
             )
         except RemotingConnectError:
             self._forget_routes_to(address)
@@ -699,6 +718,7 @@ class RemotingClient:
             reconsume_times=reconsume_times,
             max_reconsume_times=max_reconsume_times,
             timeout=timeout,
+            awaited=True,
         )
         return self.send_answer(mq, future, addr, started)
 
@@ -716,12 +736,15 @@ class RemotingClient:
         reconsume_times: int | None = None,
         max_reconsume_times: int | None = None,
         timeout: float | None = None,
-    ) -> tuple[Future[RemotingCommand], str, float]:
-        """Start a send (see :meth:`send`); :meth:`send_answer` reads its answer."""
+        awaited: bool = False,
+    ) -> tuple[Future[RemotingCommand] | AwaitedResponse, str, float]:
+        """Start a send (see :meth:`send`); :meth:`send_answer` reads its answer (with
+        ``awaited``, on the caller's thread and soon: an :class:`AwaitedResponse`, not a Future)."""
         frames = None
         if self.credentials is None and max_reconsume_times is None:
             # (a signed request's frame is the general encoder's: its signature covers it)
             frames = self._send_frames(mq, producer_group, batch, reconsume_times is not None)
+        future: Future[RemotingCommand] | AwaitedResponse
         if frames is None:
             addr, code, header = self._send_request(
                 mq,
@@ -746,14 +769,13 @@ class RemotingClient:
         encode = functools.partial(
             frames.frame, body, sys_flag, born_timestamp, flag, properties, reconsume_times
         )
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         started = time.monotonic()
         try:
-            (future,) = self.invoke_encoded(
-                addr,
-                RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
-                [encode],
-                timeout=timeout,
-            )
+            if awaited:
+                future = self.invoke_awaited(addr, code, encode, timeout=timeout)
+            else:
+                (future,) = self.invoke_encoded(addr, code, [encode], timeout=timeout)
         except RemotingConnectError:
             self.faults.record(mq.broker, 0, failed=True, reachable=False)
             raise
@@ -774,7 +796,11 @@ class RemotingClient:
         return frames
 
     def send_answer(
-        self, mq: MessageQueue, future: Future[RemotingCommand], addr: str, started: float
+        self,
+        mq: MessageQueue,
+        future: Future[RemotingCommand] | AwaitedResponse,
+        addr: str,
+        started: float,
     ) -> SendAnswer:
         """Wait for a send's answer; record the broker's latency; raise a failure."""
         try:

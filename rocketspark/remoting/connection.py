@@ -34,7 +34,6 @@ import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, replace
 
 from rocketspark.errors import (
@@ -50,6 +49,7 @@ from rocketspark.remoting.codes import ResponseCode, RpcFlag, request_name, resp
 from rocketspark.remoting.command import Body, RemotingCommand, decode_payload, frame_length
 
 __all__ = [
+    "AwaitedResponse",
     "Connection",
     "Connections",
     "Handler",
@@ -111,9 +111,52 @@ def check_response(
     raise kind(message, code=response.code, remark=response.remark)
 
 
+class AwaitedResponse:
+    """The answer to a request its caller waits for on its own thread (:meth:`result`,
+    soon): cheaper than a Future (one lock; no condition, callbacks or timer thread), as
+    the caller's wait enforces the timeout. Made by :meth:`Connection.invoke_awaited`."""
+
+    __slots__ = ("_done", "_response", "_error", "_expire", "_opaque", "_timeout")
+
+    def __init__(self, expire: Callable[[int], None], opaque: int, timeout: float):
+        self._done = threading.Lock()
+        self._done.acquire()  # released once, by whoever completes it
+        self._response: RemotingCommand | None = None
+        self._error: BaseException | None = None
+        self._expire = expire
+        self._opaque = opaque
+        self._timeout = timeout
+
+    def set_result(self, response: RemotingCommand) -> None:
+        self._response = response
+        self._done.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.release()
+
+    def result(self) -> RemotingCommand:
+        """The response; raises RemotingTimeoutError when none came within the timeout,
+        RemotingConnectError when the connection died first."""
+        if not self._done.acquire(timeout=self._timeout):
+            self._expire(self._opaque)  # fails it, unless a response won the race
+            self._done.acquire()
+        self._done.release()  # open for good: another result() returns at once
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def cancel(self) -> bool:
+        """Give the request up: its response, if one comes, is dropped."""
+        self._expire(self._opaque)
+        return True
+
+
 @dataclass(slots=True)
 class _Pending:
-    future: Future[RemotingCommand]
+    # Each is completed once: by whoever pops it from the pending table (under the lock).
+    future: Future[RemotingCommand] | AwaitedResponse
     sock: socket.socket
     code: int
     timeout: float
@@ -184,12 +227,11 @@ class Connection:
         RemotingConnectError when the connection cannot be made or dies first,
         RemotingFrameError when ``request`` cannot be encoded.
         """
-        opaque, future = self._start(request, timeout)
-        try:
-            return future.result(timeout)
-        except FutureTimeoutError:
-            self._expire(opaque)
-            return future.result()  # the timeout, or a response that won the race
+        if request.is_response:
+            raise ValueError(f"{request!r} is a response, not a request")
+        opaque = self._next_opaque()
+        cmd = replace(request, opaque=opaque, flag=request.flag & ~RpcFlag.ONEWAY)
+        return self._send_awaited(cmd.code, opaque, cmd.encode(), timeout).result()
 
     def invoke_async(self, request: RemotingCommand, timeout: float) -> Future[RemotingCommand]:
         """Send ``request`` and return a Future of its response, failed after ``timeout`` s.
@@ -213,6 +255,15 @@ class Connection:
             b for encode, opaque in zip(encodes, opaques, strict=True) for b in encode(opaque)
         ]
         return self._send_requests(code, opaques, buffers, timeout)
+
+    def invoke_awaited(
+        self, code: int, encode: Callable[[int], list[Body]], timeout: float
+    ) -> AwaitedResponse:
+        """One request of ``code`` given encoded (see :meth:`invoke_async_encoded`), whose
+        :meth:`AwaitedResponse.result` the caller reads on its own thread (or cancels) soon: its
+        wait, not a timer, enforces ``timeout``. For synchronous sends."""
+        opaque = self._next_opaque()
+        return self._send_awaited(code, opaque, encode(opaque), timeout)
 
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` marked one-way: the server sends no response.
@@ -281,6 +332,22 @@ class Connection:
         for opaque in opaques:
             _DEADLINES.add(deadline, self._expire_ref, opaque)
         return futures
+
+    def _send_awaited(
+        self, code: int, opaque: int, buffers: list[Body], timeout: float
+    ) -> AwaitedResponse:
+        answer = AwaitedResponse(self._expire, opaque, timeout)
+        while True:
+            sock = self._socket()
+            with self._lock:
+                if self._sock is sock:  # not dropped meanwhile: its drop will fail it
+                    self._pending[opaque] = _Pending(answer, sock, code, timeout)
+                    break
+        try:
+            self._send(sock, buffers)
+        except RemotingConnectError:
+            pass  # _drop failed it with the reason
+        return answer
 
     def _socket(self) -> socket.socket:
         """The open socket, connecting first if there is none.
@@ -510,7 +577,7 @@ def _send_all(sock: socket.socket, buffers: list[Body]) -> None:
                 sent = 0
 
 
-def _fail(future: Future[RemotingCommand], error: BaseException) -> None:
+def _fail(future: Future[RemotingCommand] | AwaitedResponse, error: BaseException) -> None:
     try:
         future.set_exception(error)
     except InvalidStateError:

@@ -7,6 +7,7 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -139,6 +140,49 @@ def test_a_late_response_is_dropped_and_the_connection_goes_on(server, conn):
     with pytest.raises(RemotingTimeoutError):
         conn.invoke(request(late="1"), timeout=0.2)
     echo(late[0], server)
+    assert bytes(conn.invoke(request(b"after"), timeout=WAIT).body) == b"after"
+
+
+def encoded(body: bytes, **ext: str):
+    """An encoder of a request frame for ``invoke_awaited``: the opaque it is given."""
+    cmd = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, ext, body=body or None)
+    return lambda opaque: replace(cmd, opaque=opaque).encode()
+
+
+def test_an_awaited_request_is_answered_on_the_callers_thread(server, conn):
+    answer = conn.invoke_awaited(RequestCode.GET_MAX_OFFSET, encoded(b"mine"), WAIT)
+    assert bytes(answer.result().body) == b"mine"
+    assert bytes(answer.result().body) == b"mine"  # read again: at once, the same
+    assert conn.in_flight == 0
+
+
+def test_an_awaited_request_times_out_in_its_callers_wait(server, conn):
+    server.script = lambda req, s: None
+    answer = conn.invoke_awaited(RequestCode.GET_MAX_OFFSET, encoded(b""), 0.2)
+    started = time.monotonic()
+    with pytest.raises(RemotingTimeoutError, match="GET_MAX_OFFSET"):
+        answer.result()
+    assert 0.15 < time.monotonic() - started < 3 and conn.in_flight == 0
+
+
+def test_an_awaited_request_fails_when_the_connection_drops(server, conn):
+    server.script = lambda req, s: None
+    answer = conn.invoke_awaited(RequestCode.GET_MAX_OFFSET, encoded(b""), WAIT)
+    server.wait_for(1)
+    server.drop()
+    with pytest.raises(RemotingConnectError, match="lost before GET_MAX_OFFSET"):
+        answer.result()
+
+
+def test_a_cancelled_awaited_request_drops_its_response(server, conn):
+    held: list[RemotingCommand] = []
+    server.script = lambda req, s: held.append(req)
+    answer = conn.invoke_awaited(RequestCode.GET_MAX_OFFSET, encoded(b"gone"), WAIT)
+    server.wait_for(1)
+    answer.cancel()
+    assert conn.in_flight == 0
+    echo(held[0], server)  # a late response: dropped, the connection goes on
+    server.script = echo
     assert bytes(conn.invoke(request(b"after"), timeout=WAIT).body) == b"after"
 
 
