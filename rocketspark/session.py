@@ -92,6 +92,7 @@ BUILT_IN_DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
     "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "true",
 }
 
 

@@ -324,8 +324,13 @@ def test_bad_options_fail_at_load_with_a_clear_message(spark, backend, options, 
     reader = _read(spark, backend)
     for k, v in options.items():
         reader = reader.option(k, ours(v))
-    with pytest.raises(Exception, match=re.escape(ours(message))):
+    with pytest.raises(Exception, match=re.escape(ours(message))) as caught:
         reader.load()  # at load(), not later from a worker
+    # what the user reads first: Spark's prefix, then our error's class and sentence (the
+    # session hides Python tracebacks: conf/spark-defaults.conf)
+    assert re.match(
+        r"\[PYTHON_DATA_SOURCE_ERROR\] [^:]+: rocketspark\.errors\.\w+: ", str(caught.value)
+    )
 
 
 def test_bad_stream_options_fail_at_load(spark, backend):
