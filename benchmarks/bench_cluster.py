@@ -504,12 +504,18 @@ def run_spark(
         "embedded": {"store": store, "topic": "sink"},
     }
     for guarantee in ("at_least_once", "exactly_once"):
-        for options in sinks.values():
-            spark_write(df, options, guarantee)  # warm-up
-        for _ in range(runs):
-            for where, options in sinks.items():
-                dt = _timed(lambda options=options, g=guarantee: spark_write(df, options, g))
-                add(f"sink {guarantee} {where}", n_sink / dt)
+        try:
+            for options in sinks.values():
+                spark_write(df, options, guarantee)  # warm-up
+            for _ in range(runs):
+                for where, options in sinks.items():
+                    dt = _timed(lambda options=options, g=guarantee: spark_write(df, options, g))
+                    add(f"sink {guarantee} {where}", n_sink / dt)
+        except Exception as e:  # reported: a failed write is a finding, not the end of the run
+            lines = str(e).strip().splitlines() or [repr(e)]
+            ours = [line for line in lines if "rocketspark.errors." in line]
+            print(f"spark sink {guarantee} FAILED: {(ours or lines)[-1]}", flush=True)
+            continue
         print(f"spark sink {guarantee} done", flush=True)
     df.unpersist()
     return spark

@@ -43,10 +43,8 @@ def copied() -> int:
         return sum(store.max_offset("payments-copy", i) for i in range(2))
 
 
-def wait_for_copies(at_least: int, seconds: float) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline and copied() < at_least:
-        time.sleep(0.2)
+def wait_for_copies(query, at_least: int, seconds: float) -> None:
+    wait_for(lambda: copied() >= at_least, query, f"copying {at_least} payments", seconds)
 
 # COMMAND ----------
 
@@ -55,8 +53,10 @@ def wait_for_copies(at_least: int, seconds: float) -> None:
 # COMMAND ----------
 
 q = start_copy()
-wait_for_copies(800, seconds=120)
-q.stop()
+try:
+    wait_for_copies(q, 800, seconds=120)
+finally:
+    q.stop()
 print(f"copied before the stop: {copied()} of 3000")
 
 # COMMAND ----------
@@ -66,9 +66,12 @@ print(f"copied before the stop: {copied()} of 3000")
 # COMMAND ----------
 
 q = start_copy()
-wait_for_copies(3000, seconds=180)
-time.sleep(2)  # a batch that would copy anything twice has time to show it
-q.stop()
+try:
+    wait_for_copies(q, 3000, seconds=180)
+    time.sleep(2)  # a batch that would copy anything twice has time to show it
+    check_query(q, "copying the rest")
+finally:
+    q.stop()
 
 # COMMAND ----------
 
@@ -76,4 +79,13 @@ copy = spark.read.format("rocketmq").option("store", STORE).option("topic", "pay
 summary = copy.selectExpr("count(*) AS rows", "count(DISTINCT body) AS distinct_bodies")
 display(summary)
 row = summary.collect()[0]
-assert row.rows == 3000 and row.distinct_bodies == 3000, row
+check(row.rows == 3000 and row.distinct_bodies == 3000,
+      f"payments-copy: expected 3000 rows, all distinct; got {row}")
+
+# COMMAND ----------
+
+# MAGIC %md Clean up: this run's store and checkpoints (a directory `_setup` made).
+
+# COMMAND ----------
+
+cleanup()

@@ -49,19 +49,22 @@ query = (stream.writeStream.format("noop")
 samples = []
 with MessageStore.open(STORE, **STORE_OPTIONS) as store:
     t0 = time.time()
-    while time.time() - t0 < 120:
+
+    def caught_up():
         lag = sum(store.lag("auditors", "events").values()) if store.committed_offset(
             "auditors", "events", 0) is not None else 4000
         samples.append((round(time.time() - t0, 2), lag))
-        if lag == 0:
-            break
-        time.sleep(0.25)
-query.stop()
+        return lag == 0
+
+    try:
+        wait_for(caught_up, query, "the auditors stream catching up with events", timeout=120)
+    finally:
+        query.stop()
 lag_df = spark.createDataFrame(samples, "seconds double, lag long")
 display(lag_df)  # on Databricks: choose a line chart of lag over seconds
 for seconds, lag in samples[:: max(1, len(samples) // 15)]:
     print(f"{seconds:6.2f}s {'#' * int(40 * lag / 4000):40} {lag}")
-assert samples[-1][1] == 0 and max(lag for _, lag in samples) > 0
+check(max(lag for _, lag in samples) > 0, f"the lag was never above 0: {samples}")
 
 # COMMAND ----------
 
@@ -73,4 +76,12 @@ with MessageStore.open(STORE, **STORE_OPTIONS) as store:
     found = store.query_by_key("events", "e-1234")
     for m in found:
         print(m.msg_id, m.queue_id, m.queue_offset, m.body)
-assert [m.body for m in found] == [b"event-1234"]
+check([m.body for m in found] == [b"event-1234"], f"by key e-1234: {found}")
+
+# COMMAND ----------
+
+# MAGIC %md Clean up: this run's store and checkpoints (a directory `_setup` made).
+
+# COMMAND ----------
+
+cleanup()

@@ -47,7 +47,7 @@ query = (out.writeStream.format("rocketmq").option("store", STORE)
          .option("topic", "click-counts")
          .option("checkpointLocation", os.path.join(WORK, "quickstart-chk"))
          .trigger(availableNow=True).start())
-query.awaitTermination()
+finish(query, "counting clicks per page into click-counts")
 
 # COMMAND ----------
 
@@ -55,4 +55,13 @@ counts = (spark.read.format("rocketmq").option("store", STORE).option("topic", "
           .load().groupBy("tags").count().orderBy("tags"))
 display(counts)
 got = {r.tags: r["count"] for r in counts.collect()}
-assert got == {"cart": 500, "checkout": 500, "home": 500, "search": 500}, got
+expected = {"cart": 500, "checkout": 500, "home": 500, "search": 500}
+check(got == expected, f"click counts per page: expected {expected}, got {got}")
+
+# COMMAND ----------
+
+# MAGIC %md Clean up: this run's store and checkpoints (a directory `_setup` made).
+
+# COMMAND ----------
+
+cleanup()

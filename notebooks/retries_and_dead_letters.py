@@ -66,13 +66,13 @@ query = pipeline.start(processing_time="500 milliseconds")
 # COMMAND ----------
 
 with MessageStore.open(STORE, **STORE_OPTIONS) as store:
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if store.has_topic("%DLQ%shipping") and store.max_offset("%DLQ%shipping", 0) >= 5:
-            break
-        time.sleep(1)
-query.stop()
-assert len(set(processed)) == 45, len(set(processed))
+    try:
+        wait_for(lambda: store.has_topic("%DLQ%shipping")
+                 and store.max_offset("%DLQ%shipping", 0) >= 5,
+                 query, "five shipments becoming dead letters", timeout=300, poll=1)
+    finally:
+        query.stop()
+check(len(set(processed)) == 45, f"expected 45 shipments processed, got {len(set(processed))}")
 
 # COMMAND ----------
 
@@ -81,7 +81,7 @@ dlq_table = os.path.join(WORK, "tables", "shipping_dead_letters")
 for q in materialize(spark, group="shipping", retry_table=retry_table, dlq_table=dlq_table,
                      checkpoint=os.path.join(WORK, "materialize-chk"), store=STORE,
                      store_options=STORE_OPTIONS, available_now=True):
-    q.awaitTermination()
+    finish(q, "materializing the retry and dead-letter tables")
 
 # COMMAND ----------
 
@@ -92,9 +92,11 @@ for q in materialize(spark, group="shipping", retry_table=retry_table, dlq_table
 dead = spark.read.format("delta").load(dlq_table)
 display(dead.select("originTopic", "originMsgId", "keys", "reconsumeTimes", "reason",
                     "firstFailureAt", "deadAt", "replayedAt"))
-assert dead.count() == 5 and dead.where("reconsumeTimes = 16").count() == 5
+check(dead.count() == 5 and dead.where("reconsumeTimes = 16").count() == 5,
+      f"expected 5 dead letters, each after 16 retries: {dead.collect()}")
 attempts = spark.read.format("delta").load(retry_table).groupBy("originMsgId").count()
-assert [r["count"] for r in attempts.collect()] == [16] * 5
+check([r["count"] for r in attempts.collect()] == [16] * 5,
+      f"expected 16 retries of each: {attempts.collect()}")
 
 # COMMAND ----------
 
@@ -109,5 +111,13 @@ n = replay(spark, dlq_table=dlq_table, condition="array_contains(keys, 's-7') OR
 again = replay(spark, dlq_table=dlq_table, condition="array_contains(keys, 's-7')",
                store=STORE, store_options=STORE_OPTIONS)
 print(f"replayed {n}, then {again}")
-assert (n, again) == (2, 0)
+check((n, again) == (2, 0), f"replayed {n} then {again}; expected 2 then 0")
 display(spark.read.format("delta").load(dlq_table).select("keys", "replayedAt", "replayId"))
+
+# COMMAND ----------
+
+# MAGIC %md Clean up: this run's store and checkpoints (a directory `_setup` made).
+
+# COMMAND ----------
+
+cleanup()
