@@ -83,7 +83,12 @@ BATCH_BYTES = 1024 * 1024  # encoded messages per SEND_BATCH_MESSAGE at most
 BATCH_MESSAGES = 1024
 SEND_RETRIES = 2  # RocketMQ's retryTimesWhenSendFailed
 HALF_WINDOW = 64  # half messages in flight per prepare (each is a request of its own)
-END_WINDOW = 256  # END_TRANSACTION requests in flight
+# END_TRANSACTION requests in flight: enough to keep a broker's end-transaction threads (8
+# and 2 a core) busy, no more. A request's timeout runs while it waits behind the others
+# in the broker's queue, and an END_TRANSACTION that timed out cannot be sent again (a
+# second COMMIT stores the message twice): with 256 in flight, a broker slowed down by a
+# loaded machine timed commits out (a Spark exactly-once write failed at load 17).
+END_WINDOW = 64
 ID_BLOCK = 32768  # UNIQ_KEYs under one millisecond stamp at most
 # What encode_properties writes for a TAGS and a UNIQ_KEY property (the common row's).
 _TAGS_ITEM = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
