@@ -14,6 +14,9 @@ rounds that alternate which system goes first (a warm-up round first, not
 counted; medians):
 
 - a batch read of the whole topic into Spark's ``noop`` sink, rows/s;
+- the same, of the bodies only: ours told so with ``.schema("body binary")`` (the
+  source then builds that column alone), Kafka's source with ``select("value")``
+  (it has no way to be told: it reads every column, Spark drops the others);
 - an AvailableNow stream of the whole topic (from the earliest offsets, a new
   checkpoint each run) into ``noop``, rows/s from ``start()`` to its end, and
   from ``start()`` to its first trigger (the first progress event's timestamp,
@@ -29,7 +32,8 @@ counted; medians):
   sampling). The broker runs, idle, during our runs too: its CPU then is shown
   but not counted in our total.
 
-Ratios are ours / Kafka: above 1 is faster for rows/s, slower for times and
+``--hog N`` runs N busy-loop processes beside the timed rounds: a busy machine,
+the same for both systems. Ratios are ours / Kafka: above 1 is faster for rows/s, slower for times and
 CPU. CPU per row does not depend on the machine's load; rows/s do. The machine
 is shared: compare ratios from one run. Everything started here (broker,
 Spark) is stopped on exit, also on Ctrl-C or a failure, and the temporary
@@ -364,11 +368,25 @@ class Bench:
         return dt, meter.seconds()
 
     def batch(self, system: str) -> Run:
+        return self._batch(system, narrow=False)
+
+    def narrow(self, system: str) -> Run:
+        """A batch read of the bodies only: ours told so with ``.schema("body binary")``,
+        Kafka's source (which reads every column whatever the query uses) ``select("value")``."""
+        return self._batch(system, narrow=True)
+
+    def _batch(self, system: str, narrow: bool) -> Run:
         def run() -> None:
-            df = self._source(system, self.spark.read).option("startingOffsets", "earliest")
+            reader = self.spark.read
+            if narrow and system == "rocketspark":
+                reader = reader.schema("body binary")
+            df = self._source(system, reader).option("startingOffsets", "earliest")
             if system == "kafka":
                 df = df.option("endingOffsets", "latest")
-            df.load().write.format("noop").mode("overwrite").save()
+            rows = df.load()
+            if narrow and system == "kafka":
+                rows = rows.select("value")
+            rows.write.format("noop").mode("overwrite").save()
 
         dt, cpu = self._measured(run)
         return Run(self.n / dt, cpu)
@@ -483,7 +501,7 @@ def report(
         return m(key, lambda r: sum(r.cpu[f] for f in fams))
 
     rows: list[tuple[str, str, str, str]] = []
-    for kind, label in (("batch", "batch read -> noop"), ("stream", "AvailableNow stream -> noop")):
+    for kind, label in KINDS.items():
         ours, kafka = m(f"{kind}/rocketspark", _rps), m(f"{kind}/kafka", _rps)
         rows.append((f"{label}, rows/s", f"{ours:,.0f}", f"{kafka:,.0f}", _ratio(ours, kafka)))
     for what, get in (
@@ -492,7 +510,7 @@ def report(
     ):
         ours, kafka = m("stream/rocketspark", get), m("stream/kafka", get)
         rows.append((what, f"{ours:,.0f}", f"{kafka:,.0f}", _ratio(ours, kafka)))
-    for kind in ("batch", "stream"):
+    for kind in KINDS:
         for fam in FAMILIES:
             ours = m(f"{kind}/rocketspark", lambda r, f=fam: r.cpu[f])
             kafka = m(f"{kind}/kafka", lambda r, f=fam: r.cpu[f])
@@ -534,6 +552,11 @@ def report(
     )
 
 
+KINDS = {
+    "batch": "batch read -> noop",
+    "narrow": "batch read of the bodies only -> noop",
+    "stream": "AvailableNow stream -> noop",
+}
 HEADER = (
     "measurement",
     "rocketspark (embedded store)",
@@ -585,6 +608,13 @@ def main() -> None:
         help="Spark's Kafka connector (default: $ROCKETSPARK_JARS/spark-kafka)",
     )
     ap.add_argument("--broker-heap", default="768m")
+    ap.add_argument(
+        "--hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy-loop processes beside the timed rounds (a busy machine)",
+    )
     args = ap.parse_args()
     n = args.rows or (100_000 if args.quick else 2_000_000)
     runs = 2 if args.quick else args.runs
@@ -599,6 +629,7 @@ def main() -> None:
     broker = KafkaBroker(kafka_jars, os.path.join(workdir, "kafka"), args.broker_heap)
     os.makedirs(broker.dir)
     spark = None
+    hogs: list[subprocess.Popen[bytes]] = []
     try:
         print(f"starting a Kafka broker on {broker.bootstrap} ...", flush=True)
         broker.start()
@@ -616,12 +647,16 @@ def main() -> None:
         print(f"writing {n:,} rows into Kafka ...", flush=True)
         fill_kafka(spark, broker.bootstrap, n)
         bench = Bench(spark, pids, store, broker.bootstrap, workdir, n)
+        for _ in range(args.hog):  # a busy machine: the same for both systems
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        if hogs:
+            machine.append(f"{len(hogs)} busy-loop processes ran beside the timed rounds")
         results: list[dict[str, Run]] = []
         loads: list[float] = []
         for i in range(runs + 1):  # round 0 warms up (JIT, workers, page cache)
             order = ("rocketspark", "kafka") if i % 2 else ("kafka", "rocketspark")
             got: dict[str, Run] = {}
-            for kind in ("batch", "stream"):
+            for kind in KINDS:
                 for system in order:
                     got[f"{kind}/{system}"] = getattr(bench, kind)(system)
                     if i:
@@ -640,6 +675,9 @@ def main() -> None:
         print(f"the Kafka broker's log ends:\n{broker.log_tail()}", file=sys.stderr)
         raise
     finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
         try:
             if spark is not None:
                 spark.stop()
