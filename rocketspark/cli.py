@@ -376,6 +376,8 @@ def cmd_tail(args, out) -> int:
                         if args.max and shown >= args.max:
                             nxt = m.queue_offset + 1  # the group has seen no further
                             break
+                    if args.follow and res.messages:
+                        out.flush()  # a pipe holds lines back until its buffer fills
                     moved = moved or nxt != offsets[q]
                     read += max(0, nxt - offsets[q])
                     offsets[q] = nxt

@@ -148,6 +148,8 @@ def _tail(
                         break
                 if args.max and shown >= args.max:
                     break
+            if args.follow:
+                out.flush()  # a pipe holds lines back until its buffer fills
             moved = moved or nxt != offsets[mq]
             read += max(0, nxt - offsets[mq])
             offsets[mq] = nxt

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import rocketspark
 from rocketspark.cli import Progress, build_parser, main
@@ -440,14 +441,18 @@ def test_tail_interrupted_commits_what_it_printed(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, ROCKETSPARK_STORE=""),
+        # tail --follow flushes its lines itself (PYTHONUNBUFFERED would hide that)
+        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
     )
+    stop = threading.Timer(60, p.kill)  # a line that never comes fails, not hangs, the test
+    stop.start()
     try:
         assert p.stdout is not None
         printed = [json.loads(p.stdout.readline())["offset"] for _ in range(3)]
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=60) == 130
     finally:
+        stop.cancel()
         p.kill()
         p.wait()
     assert printed == [0, 1, 2] and "Traceback" not in p.stderr.read()
