@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rocketspark.client import Client, ClientRef, Message, MessageQueue
-from rocketspark.errors import ConfigError
+from rocketspark.errors import ConfigError, UsageError
 
 
 def connect(args: argparse.Namespace) -> Client:
@@ -50,11 +50,11 @@ def topic_list(args: argparse.Namespace, out: TextIO, table: Any) -> int:
     return 0
 
 
-def send(args: argparse.Namespace, out: TextIO, props: dict[str, str]) -> int:
+def send(args: argparse.Namespace, out: TextIO, body: bytes, props: dict[str, str]) -> int:
     client = connect(args)
     msg = Message(
         args.topic,
-        os.fsencode(args.body),
+        body,
         tags=args.tags,
         keys=tuple(args.keys or ()),
         properties=props,
@@ -73,10 +73,18 @@ def send(args: argparse.Namespace, out: TextIO, props: dict[str, str]) -> int:
 
 def _queues(client: Client, topic: str, queue: int | None) -> list[MessageQueue]:
     queues = client.queues(topic)
-    return [mq for mq in queues if queue is None or mq.queue_id == queue]
+    chosen = [mq for mq in queues if queue is None or mq.queue_id == queue]
+    if queue is not None and not chosen:
+        per_broker = max((mq.queue_id for mq in queues), default=-1) + 1
+        raise UsageError(
+            f"queue {queue} of topic {topic!r} does not exist (its brokers have "
+            f"{per_broker} queues at most)"
+        )
+    return chosen
 
 
-def tail(args: argparse.Namespace, out: TextIO) -> int:
+def tail(args: argparse.Namespace, out: TextIO, progress: Callable[[int], Any]) -> int:
+    """Print the messages; ``progress(total)`` makes the bar of queue offsets read."""
     client = connect(args)
     queues = _queues(client, args.topic, args.queue)
     start = args.start or ("group" if args.group else "earliest")
@@ -91,7 +99,22 @@ def tail(args: argparse.Namespace, out: TextIO) -> int:
             offsets[mq] = client.max_offset(mq)
         else:
             offsets[mq] = int(start)
-    shown = 0
+    bar = progress(sum(max(0, client.max_offset(mq) - offsets[mq]) for mq in queues))
+    try:
+        return _tail(args, out, client, queues, offsets, bar)
+    finally:
+        bar.close()
+
+
+def _tail(
+    args: argparse.Namespace,
+    out: TextIO,
+    client: Client,
+    queues: list[MessageQueue],
+    offsets: dict[MessageQueue, int],
+    bar: Any,
+) -> int:
+    shown = read = 0
     while True:
         moved = False
         for mq in queues:
@@ -125,8 +148,12 @@ def tail(args: argparse.Namespace, out: TextIO) -> int:
                         break
                 if args.max and shown >= args.max:
                     break
+            if args.follow:
+                out.flush()  # a pipe holds lines back until its buffer fills
             moved = moved or nxt != offsets[mq]
+            read += max(0, nxt - offsets[mq])
             offsets[mq] = nxt
+            bar.update(read)
             if args.group:
                 client.commit_offsets(args.group, {mq: nxt})
             if args.max and shown >= args.max:

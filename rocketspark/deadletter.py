@@ -361,8 +361,9 @@ def _require_delta(spark: Any) -> None:
     if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
         raise ConfigError(
             "Delta Lake is not available in this SparkSession: on Databricks it is built in; "
-            "locally use rocketspark.session.local_session() (pip install rocketspark[delta], "
-            "or ./dev setup for the jars) or delta's configure_spark_with_delta_pip"
+            "locally use rocketspark.session.local_session() (with the delta extra: pip "
+            "install '.[delta]' in a clone, or ./dev setup for the jars) or delta's "
+            "configure_spark_with_delta_pip"
         )
 
 

@@ -2,7 +2,8 @@
 
 A producer writes orders to a 4-queue topic, a consumer group reads part of
 them (committing its offsets as it goes), and the lag that is left is shown,
-as ``rocketspark group lag`` would show it. Run: ``python -m rocketspark.demo``.
+as ``rocketspark --store DIR group offsets billing`` shows it. Run:
+``python -m rocketspark.demo`` (``--store DIR`` keeps the store).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def run(path: str, messages: int) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="store directory (default: a fresh temporary one)")
-    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument(
+        "--messages", type=int, default=10_000, help="orders to produce (default 10000)"
+    )
     args = parser.parse_args(argv)
     path = args.store or tempfile.mkdtemp(prefix="rocketspark-demo-")
     try:
@@ -69,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.store:
             shutil.rmtree(path, ignore_errors=True)
-    print("demo finished" + (f"; store kept at {os.path.abspath(path)}" if args.store else ""))
+    if args.store:
+        kept = os.path.abspath(path)
+        print(f"demo finished; store kept at {kept}")
+        print(f"  its lag again: rocketspark --store {kept} group offsets billing")
+    else:
+        print("demo finished")
     return 0
 
 

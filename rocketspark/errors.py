@@ -36,6 +36,7 @@ __all__ = [
     "RemotingCommandError",
     "BrokerBusyError",
     "NoMasterError",
+    "UsageError",
 ]
 
 
@@ -248,3 +249,8 @@ class NoMasterError(RemotingError):
     a send may go to another broker group's queue meanwhile."""
 
     retriable = True
+
+
+class UsageError(ConfigError):
+    """A command-line argument does not fit what it names: a body file that cannot be
+    read, a queue the topic does not have, two arguments that exclude each other."""

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 
+import rocketspark
+from rocketspark.cli import Progress, build_parser, main
 from rocketspark.store import Message, MessageStore
 
 
@@ -255,3 +261,200 @@ def test_topic_create_shrinks_a_topic_with_messages_only_with_force(tmp_path):
     assert _cli(store, "topic", "create", "orders", "--queues", "12").returncode == 0
     r = _cli(store, "topic", "create", "orders", "--queues", "1", "--force")
     assert r.returncode == 0 and "topic orders: 1 queues" in r.stdout, r.stderr
+
+
+def _run_main(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaf_parsers(child, (*path, name))
+
+
+def test_help_explains_every_option_and_the_exit_status():
+    parser = build_parser()
+    leaves = dict(_leaf_parsers(parser))
+    assert {" ".join(p) for p in leaves} == {
+        "topic create",
+        "topic list",
+        "send",
+        "tail",
+        "group offsets",
+        "query",
+        "schedule run",
+        "store check",
+        "store recover",
+        "store clean",
+    }
+    for path, leaf in [((), parser), *leaves.items()]:
+        for action in leaf._actions:
+            if not isinstance(action, argparse._SubParsersAction):  # its commands have help
+                assert action.help, (path, action.option_strings or action.dest)
+        if path:
+            assert leaf.description, path
+            text = leaf.format_help()
+            assert "exit status:" in text and "141" in text, path
+    top = parser.format_help()
+    assert "$ROCKETSPARK_STORE" in top and "exit status:" in top and "--version" in top
+    r = subprocess.run(
+        [sys.executable, "-m", "rocketspark.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == f"rocketspark {rocketspark.__version__}"
+
+
+def test_send_takes_the_body_from_a_file_or_stdin(tmp_path):
+    store = str(tmp_path / "s")
+    assert _cli(store, "topic", "create", "T", "--queues", "1").returncode == 0
+    big = bytes(range(256)) * 512  # 128 KiB, not UTF-8: past what argv should carry
+    (tmp_path / "body.bin").write_bytes(big)
+    r = _cli(store, "send", "T", "--body-file", str(tmp_path / "body.bin"))
+    assert r.returncode == 0 and "offset=0" in r.stdout, r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "rocketspark.cli", "--store", store, "send", "T"]
+        + ["--body-file", "-", "--keys", "piped"],
+        input=big[::-1],
+        capture_output=True,
+        timeout=120,
+        env=dict(os.environ, ROCKETSPARK_STORE=""),
+    )
+    assert r.returncode == 0 and b"offset=1" in r.stdout, r.stderr
+    with MessageStore.open(store) as s:
+        assert [m.body for m in s.pull("T", 0, 0).messages] == [big, big[::-1]]
+    for args, message in [
+        (("--body-file", str(tmp_path / "absent.bin")), "absent.bin: No such file"),
+        (("--body-file", str(tmp_path)), "Is a directory"),
+        (("x", "--body-file", str(tmp_path / "body.bin")), "a BODY or --body-file, not both"),
+        ((), "send needs a BODY, or --body-file PATH"),
+    ]:
+        r = _cli(store, "send", "T", *args)
+        assert r.returncode == 2 and "UsageError" in r.stderr and message in r.stderr, (
+            args,
+            r.stderr,
+        )
+        assert "Traceback" not in r.stderr
+    with MessageStore.open(store) as s:
+        assert s.max_offset("T", 0) == 2  # nothing more was sent
+
+
+def test_send_without_a_queue_starts_where_a_producer_would_not_at_queue_0(tmp_path):
+    """Each send opens the store anew (a process of its own, in real use): the queue
+    is chosen at random, not by a round-robin that starts at 0 every time."""
+    store = str(tmp_path / "s")
+    assert _run_main("--store", store, "topic", "create", "T", "--queues", "4")[0] == 0
+    used = set()
+    for i in range(24):
+        code, text = _run_main("--store", store, "send", "T", f"m{i}")
+        assert code == 0, text
+        used.add(int(text.split("queue=")[1].split()[0]))
+    assert len(used) > 1 and used <= {0, 1, 2, 3}
+    # a sharding key still picks its queue by hash, and --queue its queue
+    code, text = _run_main("--store", store, "send", "T", "k", "--sharding-key", "order-7")
+    keyed = text.split("queue=")[1].split()[0]
+    for _ in range(3):
+        code, text = _run_main("--store", store, "send", "T", "k", "--sharding-key", "order-7")
+        assert code == 0 and text.split("queue=")[1].split()[0] == keyed
+    assert "queue=2 " in _run_main("--store", store, "send", "T", "q", "--queue", "2")[1]
+
+
+def test_a_queue_the_topic_lacks_is_a_clear_error(tmp_path):
+    store = str(tmp_path / "s")
+    assert _cli(store, "topic", "create", "T", "--queues", "4").returncode == 0
+    for args, message in [
+        (("send", "T", "x", "--queue", "4"), "queue_id 4 is out of range for topic 'T' with 4"),
+        (("tail", "T", "--queue", "9"), "queue 9 of topic 'T' does not exist"),
+        (("send", "T", "x", "--queue", "-1"), "--queue: must not be negative"),
+        (("tail", "T", "--queue", "-1"), "--queue: must not be negative"),
+    ]:
+        r = _cli(store, *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_long_scans_show_progress_with_a_rate_only_when_asked_off_a_terminal(tmp_path):
+    store = str(tmp_path / "s")
+    with MessageStore.open(store) as s:
+        s.create_topic("T", queues=2)
+        s.put_batch([Message("T", b"x" * 100) for _ in range(10_000)])
+    r = _cli(store, "--progress", "tail", "T", "--group", "g", "--max", "6000")
+    assert len(r.stdout.splitlines()) == 6000
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("tail T") and "6,000/6,000 messages" in last, r.stderr
+    assert "messages/s" in last and " in 0:" in last
+    r = _cli(store, "--progress", "store", "check", store)
+    assert r.returncode == 0 and "OK" in r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("checking CommitLog") and "MiB/s" in lines[0], r.stderr
+    assert lines[1].startswith("checking ConsumeQueues") and "10,000/10,000 entries" in lines[1]
+    # off a terminal and not asked: nothing on stderr
+    for args in (("tail", "T", "--max", "5"), ("store", "check", store)):
+        r = _cli(store, *args)
+        assert r.returncode == 0 and r.stderr == "", (args, r.stderr)
+
+
+def test_progress_shows_rate_and_eta_then_the_time_taken():
+    now = [100.0]
+    stream = io.StringIO()
+    bar = Progress(1000, "tail T", unit="messages", stream=stream, force=True, clock=lambda: now[0])
+    now[0] = 102.0
+    assert bar.line(now[0]) == "tail T  [--------------------]   0.0%  0/1,000 messages  -/s  ETA -"
+    bar.update(100)
+    assert stream.getvalue() == ""  # off a terminal: a line every 5 s
+    now[0] = 105.0
+    bar.update(250)
+    assert stream.getvalue() == (
+        "tail T  [#####---------------]  25.0%  250/1,000 messages  50 messages/s  ETA 0:15\n"
+    )
+    now[0] = 110.0
+    bar.update(1500)  # past the estimate (a tail that follows): no ETA
+    assert bar.line(now[0]) == "tail T  1,500 messages  150 messages/s"
+    bar.close()
+    assert stream.getvalue().endswith("tail T  1,500 messages  150 messages/s  in 0:10\n")
+    sizes = Progress(
+        3 << 30, "checking CommitLog", unit="B", stream=stream, force=True, clock=lambda: 0.0
+    )
+    sizes.update(1536 << 20)
+    assert sizes.line(2.0).endswith("1.5 GiB/3.0 GiB  768.0 MiB/s  ETA 0:02")
+    quiet = io.StringIO()
+    off = Progress(10, "x", stream=quiet)  # not a terminal, not forced
+    off.update(5)
+    off.close()
+    assert quiet.getvalue() == ""
+
+
+def test_tail_interrupted_commits_what_it_printed(tmp_path):
+    store = str(tmp_path / "s")
+    with MessageStore.open(store) as s:
+        s.create_topic("T", queues=1)
+        s.put_batch([Message("T", b"m%d" % i) for i in range(3)])
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rocketspark.cli", "--store", store]
+        + ["tail", "T", "--group", "g", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # tail --follow flushes its lines itself (PYTHONUNBUFFERED would hide that)
+        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+    )
+    stop = threading.Timer(60, p.kill)  # a line that never comes fails, not hangs, the test
+    stop.start()
+    try:
+        assert p.stdout is not None
+        printed = [json.loads(p.stdout.readline())["offset"] for _ in range(3)]
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 130
+    finally:
+        stop.cancel()
+        p.kill()
+        p.wait()
+    assert printed == [0, 1, 2] and "Traceback" not in p.stderr.read()
+    with MessageStore.open(store) as s:
+        assert s.committed_offset("g", "T", 0) == 3

@@ -91,11 +91,16 @@ def _has_segments(directory: str) -> bool:
         return False
 
 
-def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> CheckReport:
+def check_store(
+    path: str, *, progress: Callable[[int, str, str], Any] | None = None
+) -> CheckReport:
     """Verify the store at ``path`` without changing it.
 
     A directory that is not a store, and files that are not the size of the
     store's geometry (recorded, or read off its files), are problems.
+    ``progress(total, what, unit)`` makes a bar (``update(done)``, ``close()``) for
+    each of the two scans: the CommitLog in bytes, then the ConsumeQueue entries
+    (the total is the CommitLog's record count, an estimate).
     """
     report = CheckReport(os.path.abspath(path))
     root = report.path
@@ -148,8 +153,9 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
             report.problem(str(exc))
             return report
         report.segments = len(files.files)
-        total = report.segments * seg_size
-        bar = progress(total) if progress else None
+        last = files.files[-1]  # where its data ends: the bar's total, without reading
+        total = last.start_offset + data_end(last.fileno(), last.size) - files.min_offset
+        bar = progress(total, "CommitLog", "B") if progress else None
         commit_end = _scan_commit_log(
             files, seg_size, report, expected, bar, _unfinished_append(path, files)
         )
@@ -157,9 +163,13 @@ def check_store(path: str, *, progress: Callable[[int], Any] | None = None) -> C
             bar.close()
         report.bytes_used = commit_end - files.min_offset
     _check_state(path, commit_end, report)
+    bar = progress(report.records, "ConsumeQueues", "entries") if progress else None
     try:
-        _check_queues(path, files, commit_end, report, expected, cq_size, bad_dirs)
+        _check_queues(path, files, commit_end, report, expected, cq_size, bad_dirs, bar)
     finally:
+        if bar is not None:
+            bar.update(report.queue_entries)
+            bar.close()
         if files is not None:
             files.close()
     return report
@@ -302,6 +312,7 @@ def _check_queues(
     expected: dict[tuple[str, int], int],
     size: int,
     bad_dirs: set[str],
+    bar: Any = None,
 ) -> None:
     import numpy as np
 
@@ -323,7 +334,7 @@ def _check_queues(
                 report.queues += 1
                 q = MappedFileQueue(qdir, size, writable=False)
                 try:
-                    n = _check_queue(topic, int(qid), q, files, commit_end, report, np)
+                    n = _check_queue(topic, int(qid), q, files, commit_end, report, np, bar)
                 finally:
                     q.close()
                 want = expected.get(key, 0)
@@ -349,6 +360,7 @@ def _check_queue(
     commit_end: int,
     report: CheckReport,
     np: Any,
+    bar: Any = None,
 ) -> int:
     """Check every written entry; return one past the last written one."""
     n = q.min_offset // CQ_STORE_UNIT_SIZE
@@ -382,6 +394,8 @@ def _check_queue(
                 holes_reported = True
             hole = None
             report.queue_entries += 1
+            if bar is not None and report.queue_entries % 4096 == 0:
+                bar.update(report.queue_entries)
             where = f"ConsumeQueue {topic}/{qid} entry {n}"
             if files is None or off + size > commit_end:
                 report.problem(

@@ -49,3 +49,20 @@ def test_store_commands_refuse_a_cluster(capsys):
     with pytest.raises(SystemExit):
         main(["--namesrv", "127.0.0.1:9876", "store", "check"])
     assert "store directory" in capsys.readouterr().err
+
+
+def test_send_a_body_file_and_refuse_a_queue_the_topic_lacks_on_a_cluster(
+    rocketmq_cluster, tmp_path, capsys
+):
+    ns = rocketmq_cluster.namesrv
+    topic = unique_topic("cli-file")
+    _run("--namesrv", ns, "topic", "create", topic, "--queues", "2")
+    body = bytes(range(256)) * 512  # 128 KiB, not UTF-8
+    (tmp_path / "body.bin").write_bytes(body)
+    sent = _run("--namesrv", ns, "send", topic, "--body-file", str(tmp_path / "body.bin"))
+    assert sent.startswith("PUT_OK")
+    (row,) = (json.loads(x) for x in _run("--namesrv", ns, "tail", topic).splitlines())
+    assert row["body"] == body.decode("utf-8", "backslashreplace")
+    assert main(["--namesrv", ns, "tail", topic, "--queue", "7"], out=io.StringIO()) == 2
+    assert f"queue 7 of topic {topic!r} does not exist" in capsys.readouterr().err
+    close_all()
