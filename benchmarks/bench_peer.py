@@ -33,11 +33,12 @@ counted; medians):
   but not counted in our total.
 
 ``--hog N`` runs N busy-loop processes beside the timed rounds: a busy machine,
-the same for both systems. Ratios are ours / Kafka: above 1 is faster for rows/s, slower for times and
-CPU. CPU per row does not depend on the machine's load; rows/s do. The machine
-is shared: compare ratios from one run. Everything started here (broker,
-Spark) is stopped on exit, also on Ctrl-C or a failure, and the temporary
-directory (store, broker data, checkpoints) removed.
+the same for both systems. Ratios are ours / Kafka: above 1 is faster for
+rows/s, slower for times and CPU. CPU per row does not depend on the machine's
+load; rows/s do. The machine is shared: compare ratios from one run.
+Everything started here (broker, Spark) is stopped on exit, also on Ctrl-C or
+a failure, and the temporary directory (store, broker data, checkpoints)
+removed.
 """
 
 from __future__ import annotations
