@@ -372,12 +372,12 @@ def cmd_tail(args, out) -> int:
                             ),
                             file=out,
                         )
+                        if args.group:  # a Ctrl-C from here on commits this line too
+                            uncommitted[(args.topic, q)] = m.queue_offset + 1
                         shown += 1
                         if args.max and shown >= args.max:
                             nxt = m.queue_offset + 1  # the group has seen no further
                             break
-                    if args.follow and res.messages:
-                        out.flush()  # a pipe holds lines back until its buffer fills
                     moved = moved or nxt != offsets[q]
                     read += max(0, nxt - offsets[q])
                     offsets[q] = nxt
@@ -387,6 +387,10 @@ def cmd_tail(args, out) -> int:
                         if time.monotonic() - committed_at >= GROUP_COMMIT_INTERVAL_S:
                             commit()
                             committed_at = time.monotonic()
+                    if args.follow and res.messages:
+                        # after the bookkeeping: a reader that saw these lines and stops
+                        # us at once finds them committed
+                        out.flush()  # a pipe holds lines back until its buffer fills
                     if args.max and shown >= args.max:
                         return
                 if not args.follow and not moved:
