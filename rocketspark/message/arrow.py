@@ -95,6 +95,7 @@ assert HEADER_DTYPE.itemsize == HEADER_V4.size
 _FIELD_AT = {name: field[1] for name, field in (HEADER_DTYPE.fields or {}).items()}
 # A host is an address and the port after it: _one_host compares the two as one word.
 assert all(_FIELD_AT[f"{h}_port"] == _FIELD_AT[f"{h}_ip"] + 4 for h in ("born", "store"))
+_PROPERTIES_LENGTH = np.dtype(">u2")  # PROPERTIESLENGTH, after the topic
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
 
@@ -220,7 +221,7 @@ def records_to_batch(
         body_start = rel + HEADER_V4.size
         body_end = body_start + body_len
         plen_at = body_end + topic_field + topic_len
-        props_len = (buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1]
+        props_len = gather_items(buf, plen_at, _PROPERTIES_LENGTH).astype(np.int64)
         props_start = plen_at + 2
         computed = HEADER_V4.size + body_len + topic_field + topic_len + 2 + props_len
         bad = np.flatnonzero(computed != total)
@@ -253,7 +254,7 @@ def records_to_batch(
                 parsed = _parse_properties(props)
             except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
                 return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff, columns)
-        decoded = _Decoded(n, topic, broker_name, hdr, phy, sys_flag, body, parsed)
+        decoded = _Decoded(n, topic, broker_name, queue_id, hdr, qoff, phy, sys_flag, body, parsed)
         arrays = [_BUILD[name](decoded) for name in names]
     finally:
         del buf
@@ -1092,7 +1093,9 @@ class _Decoded(NamedTuple):
     n: int
     topic: str
     broker_name: str
+    queue_id: int  # every header's QUEUEID (checked)
     hdr: np.ndarray
+    qoff: np.ndarray  # every header's QUEUEOFFSET (checked), in native order
     phy: np.ndarray
     sys_flag: np.ndarray
     body: pa.Array | None  # None when neither the body column nor its check wanted it
@@ -1106,20 +1109,25 @@ def _repeat(text: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
+def _micros(millis: np.ndarray) -> pa.Array:
+    """Timestamps in ms (a header field) as a :data:`TIMESTAMP` array (µs): one pass."""
+    return pa.array(np.multiply(millis, 1000, dtype=np.int64), TIMESTAMP)
+
+
 # How each column is built from a decoded block; only the wanted ones are called.
 _BUILD: dict[str, Callable[[_Decoded], pa.Array]] = {
     "topic": lambda d: _repeat(d.topic, d.n),
     "brokerName": lambda d: _repeat(d.broker_name, d.n),
-    "queueId": lambda d: pa.array(d.hdr["queue_id"].astype(np.int32), pa.int32()),
-    "queueOffset": lambda d: pa.array(d.hdr["queue_offset"].astype(np.int64), pa.int64()),
+    "queueId": lambda d: pa.array(np.full(d.n, d.queue_id, dtype=np.int32), pa.int32()),
+    "queueOffset": lambda d: pa.array(d.qoff, pa.int64()),
     "msgId": lambda d: _msg_ids(d.hdr, d.phy),
     "uniqKey": lambda d: d.parsed[2],  # type: ignore[index]
     "tags": lambda d: d.parsed[1],  # type: ignore[index]
     "keys": lambda d: _split_keys(d.parsed[3], d.n),  # type: ignore[index]
     "body": lambda d: d.body,
     "properties": lambda d: d.parsed[0],  # type: ignore[index]
-    "bornTimestamp": lambda d: pa.array(d.hdr["born_ts"].astype(np.int64) * 1000, TIMESTAMP),
-    "storeTimestamp": lambda d: pa.array(d.hdr["store_ts"].astype(np.int64) * 1000, TIMESTAMP),
+    "bornTimestamp": lambda d: _micros(d.hdr["born_ts"]),
+    "storeTimestamp": lambda d: _micros(d.hdr["store_ts"]),
     "bornHost": lambda d: _hosts(d.hdr, "born_ip", "born_port"),
     "storeHost": lambda d: _hosts(d.hdr, "store_ip", "store_port"),
     "reconsumeTimes": lambda d: pa.array(d.hdr["reconsume"].astype(np.int32), pa.int32()),
