@@ -221,7 +221,15 @@ def records_to_batch(
         body_start = rel + HEADER_V4.size
         body_end = body_start + body_len
         plen_at = body_end + topic_field + topic_len
-        props_len = gather_items(buf, plen_at, _PROPERTIES_LENGTH).astype(np.int64)
+        # TOPICLENGTH, the topic and PROPERTIESLENGTH after each body in one gather when
+        # the records share one magic (the usual); the topic is checked in it below.
+        tails = None
+        if bool(v2.all()) or not bool(v2.any()):
+            tail = np.dtype((np.void, int(topic_field[0]) + topic_len + 2))
+            tails = gather_items(buf, body_end, tail).view(np.uint8).reshape(n, tail.itemsize)
+            props_len = tails[:, -2:].view(_PROPERTIES_LENGTH)[:, 0].astype(np.int64)
+        else:
+            props_len = gather_items(buf, plen_at, _PROPERTIES_LENGTH).astype(np.int64)
         props_start = plen_at + 2
         computed = HEADER_V4.size + body_len + topic_field + topic_len + 2 + props_len
         bad = np.flatnonzero(computed != total)
@@ -233,7 +241,7 @@ def records_to_batch(
                 file=file,
                 offset=int(phy[i]),
             )
-        _check_topics(buf, body_end, v2, topic_bytes, file, phy)
+        _check_topics(buf, body_end, v2, topic_bytes, file, phy, tails)
         names = schema.names
         # Bodies are gathered for their check even when no column wants them.
         body = (
@@ -406,12 +414,14 @@ def _check_topics(
     topic: bytes,
     path: str | None,
     phy: np.ndarray,
+    tails: np.ndarray | None = None,
 ) -> None:
     """Raise CorruptRecordError unless every record's TOPICLENGTH and topic (at
     ``topic_at``: 1 length byte, or 2 with the v2 magic) are ``topic``'s.
 
     The rows take the topic of their ConsumeQueue, not these bytes; checking them
-    reports a damaged record here as the per-record decoder would.
+    reports a damaged record here as the per-record decoder would. ``tails``, when
+    given, holds those bytes already (a byte matrix, a row a record, all of one magic).
     """
     bad = np.zeros(len(topic_at), dtype=bool)
     for kind, field in ((~v2, bytes([len(topic) & 0xFF])), (v2, len(topic).to_bytes(2, "big"))):
@@ -419,7 +429,12 @@ def _check_topics(
         if not len(at):
             continue
         want = field + topic
-        got = gather_items(buf, at, np.dtype((np.void, len(want))))
+        item = np.dtype((np.void, len(want)))
+        got = (
+            tails[:, : len(want)].view(item)[:, 0]
+            if tails is not None
+            else gather_items(buf, at, item)
+        )
         differ = got != np.void(want)
         if kind.all():
             bad = differ
