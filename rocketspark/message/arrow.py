@@ -6,12 +6,14 @@ mapped CommitLog segment (the store finds the segments, see
 ``CommitLog.record_batches``) or, later, the body of a PULL_MESSAGE answer. A
 queue's records lie in ascending order, so they can be cut out of the buffer
 without a per-message Python step: numpy
-gathers the fixed 88-byte headers of every record at once, and Arrow copies
-the variable parts (bodies, properties) out of the mapping by taking every
-other element of a binary array whose offsets alternate between "start of a
-body" and "end of that body". Properties are split into a map with Arrow
-compute kernels. Records with IPv6 hosts or compressed bodies take the
-per-record decoder instead.
+gathers the fixed 88-byte headers of every record at once, and the variable
+parts (bodies, properties) of one length (the usual) straight into the data
+buffer of their column, in one more gather each; parts of many lengths are
+copied by Arrow, taking every other element of a binary array whose offsets
+alternate between "start of a body" and "end of that body". Properties of one
+layout are parsed once a block, by the first row's template, the others
+with numpy and Arrow kernels. Records with IPv6 hosts or compressed bodies
+take the per-record decoder instead.
 
 A row's ``properties`` map holds every property of the message except the
 three that have a column of their own (TAGS → ``tags``, KEYS → ``keys``,
@@ -90,7 +92,10 @@ ARROW_SCHEMA = pa.schema(
 
 HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
-_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), dtype=np.uint16)
+_FIELD_AT = {name: field[1] for name, field in (HEADER_DTYPE.fields or {}).items()}
+# A host is an address and the port after it: _one_host compares the two as one word.
+assert all(_FIELD_AT[f"{h}_port"] == _FIELD_AT[f"{h}_ip"] + 4 for h in ("born", "store"))
+_PROPERTIES_LENGTH = np.dtype(">u2")  # PROPERTIESLENGTH, after the topic
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
 
@@ -216,7 +221,15 @@ def records_to_batch(
         body_start = rel + HEADER_V4.size
         body_end = body_start + body_len
         plen_at = body_end + topic_field + topic_len
-        props_len = (buf[plen_at].astype(np.int64) << 8) | buf[plen_at + 1]
+        # TOPICLENGTH, the topic and PROPERTIESLENGTH after each body in one gather when
+        # the records share one magic (the usual); the topic is checked in it below.
+        tails = None
+        if bool(v2.all()) or not bool(v2.any()):
+            tail = np.dtype((np.void, int(topic_field[0]) + topic_len + 2))
+            tails = gather_items(buf, body_end, tail).view(np.uint8).reshape(n, tail.itemsize)
+            props_len = tails[:, -2:].view(_PROPERTIES_LENGTH)[:, 0].astype(np.int64)
+        else:
+            props_len = gather_items(buf, plen_at, _PROPERTIES_LENGTH).astype(np.int64)
         props_start = plen_at + 2
         computed = HEADER_V4.size + body_len + topic_field + topic_len + 2 + props_len
         bad = np.flatnonzero(computed != total)
@@ -228,21 +241,19 @@ def records_to_batch(
                 file=file,
                 offset=int(phy[i]),
             )
-        _check_topics(buf, body_end, v2, topic_bytes, file, phy)
+        _check_topics(buf, body_end, v2, topic_bytes, file, phy, tails)
         names = schema.names
-        segment = pa.py_buffer(buffer)
-        # Bodies are cut for their check even when no column wants them.
+        # Bodies are gathered for their check even when no column wants them.
         body = (
-            _cut(segment, body_start, body_end).cast(pa.binary())
+            _gather_binary(buffer, buf, body_start, body_len)
             if reached.check_crc or "body" in names
             else None
         )
         props = (
             None
             if PROPERTY_COLUMNS.isdisjoint(names)
-            else _cut(segment, props_start, props_start + props_len)
+            else _gather_properties(buffer, buf, props_start, props_len)
         )
-        del segment
         if body is not None and reached.check_crc:
             _check_body_crcs(body, body_len, hdr["crc"], file, phy)
         parsed = None
@@ -251,7 +262,7 @@ def records_to_batch(
                 parsed = _parse_properties(props)
             except _NotUtf8:  # a property that is not UTF-8: the per-record decoder copes
                 return _read_each(buffer, file, reached, broker_name, rel, phy, size, qoff, columns)
-        decoded = _Decoded(n, topic, broker_name, hdr, phy, sys_flag, body, parsed)
+        decoded = _Decoded(n, topic, broker_name, queue_id, hdr, qoff, phy, sys_flag, body, parsed)
         arrays = [_BUILD[name](decoded) for name in names]
     finally:
         del buf
@@ -403,12 +414,14 @@ def _check_topics(
     topic: bytes,
     path: str | None,
     phy: np.ndarray,
+    tails: np.ndarray | None = None,
 ) -> None:
     """Raise CorruptRecordError unless every record's TOPICLENGTH and topic (at
     ``topic_at``: 1 length byte, or 2 with the v2 magic) are ``topic``'s.
 
     The rows take the topic of their ConsumeQueue, not these bytes; checking them
-    reports a damaged record here as the per-record decoder would.
+    reports a damaged record here as the per-record decoder would. ``tails``, when
+    given, holds those bytes already (a byte matrix, a row a record, all of one magic).
     """
     bad = np.zeros(len(topic_at), dtype=bool)
     for kind, field in ((~v2, bytes([len(topic) & 0xFF])), (v2, len(topic).to_bytes(2, "big"))):
@@ -416,7 +429,12 @@ def _check_topics(
         if not len(at):
             continue
         want = field + topic
-        got = gather_items(buf, at, np.dtype((np.void, len(want))))
+        item = np.dtype((np.void, len(want)))
+        got = (
+            tails[:, : len(want)].view(item)[:, 0]
+            if tails is not None
+            else gather_items(buf, at, item)
+        )
         differ = got != np.void(want)
         if kind.all():
             bad = differ
@@ -488,27 +506,26 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
     if n >> _SHIFT_LEVELS:
         return False  # more bodies than the tables fold (read_batches blocks hold 2^16)
     mask, top0 = _top_bit_mask(width)
-    words = width // 8
-    rows = np.ndarray(shape=(n, words), dtype="<u8", buffer=data, offset=first, strides=(width, 8))
-    acc = (
-        np.bitwise_xor.reduce(rows & mask[: words * 8].view("<u8"), axis=1)
-        if words
-        else np.zeros(n, dtype=np.uint64)
-    )
-    if width % 8:
-        tail = np.ndarray(
-            shape=(n, width % 8),
-            dtype=np.uint8,
-            buffer=data,
-            offset=first + words * 8,
-            strides=(width, 1),
+    if width >= 8:
+        # The masked body XORed 8 bytes at a time: one pass a word over all the bodies
+        # (a reduce along each row is ~2x slower: numpy steps row by row).
+        acc = np.zeros(n, dtype=np.uint64)
+        word = np.empty(n, dtype=np.uint64)
+        for at, bits in _parity_words(width):
+            col = np.ndarray(
+                shape=(n,), dtype="<u8", buffer=data, offset=first + at, strides=(width,)
+            )
+            np.bitwise_and(col, bits, out=word)
+            acc ^= word
+    else:
+        rows = np.ndarray(
+            shape=(n, width), dtype=np.uint8, buffer=data, offset=first, strides=(width, 1)
         )
-        acc ^= np.bitwise_xor.reduce(tail & mask[words * 8 :], axis=1).astype(np.uint64)
-    for bits in (32, 16, 8, 4, 2, 1):
-        acc ^= acc >> np.uint64(bits)
-    top = (acc & np.uint64(1)).astype(np.uint32) ^ np.uint32(top0)
+        acc = np.bitwise_xor.reduce(rows & mask, axis=1).astype(np.uint64)
+    top = _parity(acc) ^ np.uint32(top0)
     crcs = stored.astype(np.uint32) | (top << np.uint32(31))
     tables = _shift_tables(width)
+    wide = _wide_shift_tables(width)
     view = memoryview(data)
     try:
         at = 0
@@ -516,8 +533,12 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
             size = 1 << ((n - at).bit_length() - 1)
             vals = crcs[at : at + size]
             for level in range(size.bit_length() - 1):
-                t = tables[level]
                 left = vals[0::2]
+                if level < _WIDE_LEVELS:  # most of the pairs: two lookups a pair, not four
+                    low, high = wide[level]
+                    vals = low.take(left & 0xFFFF) ^ high.take(left >> 16) ^ vals[1::2]
+                    continue
+                t = tables[level]
                 vals = (
                     t[0][left & 0xFF]
                     ^ t[1][(left >> 8) & 0xFF]
@@ -532,6 +553,32 @@ def _uniform_crcs_match(data: Any, first: int, n: int, width: int, stored: np.nd
     finally:
         view.release()
     return True
+
+
+@lru_cache(maxsize=64)
+def _parity_words(width: int) -> list[tuple[int, np.uint64]]:
+    """The 8-byte words that cover a ``width``-byte body (width >= 8), as (offset,
+    mask) pairs: :func:`_top_bit_mask` for each word; a last word overlapping the
+    one before it masks only the bytes that one did not."""
+    mask, _ = _top_bit_mask(width)
+    out = [(at, mask[at : at + 8].view("<u8")[0]) for at in range(0, width - 7, 8)]
+    if width % 8:
+        last = mask[width - 8 :].copy()
+        last[: 8 - width % 8] = 0
+        out.append((width - 8, last.view("<u8")[0]))
+    return out
+
+
+def _parity(words: np.ndarray) -> np.ndarray:
+    """The parity of each uint64 word, as uint32 0 or 1."""
+    if _bitwise_count is not None:  # numpy 2
+        return (_bitwise_count(words) & 1).astype(np.uint32)
+    for bits in (32, 16, 8, 4, 2, 1):
+        words = words ^ (words >> np.uint64(bits))
+    return (words & np.uint64(1)).astype(np.uint32)
+
+
+_bitwise_count = getattr(np, "bitwise_count", None)
 
 
 @lru_cache(maxsize=64)
@@ -558,6 +605,20 @@ def _crc_byte_table() -> list[int]:
         for _ in range(8):
             c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
         out.append(c)
+    return out
+
+
+_WIDE_LEVELS = 4  # the levels folded by 16-bit tables: 15/16 of the pairs
+
+
+@lru_cache(maxsize=8)
+def _wide_shift_tables(width: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`_shift_tables` of the first :data:`_WIDE_LEVELS` levels as two 65536-entry
+    tables each (the low and the high 16 bits of a CRC; 512 KiB a level)."""
+    low = np.arange(1 << 16, dtype=np.uint32)
+    out = []
+    for t in _shift_tables(width)[:_WIDE_LEVELS]:
+        out.append((t[0][low & 0xFF] ^ t[1][low >> 8], t[2][low & 0xFF] ^ t[3][low >> 8]))
     return out
 
 
@@ -591,6 +652,55 @@ def _shift_tables(width: int) -> list[list[np.ndarray]]:
     return out
 
 
+def _fixed_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
+    """The pieces ``buf[starts[i]:starts[i] + lengths[i]]`` as one (n, width) byte
+    matrix when every length is the same ``width`` (> 0), else None.
+
+    One numpy gather of ``width``-byte items (a strided copy when the pieces are
+    evenly spaced: one producer's records in one queue) straight into the
+    matrix, which then is the data buffer of the column: no intermediate array.
+    """
+    width = int(lengths[0])
+    if width <= 0 or len(lengths) * width > _MAX_INT32 or bool((lengths != width).any()):
+        return None
+    items = gather_items(buf, starts, np.dtype((np.void, width)))
+    return items.view(np.uint8).reshape(len(starts), width)
+
+
+_MAX_INT32 = (1 << 31) - 1  # the last offset of a binary (not large_binary) array
+
+
+def _binary_rows(rows: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """The rows of a C-contiguous (n, width) byte matrix as a ``kind`` array (binary or
+    large_binary), sharing the matrix's memory."""
+    n, width = rows.shape
+    dtype = np.int64 if kind == pa.large_binary() else np.int32
+    offsets = np.arange(0, (n + 1) * width, width, dtype=dtype)
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
+
+
+def _gather_binary(
+    buffer: Any, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> pa.Array:
+    """Copy the pieces of ``buffer`` at ``starts`` (ascending, not overlapping) of
+    ``lengths`` bytes into one compact binary array: gathered once into its data
+    buffer when they are of one length, else cut out by :func:`_cut`."""
+    rows = _fixed_rows(buf, starts, lengths)
+    if rows is not None:
+        return _binary_rows(rows, pa.binary())
+    return _cut(pa.py_buffer(buffer), starts, starts + lengths).cast(pa.binary())
+
+
+def _gather_properties(
+    buffer: Any, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> pa.Array | np.ndarray:
+    """The properties strings at ``starts``: a byte matrix when they are all of one
+    length (what :func:`_parse_properties` reads by template), else a compact
+    large_binary array."""
+    rows = _fixed_rows(buf, starts, lengths)
+    return rows if rows is not None else _cut(pa.py_buffer(buffer), starts, starts + lengths)
+
+
 def _cut(segment: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """Copy [starts[i], ends[i]) of ``segment`` into one compact binary array.
 
@@ -610,22 +720,46 @@ def _cut(segment: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
 
 
 def _msg_ids(hdr: np.ndarray, phy: np.ndarray) -> pa.Array:
+    """The rows' msgIds: STOREHOST's IPv4 address and port, then the CommitLog offset,
+    as 32 hex digits, built four digits at a time (:data:`_HEX_QUADS`); the digits a
+    block shares (its one store host, the offsets' high 32 bits) are made once."""
     n = len(phy)
-    raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, 0:4] = hdr["store_ip"].astype(">u4").view(np.uint8).reshape(n, 4)
-    raw[:, 4:8] = hdr["store_port"].astype(">i4").view(np.uint8).reshape(n, 4)
-    raw[:, 8:16] = phy.astype(">i8").view(np.uint8).reshape(n, 8)
-    text = _HEX_PAIRS[raw]  # (n, 16) uint16: two hex digits a byte, in memory order
+    text = np.empty((n, 8), dtype=np.uint32)  # four hex digits an item, in memory order
+    ip, port = hdr["store_ip"], hdr["store_port"]
+    if _one_host(hdr, "store_ip"):
+        ip, port = ip[:1], port[:1]
+    ip = ip.astype(np.int64)
+    port = port.astype(np.int64)
+    high = phy >> 32
+    if int(high.min()) == int(high.max()):
+        high = high[:1]
+    quads = ((ip, 16), (ip, 0), (port, 16), (port, 0), (high, 16), (high, 0), (phy, 16), (phy, 0))
+    for k, (value, shift) in enumerate(quads):
+        text[:, k] = _HEX_QUADS[(value >> shift) & 0xFFFF]
     offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
 
 
-def _hosts(ip: np.ndarray, port: np.ndarray) -> pa.Array:
+def _one_host(hdr: np.ndarray, ip_field: str) -> bool:
+    """True when every header holds the same host: the 8 bytes of the IPv4 address
+    ``ip_field`` and the port after it, compared as one word."""
+    at = _FIELD_AT[ip_field]
+    raw = np.ndarray(shape=(len(hdr),), dtype="<u8", buffer=hdr, offset=at, strides=hdr.strides)
+    return bool((raw == raw[0]).all())
+
+
+# The 16-bit values as four hex digits each, viewed as uint32 items (256 KiB).
+_HEX_QUADS = np.frombuffer(b"".join(b"%04X" % i for i in range(1 << 16)), dtype=np.uint32)
+
+
+def _hosts(hdr: np.ndarray, ip_field: str, port_field: str) -> pa.Array:
+    """The rows' host (``ip_field`` and ``port_field`` of each header) as text."""
+    ip, port = hdr[ip_field], hdr[port_field]
+    if _one_host(hdr, ip_field):  # the usual: its text repeated, no hashing, no take
+        host = HostAddress(int(ip[0]).to_bytes(4, "big"), int(port[0]) & 0xFFFFFFFF)
+        return _repeat(str(host), len(ip))
     key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint64)
-    if len(key) and bool((key == key[0]).all()):  # one host (the usual): no hashing
-        uniq, inverse = key[:1], np.zeros(len(key), dtype=np.int64)
-    else:
-        uniq, inverse = np.unique(key, return_inverse=True)
+    uniq, inverse = np.unique(key, return_inverse=True)
     names = [
         str(HostAddress(int(k >> np.uint64(32)).to_bytes(4, "big"), int(k & np.uint64(0xFFFFFFFF))))
         for k in uniq
@@ -643,11 +777,23 @@ COLUMN_PROPERTIES = frozenset(_LOOKUPS)
 _COLUMN_NAMES = frozenset(x.encode("ascii") for x in _LOOKUPS)
 
 
-def _parse_properties(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
+def _parse_properties(
+    props: pa.Array | np.ndarray,
+) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
     """Split ``name\\x01value\\x02...`` strings into a map (without TAGS, UNIQ_KEY and
     KEYS), and look those three up: by one row's template when every row has the
     same layout, by one template per length when the rows have a few
-    (:func:`_parse_grouped`), else item by item (:func:`_parse_items`)."""
+    (:func:`_parse_grouped`), else item by item (:func:`_parse_items`).
+
+    ``props`` is a large_binary array, or the rows of one length as an (n, width)
+    byte matrix (:func:`_gather_properties`).
+    """
+    if isinstance(props, np.ndarray):
+        parsed = _parse_rows(props)
+        # Rows of one length and one layout parse by template; any others item by item.
+        return (
+            parsed if parsed is not None else _parse_items(_binary_rows(props, pa.large_binary()))
+        )
     parsed = _parse_uniform(props)
     if parsed is None:
         parsed = _parse_grouped(props)
@@ -728,6 +874,13 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     if n > 1 and bool((np.diff(off) != width).any()):
         return None
     data = np.frombuffer(data_buf, dtype=np.uint8, count=width * n, offset=first).reshape(n, width)
+    return _parse_rows(data)
+
+
+def _parse_rows(data: np.ndarray) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array] | None:
+    """:func:`_parse_uniform` of properties strings of one length, the rows of the
+    C-contiguous byte matrix ``data``, or None."""
+    n = len(data)
     row0 = data[0].tobytes()
     if row0[-1] != PROPERTY_BYTE:
         return None
@@ -745,9 +898,15 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
         fixed.append(at + len(item))
         at += len(item) + 1
     k = len(names)
-    cols = np.array(fixed, dtype=np.intp)
-    if bool((data[:, cols] != data[0, cols]).any()):
-        return None
+    # The template's bytes (names and separators) in every row: 8 bytes at a time.
+    if len(row0) < 8:
+        cols = np.array(fixed, dtype=np.intp)
+        if bool((data[:, cols] != data[0, cols]).any()):
+            return None
+    for at, bits, template in _template_words(row0, fixed):
+        column = np.ndarray(shape=(n,), dtype="<u8", buffer=data, offset=at, strides=(len(row0),))
+        if not bool(((column & bits) == template).all()):
+            return None
     # The template's separators are in every row; exactly k of each means no others.
     if (
         int(np.count_nonzero(data == NAME_VALUE_BYTE)) != k * n
@@ -757,25 +916,25 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
     kept = [j for j, x in enumerate(names) if x not in _COLUMN_NAMES]  # the map's items
     if k - len(kept) != len(_COLUMN_NAMES.intersection(names)):
         return None  # TAGS, KEYS or UNIQ_KEY twice: the item parser checks every value
-    vlen = np.array([spans[j][1] - spans[j][0] for j in kept], dtype=np.int32)
+    vlen = [spans[j][1] - spans[j][0] for j in kept]
     if len(kept) == 1:
         value_bytes = _columns(data, *spans[kept[0]])
     else:
-        value_bytes = np.empty((n, int(vlen.sum())), dtype=np.uint8)
+        value_bytes = np.empty((n, sum(vlen)), dtype=np.uint8)
         at = 0
         for j in kept:
             a, b = spans[j]
             value_bytes[:, at : at + b - a] = data[:, a:b]
             at += b - a
-    nlen = np.array([len(names[j]) for j in kept], dtype=np.int32)
     item_offsets = (
         np.arange(0, len(kept) * n + 1, len(kept), dtype=np.int32)
         if kept
         else np.zeros(n + 1, dtype=np.int32)
     )
     try:
-        keys = _fixed_strings(b"".join(names[j] for j in kept) * n, np.tile(nlen, n))
-        values = _fixed_strings(value_bytes, np.tile(vlen, n))
+        kept_names = b"".join(names[j] for j in kept)
+        keys = _strings(kept_names * n, [len(names[j]) for j in kept], n, kept_names.isascii())
+        values = _strings(value_bytes, vlen, n)
         looked_up = []
         for want in _LOOKUPS:
             raw = want.encode("ascii")
@@ -784,11 +943,32 @@ def _parse_uniform(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa
                 looked_up.append(pa.nulls(n, pa.string()))
             else:
                 a, b = spans[j]
-                looked_up.append(_fixed_strings(_columns(data, a, b), np.full(n, b - a, np.int32)))
+                looked_up.append(_strings(_columns(data, a, b), [b - a], n))
     except pa.ArrowInvalid as e:
         raise _NotUtf8(str(e)) from None
     prop_map = pa.MapArray.from_arrays(pa.array(item_offsets), keys, values)
     return prop_map, looked_up[0], looked_up[1], looked_up[2]
+
+
+def _template_words(row0: bytes, fixed: list[int]) -> list[tuple[int, np.uint64, np.uint64]]:
+    """The 8-byte words of a row that hold the ``fixed`` bytes of ``row0``, as (offset,
+    mask of the fixed bytes, their value): a row matches the template where
+    ``word & mask == value`` for each (a last word may overlap the one before)."""
+    width = len(row0)
+    if width < 8:
+        return []  # no word: the caller compares the bytes
+    mask = np.zeros(width, dtype=np.uint8)
+    mask[fixed] = 0xFF
+    template = np.frombuffer(row0, dtype=np.uint8)
+    out = []
+    for at in range(0, width, 8):
+        a = min(at, width - 8)
+        bits = mask[a : a + 8].copy()
+        bits[: at - a] = 0  # bytes the word before has compared
+        word = bits.view("<u8")[0]
+        if word:
+            out.append((a, word, template[a : a + 8].view("<u8")[0] & word))
+    return out
 
 
 def _columns(rows: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -801,15 +981,23 @@ def _columns(rows: np.ndarray, a: int, b: int) -> np.ndarray:
     return items.copy()
 
 
-def _fixed_strings(data: np.ndarray | bytes, lengths: np.ndarray) -> pa.Array:
-    """Strings laid end to end in ``data`` with the given lengths (UTF-8 checked)."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    raw = data if isinstance(data, bytes) else np.ascontiguousarray(data)
-    binary = pa.BinaryArray.from_buffers(
-        pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(raw)]
-    )
-    return binary.cast(pa.string())
+def _strings(data: np.ndarray | bytes, lengths: list[int], n: int, ascii: bool = False) -> pa.Array:
+    """n rows of strings of ``lengths`` bytes each, laid end to end in ``data`` (UTF-8
+    checked: with one numpy pass when the bytes are ASCII, or known to be)."""
+    k = len(lengths)
+    total = sum(lengths)
+    if k == 1:
+        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(total)
+    else:
+        offsets = np.empty(n * k + 1, dtype=np.int32)
+        starts = np.cumsum([0, *lengths[:-1]], dtype=np.int32)
+        offsets[:-1].reshape(n, k)[:] = np.arange(n, dtype=np.int32)[:, None] * total + starts
+        offsets[-1] = n * total
+    raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(raw)]
+    if ascii or not len(raw) or (not isinstance(raw, bytes) and int(raw.max()) < 0x80):
+        return pa.StringArray.from_buffers(n * k, *buffers[1:])
+    return pa.BinaryArray.from_buffers(pa.binary(), n * k, buffers).cast(pa.string())
 
 
 def _parse_items(props: pa.Array) -> tuple[pa.MapArray, pa.Array, pa.Array, pa.Array]:
@@ -886,6 +1074,17 @@ def _split_keys(keys_raw: pa.Array, n: int) -> pa.Array:
     A producer may write ``"a  b"`` or ``" c"`` (RocketMQ stores KEYS as given);
     its index, MessageExt.keys and pull() skip the empty keys, so the rows do too.
     """
+    if keys_raw.null_count == 0 and n and keys_raw.type == pa.string():
+        # One key a row (no space, none empty: the usual): the texts are the keys.
+        _, off_buf, data_buf = keys_raw.buffers()
+        off = np.frombuffer(off_buf, dtype=np.int32, count=n + 1, offset=keys_raw.offset * 4)
+        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else None
+        if (
+            data is not None
+            and not bool((off[1:] == off[:-1]).any())
+            and _SPACE not in data[int(off[0]) : int(off[-1])]
+        ):
+            return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), keys_raw)
     keys = pc.split_pattern(keys_raw, KEY_SEPARATOR)
     flat = keys.flatten()
     if not len(flat):
@@ -900,13 +1099,18 @@ def _split_keys(keys_raw: pa.Array, n: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pc.filter(flat, keep), mask=keys.is_null())
 
 
+_SPACE = np.uint8(ord(KEY_SEPARATOR))
+
+
 class _Decoded(NamedTuple):
     """What the vectorised decoder has of a block: the columns are built from it."""
 
     n: int
     topic: str
     broker_name: str
+    queue_id: int  # every header's QUEUEID (checked)
     hdr: np.ndarray
+    qoff: np.ndarray  # every header's QUEUEOFFSET (checked), in native order
     phy: np.ndarray
     sys_flag: np.ndarray
     body: pa.Array | None  # None when neither the body column nor its check wanted it
@@ -914,25 +1118,33 @@ class _Decoded(NamedTuple):
 
 
 def _repeat(text: str, n: int) -> pa.Array:
-    return pa.array([text], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+    """``text`` n times as a string array, its buffers made whole (no take)."""
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def _micros(millis: np.ndarray) -> pa.Array:
+    """Timestamps in ms (a header field) as a :data:`TIMESTAMP` array (µs): one pass."""
+    return pa.array(np.multiply(millis, 1000, dtype=np.int64), TIMESTAMP)
 
 
 # How each column is built from a decoded block; only the wanted ones are called.
 _BUILD: dict[str, Callable[[_Decoded], pa.Array]] = {
     "topic": lambda d: _repeat(d.topic, d.n),
     "brokerName": lambda d: _repeat(d.broker_name, d.n),
-    "queueId": lambda d: pa.array(d.hdr["queue_id"].astype(np.int32), pa.int32()),
-    "queueOffset": lambda d: pa.array(d.hdr["queue_offset"].astype(np.int64), pa.int64()),
+    "queueId": lambda d: pa.array(np.full(d.n, d.queue_id, dtype=np.int32), pa.int32()),
+    "queueOffset": lambda d: pa.array(d.qoff, pa.int64()),
     "msgId": lambda d: _msg_ids(d.hdr, d.phy),
     "uniqKey": lambda d: d.parsed[2],  # type: ignore[index]
     "tags": lambda d: d.parsed[1],  # type: ignore[index]
     "keys": lambda d: _split_keys(d.parsed[3], d.n),  # type: ignore[index]
     "body": lambda d: d.body,
     "properties": lambda d: d.parsed[0],  # type: ignore[index]
-    "bornTimestamp": lambda d: pa.array(d.hdr["born_ts"].astype(np.int64) * 1000, TIMESTAMP),
-    "storeTimestamp": lambda d: pa.array(d.hdr["store_ts"].astype(np.int64) * 1000, TIMESTAMP),
-    "bornHost": lambda d: _hosts(d.hdr["born_ip"], d.hdr["born_port"]),
-    "storeHost": lambda d: _hosts(d.hdr["store_ip"], d.hdr["store_port"]),
+    "bornTimestamp": lambda d: _micros(d.hdr["born_ts"]),
+    "storeTimestamp": lambda d: _micros(d.hdr["store_ts"]),
+    "bornHost": lambda d: _hosts(d.hdr, "born_ip", "born_port"),
+    "storeHost": lambda d: _hosts(d.hdr, "store_ip", "store_port"),
     "reconsumeTimes": lambda d: pa.array(d.hdr["reconsume"].astype(np.int32), pa.int32()),
     "commitLogOffset": lambda d: pa.array(d.phy, pa.int64()),
     "flag": lambda d: pa.array(d.hdr["flag"].astype(np.int32), pa.int32()),

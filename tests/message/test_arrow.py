@@ -369,3 +369,61 @@ def test_a_column_the_rows_do_not_have_is_refused():
     assert row_schema(("body",)).names == ["body"]
     with pytest.raises(ConfigError, match="no column 'offset' in the row schema .*queueOffset"):
         row_schema(("body", "offset"))
+
+
+def test_rows_of_one_size_unevenly_spread_are_read_like_the_record_decoder():
+    """Queue 0's records are all of one size (bodies and properties gathered as one
+    matrix each) but lie at uneven distances (the other queue's records between
+    them vary): every column equals the per-record pull's."""
+    n = 300
+    queues = [0 if i % 3 else 1 for i in range(n)]
+    with tempfile.TemporaryDirectory() as root, MessageStore.open(root) as store:
+        store.create_topic("t", queues=2)
+        store.put_columns(
+            [b"q0-%04d" % i if q == 0 else b"x" * (1 + i % 17) for i, q in enumerate(queues)],
+            topic="t",
+            tags=["tg" if q == 0 else "t" * (1 + i % 5) for i, q in enumerate(queues)],
+            keys=[f"k{i:04d}" if q == 0 else f"a b{i}" for i, q in enumerate(queues)],
+            properties=[{"p": f"v{i % 10}"} for i in range(n)],
+            queue_ids=queues,
+        )
+        for q in (0, 1):
+            batches, _ = store.read_batches("t", q, 0, None)
+            pulled = store.pull("t", q, 0, max_msgs=n).messages
+            want = messages_to_batch(pulled, store.config.broker_name)
+            assert pa.Table.from_batches(batches).to_pylist() == want.to_pylist()
+
+
+def test_msg_ids_and_hosts_of_several_hosts_and_offsets_past_4_gib():
+    import numpy as np
+
+    from rocketspark.message.arrow import HEADER_DTYPE, _hosts, _msg_ids
+    from rocketspark.message.model import HostAddress
+    from rocketspark.message.record import message_id
+
+    for hosts in (1, 3):
+        hdr = np.zeros(64, dtype=HEADER_DTYPE)
+        hdr["store_ip"] = [0x7F000001 + (i % hosts) * 0x01010101 for i in range(64)]
+        hdr["store_port"] = [10911 + (i % hosts) * 40000 for i in range(64)]
+        hdr["born_ip"], hdr["born_port"] = hdr["store_ip"][::-1], hdr["store_port"][::-1]
+        for phy in (np.arange(64) * 1000, (1 << 32) - 5 + np.arange(64) * 3, np.arange(64) << 40):
+            phy = phy.astype(np.int64)
+            hosts_of = [
+                HostAddress(int(ip).to_bytes(4, "big"), int(port))
+                for ip, port in zip(hdr["store_ip"], hdr["store_port"], strict=True)
+            ]
+            want = [message_id(h, int(p)) for h, p in zip(hosts_of, phy, strict=True)]
+            assert _msg_ids(hdr, phy).to_pylist() == want
+        assert _hosts(hdr, "store_ip", "store_port").to_pylist() == [str(h) for h in hosts_of]
+        assert _hosts(hdr, "born_ip", "born_port").to_pylist() == [str(h) for h in hosts_of[::-1]]
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [["k1", "k2", "k3"], ["a b", "c"], ["", "x"], ["x", None], [" y", "z  w"], ["é", "ü"]],
+)
+def test_keys_texts_split_as_the_record_decoder_splits_them(texts):
+    from rocketspark.message.arrow import _split_keys
+
+    got = _split_keys(pa.array(texts, pa.string()), len(texts)).to_pylist()
+    assert got == [None if t is None else [k for k in t.split(" ") if k] for t in texts]
