@@ -8,22 +8,21 @@ explicitly. Options: :mod:`rocketspark.datasource.options`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
-from rocketspark.datasource.options import parse_options
-from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter, SinkPlan
-from rocketspark.datasource.source import (
-    SCHEMA_DDL,
-    RocketMQBatchReader,
-    RocketMQFilteringBatchReader,
-    RocketMQStreamReader,
-    SourcePlan,
-    called_for_filter_pushdown,
-    columns_of,
-)
 from rocketspark.errors import ConfigError, RocketSparkError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rocketspark.datasource.sink import RocketMQBatchWriter, RocketMQStreamWriter
+    from rocketspark.datasource.source import RocketMQBatchReader
+
+# The source and the sink are imported by the methods that use them. Spark imports
+# this module in processes that use neither (its lookup of ``pyspark_*`` modules, at
+# the first load() of any format) or only one: a streaming query's planning runs in a
+# Python process started for it, and what it imports delays the query's first
+# trigger. tests/datasource/test_startup.py keeps the sink, the CLI and Delta out.
 
 NAME = "rocketmq"
 
@@ -38,10 +37,22 @@ class RocketMQDataSource(DataSource):
     def schema(self) -> str:
         # Spark asks for the schema at load(): the moment to reject bad read options,
         # before any query runs (stream-only checks follow at start()).
+        from rocketspark.datasource.options import parse_options
+        from rocketspark.datasource.source import SCHEMA_DDL, SourcePlan
+
         SourcePlan.create(parse_options(self.options, "read"), streaming=None)
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> RocketMQBatchReader:
+        from rocketspark.datasource.options import parse_options
+        from rocketspark.datasource.source import (
+            RocketMQBatchReader,
+            RocketMQFilteringBatchReader,
+            SourcePlan,
+            called_for_filter_pushdown,
+            columns_of,
+        )
+
         columns = columns_of(schema)  # a .schema() of some columns: the rows have only those
         plan = SourcePlan.create(
             parse_options(self.options, "read"), streaming=False, columns=columns
@@ -51,6 +62,9 @@ class RocketMQDataSource(DataSource):
         return RocketMQBatchReader(plan)
 
     def streamReader(self, schema: Any) -> Any:
+        from rocketspark.datasource.options import parse_options
+        from rocketspark.datasource.source import RocketMQStreamReader, SourcePlan, columns_of
+
         try:
             columns = columns_of(schema)
             plan = SourcePlan.create(
@@ -64,6 +78,9 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(plan)
 
     def writer(self, schema: Any, overwrite: bool) -> RocketMQBatchWriter:
+        from rocketspark.datasource.options import parse_options
+        from rocketspark.datasource.sink import RocketMQBatchWriter, SinkPlan
+
         if overwrite:
             raise ConfigError(
                 "the rocketmq sink only appends: a topic cannot be overwritten (use mode('append'))"
@@ -73,6 +90,9 @@ class RocketMQDataSource(DataSource):
         )
 
     def streamWriter(self, schema: Any, overwrite: bool) -> RocketMQStreamWriter:
+        from rocketspark.datasource.options import parse_options
+        from rocketspark.datasource.sink import RocketMQStreamWriter, SinkPlan
+
         if overwrite:
             raise ConfigError("the rocketmq sink only appends (outputMode 'append')")
         return RocketMQStreamWriter(
