@@ -73,6 +73,7 @@ PERM_READ_WRITE = 6
 MAX_PULL_MESSAGES = 1024
 MAX_PULL_BYTES = 4 * 1024 * 1024
 HOLD_CHECK_SECONDS = 0.001  # how often held pulls look for another process's puts
+DELAY_CHECK_SECONDS = 0.1  # how often due delayed messages are delivered (RocketMQ: 100 ms)
 # SEND_BATCH_MESSAGE body, per message (MessageDecoder.encodeMessages): TOTALSIZE,
 # MAGICCODE, BODYCRC, FLAG, BODYLEN; then BODY, PROPERTIESLENGTH:i16, PROPERTIES.
 BATCH_HEAD = struct.Struct(">iiiii")
@@ -184,6 +185,8 @@ class BrokerProcessors:
         self.store = store
         self.broker = broker
         self.holds = PullHoldService(store, self._pull_again)
+        self._stopping = threading.Event()
+        self._delivery: threading.Thread | None = None
         self._clients_lock = threading.Lock()
         # group -> client id -> channel (consumers), from heartbeats
         self._consumers: dict[str, dict[str, Channel]] = {}
@@ -218,10 +221,30 @@ class BrokerProcessors:
         server.register(RequestCode.HEART_BEAT, self.heartbeat, heartbeat)
         server.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client, heartbeat)
         self.holds.start()
+        self._delivery = threading.Thread(
+            target=self._deliver_delayed, name="rocketspark-serve-delay", daemon=True
+        )
+        self._delivery.start()
 
     def stop(self) -> None:
-        """Stop the hold service (held pulls are dropped: their connections are closing)."""
+        """Stop delivering delayed messages and the hold service (held pulls are dropped:
+        their connections are closing)."""
+        self._stopping.set()
+        if self._delivery is not None:
+            self._delivery.join()
         self.holds.stop()
+
+    def _deliver_delayed(self) -> None:
+        """Deliver delayed messages when due, as a broker's ScheduleMessageService does: no
+        other process needs to run for them (``MessageStore.run_schedule``)."""
+        while not self._stopping.wait(DELAY_CHECK_SECONDS):
+            try:
+                self.store.run_schedule()
+            except StoreClosedError:
+                return
+            except Exception:
+                log.exception("delivering delayed messages failed; trying again")
+                self._stopping.wait(1.0)
 
     # -- send ----------------------------------------------------------------------------
 
