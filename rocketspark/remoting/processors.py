@@ -44,13 +44,19 @@ from rocketspark.errors import (
     UnknownTopicError,
 )
 from rocketspark.message.fastjson import loads_lenient
-from rocketspark.message.model import PROPERTY_DELAY_TIME_LEVEL, Message, SysFlag
+from rocketspark.message.model import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    RETRY_GROUP_TOPIC_PREFIX,
+    Message,
+    SysFlag,
+    TopicInfo,
+)
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.properties import decode_properties
 from rocketspark.message.record import decompress_body
 from rocketspark.message.results import PullStatus
 from rocketspark.remoting import headers as h
-from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode
+from rocketspark.remoting.codes import MQ_VERSION, PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.server import Channel, Processor, RemotingServer, Reply, WorkQueue
 from rocketspark.store.message_store import MessageStore
@@ -78,6 +84,8 @@ DELAY_CHECK_SECONDS = 0.1  # how often due delayed messages are delivered (Rocke
 # MAGICCODE, BODYCRC, FLAG, BODYLEN; then BODY, PROPERTIESLENGTH:i16, PROPERTIES.
 BATCH_HEAD = struct.Struct(">iiiii")
 SHORT = struct.Struct(">h")
+# RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume a topic (mqadmin queryMsgById).
+QUERY_TOPIC_CONSUME_BY_WHO = 300
 
 
 def _answer(
@@ -137,6 +145,13 @@ class NameServerProcessors:
     def route(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         topic = h.GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields).topic
         info = self.store.topics.info(topic)
+        if info is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            # A group's retry topic, as a broker makes it for each group (1 queue).
+            group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+            if self.store.groups.get(group) is not None or self.store.offsets.offsets_of_group(
+                group
+            ):
+                info = TopicInfo(topic, 1, 1, PERM_READ_WRITE, False)
         if info is None:
             return _answer(
                 request,
@@ -218,6 +233,14 @@ class BrokerProcessors:
         server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, self.create_topic, admin)
         server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, self.create_group, admin)
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self.consumer_list, admin)
+        server.register(RequestCode.GET_BROKER_RUNTIME_INFO, self.runtime_info, admin)
+        server.register(RequestCode.GET_TOPIC_STATS_INFO, self.topic_stats, admin)
+        server.register(RequestCode.GET_TOPIC_CONFIG, self.topic_config, admin)
+        server.register(QUERY_TOPIC_CONSUME_BY_WHO, self.consumed_by, admin)
+        server.register(RequestCode.GET_CONSUME_STATS, self.consume_stats, admin)
+        server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections, admin)
+        server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message, admin)
+        server.register(RequestCode.QUERY_MESSAGE, self.query_message, admin)
         server.register(RequestCode.HEART_BEAT, self.heartbeat, heartbeat)
         server.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client, heartbeat)
         self.holds.start()
@@ -459,6 +482,172 @@ class BrokerProcessors:
             return _answer(request, ResponseCode.SYSTEM_ERROR, f"bad subscription group: {e}")
         return _ok(request)
 
+    def runtime_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO: the KVTable ``mqadmin clusterList`` prints."""
+        import shutil
+
+        usage = shutil.disk_usage(self.store.root)
+        table = {
+            "brokerActive": "true",
+            "brokerVersion": str(int(MQ_VERSION)),
+            "brokerVersionDesc": MQ_VERSION.name,
+            "putTps": "0.0 0.0 0.0",
+            "getTransferredTps": "0.0 0.0 0.0",
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(self._earliest_store_time()),
+            "commitLogDiskRatio": f"{usage.used / usage.total if usage.total else 0:.4f}",
+            "commitLogMinOffset": str(self.store.commit_log.min_offset),
+            "commitLogMaxOffset": str(self.store.state.commit_pos),
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+        }
+        return _ok(request, body=_json({"table": table}))
+
+    def _earliest_store_time(self) -> int:
+        try:
+            return self.store.commit_log.store_timestamp(self.store.commit_log.min_offset)
+        except RocketSparkError:
+            return self.store.clock()
+
+    def topic_config(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_TOPIC_CONFIG: the topic's TopicConfig (no static-topic mapping)."""
+        topic = request.ext_fields.get("topic", "")
+        info = self.store.topics.info(topic)
+        if info is None:
+            return _answer(
+                request, ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
+            )
+        config = {
+            "attributes": {},
+            "order": info.order,
+            "perm": info.perm,
+            "readQueueNums": info.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": topic,
+            "topicSysFlag": 0,
+            "writeQueueNums": info.write_queue_nums,
+        }
+        return _ok(request, body=_json(config))
+
+    def topic_stats(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_TOPIC_STATS_INFO: each queue's min and max offset (``mqadmin topicStatus``)."""
+        header = h.GetTopicStatsInfoRequestHeader.from_ext_fields(request.ext_fields)
+        info = self.store.topics.info(header.topic)
+        if info is None:
+            return _answer(
+                request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist"
+            )
+        entries = {}
+        for q in range(info.read_queue_nums):
+            entries[(header.topic, q)] = {
+                "lastUpdateTimestamp": 0,
+                "maxOffset": self.store.max_offset(header.topic, q),
+                "minOffset": self.store.min_offset(header.topic, q),
+            }
+        return _ok(request, body=_mq_table(self.broker.name, "offsetTable", entries))
+
+    def consume_stats(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_CONSUME_STATS: a group's committed offsets against each queue's max offset
+        (``mqadmin consumerProgress``)."""
+        header = h.GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        committed = self.store.offsets.offsets_of_group(header.consumer_group)
+        entries = {}
+        for (topic, queue_id), offset in sorted(committed.items()):
+            if header.topic and topic != header.topic:
+                continue
+            try:
+                end = self.store.max_offset(topic, queue_id)
+            except (UnknownTopicError, OffsetOutOfRangeError):
+                continue
+            entries[(topic, queue_id)] = {
+                "brokerOffset": end,
+                "consumerOffset": offset,
+                "lastTimestamp": 0,
+                "pullOffset": offset,
+            }
+        return _ok(request, body=_mq_table(self.broker.name, "offsetTable", entries, tps=True))
+
+    def consumed_by(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups with offsets of the topic, or consuming it."""
+        topic = request.ext_fields.get("topic", "")
+        groups = {
+            g
+            for g in self.store.offsets.groups()
+            if any(t == topic for t, _ in self.store.offsets.offsets_of_group(g))
+        }
+        return _ok(request, body=_json({"groupList": sorted(groups)}))
+
+    def consumer_connections(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST: the connections whose heartbeats name the group."""
+        group = request.ext_fields.get("consumerGroup", "")
+        with self._clients_lock:
+            clients = dict(self._consumers.get(group, {}))
+        if not clients:
+            return _answer(
+                request,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{group}] not online",
+            )
+        connections = [
+            {"clientId": cid, "clientAddr": ch.address, "language": "JAVA", "version": 0}
+            for cid, ch in sorted(clients.items())
+        ]
+        body = {
+            "connectionSet": connections,
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "subscriptionTable": {},
+        }
+        return _ok(request, body=_json(body))
+
+    def view_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | Reply:
+        """VIEW_MESSAGE_BY_ID: the record at a CommitLog offset, as stored."""
+        header = h.ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            msg = self.store.get_message(header.offset)
+            view = self.store.record_view(header.offset, msg.store_size)
+        except RocketSparkError as e:
+            return _answer(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"can not find message by the offset, {header.offset}: {e}",
+            )
+        return Reply(_ok(request), [view])
+
+    def query_message(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | Reply:
+        """QUERY_MESSAGE: the records of a topic indexed under a key (or a UNIQ_KEY)."""
+        header = h.QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            found = self.store.query_by_key(
+                header.topic,
+                header.key,
+                begin_ms=header.begin_timestamp,
+                end_ms=header.end_timestamp,
+                max_num=max(1, header.max_num),
+            )
+            views = [self.store.record_view(m.commitlog_offset, m.store_size) for m in found]
+        except UnknownTopicError:
+            found, views = [], []
+        response_header = h.QueryMessageResponseHeader(
+            index_last_update_timestamp=0, index_last_update_phyoffset=0
+        )
+        if not found:
+            return _answer(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                response_header,
+            )
+        return Reply(_ok(request, response_header), views)
+
     # -- clients -------------------------------------------------------------------------
 
     def heartbeat(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -504,6 +693,25 @@ class BrokerProcessors:
                 f"no consumer for this group, {header.consumer_group}",
             )
         return _ok(request, body=_json({"consumerIdList": ids}))
+
+
+def _mq_table(
+    broker: str,
+    name: str,
+    entries: dict[tuple[str, int], dict[str, int]],
+    *,
+    tps: bool = False,
+) -> bytes:
+    """A fastjson map keyed by MessageQueue (RocketMQ's TopicStatsTable, ConsumeStats):
+    fastjson writes each key as a JSON object, which its parser reads back."""
+    items = ",".join(
+        _json({"brokerName": broker, "queueId": q, "topic": t}).decode()
+        + ":"
+        + _json(value).decode()
+        for (t, q), value in entries.items()
+    )
+    extra = '"consumeTps":0.0,' if tps else ""
+    return f'{{{extra}"{name}":{{{items}}}}}'.encode()
 
 
 def _message(

@@ -421,6 +421,12 @@ class MessageStore:
         self._check_open()
         return self.reader.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
 
+    def record_view(self, commitlog_offset: int, size: int) -> memoryview:
+        """Return the record at ``commitlog_offset`` (``size`` bytes) as a view of the
+        mapped CommitLog, not decoded (see Reader.record_view)."""
+        self._check_open()
+        return self.reader.record_view(commitlog_offset, size)
+
     # -- consumer groups -------------------------------------------------------------
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -251,6 +251,21 @@ class Reader:
         status = PullStatus.FOUND if count else PullStatus.NO_MATCHED_MSG
         return RawRead(status, parts, count, total, offset + n, lo, hi)
 
+    def record_view(self, commitlog_offset: int, size: int) -> memoryview:
+        """Return the ``size`` bytes of the record at ``commitlog_offset`` as a view of its
+        mapped segment (a server's answer to VIEW_MESSAGE_BY_ID or QUERY_MESSAGE)."""
+        if not 0 <= commitlog_offset < self.state.commit_pos:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})"
+            )
+        f = self.commit_log.segment(commitlog_offset)
+        rel = commitlog_offset - f.start_offset
+        if rel + size > f.size:
+            raise CorruptRecordError(
+                "record runs past its CommitLog segment", file=f.path, offset=commitlog_offset
+            )
+        return memoryview(f.mm)[rel : rel + size]
+
     def read_batches(
         self,
         topic: str,
