@@ -261,11 +261,13 @@ class Channel:
             self._pending.clear()
             callbacks, self._close_callbacks = self._close_callbacks, []
         log.debug("connection from %s ends: %s", self.address, reason)
+        # Shut down, not closed: the reader closes the socket once it is out of recv (see
+        # _release). A descriptor closed under a thread blocked on it can be reused by a
+        # new socket meanwhile, and that thread would then read another connection.
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
         except OSError:
             pass
-        self._sock.close()
         for future in pending:
             if not future.done():
                 future.set_exception(
@@ -279,6 +281,12 @@ class Channel:
             except Exception:
                 log.exception("%s: a close callback failed", self.address)
         self.server._forget(self)
+
+    def _release(self) -> None:
+        """Close the socket: called by the reader when it has stopped reading (no write is
+        in progress either: the write lock is held)."""
+        with self._write_lock:
+            self._sock.close()
 
 
 class RemotingServer:
@@ -307,6 +315,7 @@ class RemotingServer:
         self._queues: dict[str, WorkQueue] = {}
         self._processors: dict[int, tuple[Processor, WorkQueue]] = {}
         self._channels: set[Channel] = set()
+        self._readers: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
@@ -375,6 +384,10 @@ class RemotingServer:
         for channel in self.channels:
             channel.close("server stopping")
         with self._lock:
+            readers = list(self._readers)
+        for reader in readers:
+            reader.join(5.0)
+        with self._lock:
             queues = list(self._queues.values())
         for queue in queues:
             queue.shutdown(wait=True)
@@ -410,12 +423,15 @@ class RemotingServer:
                     sock.close()
                     return
                 self._channels.add(channel)
-            threading.Thread(
+            reader = threading.Thread(
                 target=self._read_loop,
                 args=(channel, sock),
                 name=f"rocketspark-serve-{self.name}-{channel.address}",
                 daemon=True,
-            ).start()
+            )
+            with self._lock:
+                self._readers.add(reader)
+            reader.start()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -472,6 +488,9 @@ class RemotingServer:
             log.exception("%s: dropping the connection from %s", self.name, channel.address)
         finally:
             channel.close(reason)
+            channel._release()
+            with self._lock:
+                self._readers.discard(threading.current_thread())
 
     def _dispatch(self, request: RemotingCommand, channel: Channel) -> None:
         entry = self._processors.get(request.code)
