@@ -41,15 +41,24 @@ from rocketspark.errors import (
     RemotingFrameError,
     RocketSparkError,
     StoreClosedError,
+    TransactionError,
     UnknownTopicError,
 )
 from rocketspark.message.fastjson import loads_lenient
 from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_TRANSACTION_PREPARED,
     RETRY_GROUP_TOPIC_PREFIX,
     Message,
+    MessageExt,
     SysFlag,
     TopicInfo,
+    TransactionState,
+    transaction_type,
 )
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.properties import decode_properties
@@ -80,6 +89,18 @@ MAX_PULL_MESSAGES = 1024
 MAX_PULL_BYTES = 4 * 1024 * 1024
 HOLD_CHECK_SECONDS = 0.001  # how often held pulls look for another process's puts
 DELAY_CHECK_SECONDS = 0.1  # how often due delayed messages are delivered (RocketMQ: 100 ms)
+CHECK_SECONDS = 1.0  # how often open halves are looked at for check-backs
+# What a prepare sets itself: taken out of a sent half's properties (a prepare refuses
+# them, and puts them last, where a commit drops them).
+_PREPARE_SETS = frozenset(
+    {
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_ID,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+    }
+)
 # SEND_BATCH_MESSAGE body, per message (MessageDecoder.encodeMessages): TOTALSIZE,
 # MAGICCODE, BODYCRC, FLAG, BODYLEN; then BODY, PROPERTIESLENGTH:i16, PROPERTIES.
 BATCH_HEAD = struct.Struct(">iiiii")
@@ -202,6 +223,9 @@ class BrokerProcessors:
         self.holds = PullHoldService(store, self._pull_again)
         self._stopping = threading.Event()
         self._delivery: threading.Thread | None = None
+        self._checker: threading.Thread | None = None
+        self._checked: dict[int, float] = {}  # half queue offset -> when a producer was asked
+        self._next_check = 0
         self._clients_lock = threading.Lock()
         # group -> client id -> channel (consumers), from heartbeats
         self._consumers: dict[str, dict[str, Channel]] = {}
@@ -225,6 +249,7 @@ class BrokerProcessors:
             send,
         )
         server.register((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE), self.pull, pull)
+        server.register(RequestCode.END_TRANSACTION, self.end_transaction, send)
         server.register(RequestCode.GET_MAX_OFFSET, self.max_offset, admin)
         server.register(RequestCode.GET_MIN_OFFSET, self.min_offset, admin)
         server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset, admin)
@@ -248,13 +273,18 @@ class BrokerProcessors:
             target=self._deliver_delayed, name="rocketspark-serve-delay", daemon=True
         )
         self._delivery.start()
+        self._checker = threading.Thread(
+            target=self._check_transactions, name="rocketspark-serve-tx-check", daemon=True
+        )
+        self._checker.start()
 
     def stop(self) -> None:
         """Stop delivering delayed messages and the hold service (held pulls are dropped:
         their connections are closing)."""
         self._stopping.set()
-        if self._delivery is not None:
-            self._delivery.join()
+        for thread in (self._delivery, self._checker):
+            if thread is not None:
+                thread.join()
         self.holds.stop()
 
     def _deliver_delayed(self) -> None:
@@ -284,24 +314,33 @@ class BrokerProcessors:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please!",
             )
-        if header.sys_flag & SysFlag.TRANSACTION_PREPARED:
-            return _answer(
-                request,
-                ResponseCode.NO_PERMISSION,
-                "transactional messages are not served by rocketspark serve yet",
-            )
+        prepared = transaction_type(header.sys_flag) == SysFlag.TRANSACTION_PREPARED
         body = bytes(request.body or b"")
         try:
             if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
                 messages = _batch_messages(header, body)
             else:
                 messages = [_message(header, body, header.properties or "", header.flag)]
+            if prepared:
+                halves = self.store.prepare_batch(messages, producer_group=header.producer_group)
+                first = halves[0]
+                # The queue asked for, the half queue's offset (END_TRANSACTION's
+                # tranStateTableOffset), the half's id: as SendMessageProcessor answers.
+                return _ok(
+                    request,
+                    h.SendMessageResponseHeader(
+                        msg_id=first.msg_id,
+                        queue_id=header.queue_id,
+                        queue_offset=first.queue_offset,
+                        transaction_id=first.uniq_key,
+                    ),
+                )
             results = self.store.put_batch(messages)
         except UnknownTopicError as e:
             return _answer(request, ResponseCode.TOPIC_NOT_EXIST, str(e))
         except (InvalidMessageError, MessageTooLargeError, RemotingFrameError) as e:
             return _answer(request, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        except OffsetOutOfRangeError as e:  # a queue id the topic does not have
+        except (OffsetOutOfRangeError, TransactionError) as e:  # a queue id it does not have
             return _answer(request, ResponseCode.SYSTEM_ERROR, str(e))
         except FlushTimeoutError as e:
             return _answer(request, ResponseCode.FLUSH_DISK_TIMEOUT, str(e))
@@ -316,6 +355,78 @@ class BrokerProcessors:
                 queue_offset=first.queue_offset,
             ),
         )
+
+    # -- transactions --------------------------------------------------------------------
+
+    def end_transaction(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """END_TRANSACTION: commit or roll back the half at ``tranStateTableOffset`` (one-way
+        from RocketMQ's producer, also after a check-back; 0 leaves it open)."""
+        header = h.EndTransactionRequestHeader.from_ext_fields(request.ext_fields)
+        kind = header.commit_or_rollback
+        try:
+            if kind == SysFlag.TRANSACTION_COMMIT:
+                self.store.commit_transaction(header.tran_state_table_offset)
+            elif kind == SysFlag.TRANSACTION_ROLLBACK:
+                self.store.rollback_transaction(header.tran_state_table_offset)
+            else:
+                return _ok(request)  # TRANSACTION_NOT_TYPE: the producer does not know yet
+        except (TransactionError, OffsetOutOfRangeError) as e:
+            log.warning(
+                "END_TRANSACTION of group %s at half offset %d from %s: %s",
+                header.producer_group,
+                header.tran_state_table_offset,
+                channel.address,
+                e,
+            )
+            return _answer(request, ResponseCode.SYSTEM_ERROR, str(e))
+        self._checked.pop(header.tran_state_table_offset, None)
+        return _ok(request)
+
+    def _check_transactions(self) -> None:
+        """Ask a connected producer of each half's group about the halves open longer than
+        transactionTimeOut, at most once per timeout each (RocketMQ's
+        TransactionalMessageCheckService); their answers come back as END_TRANSACTION."""
+        timeout_s = max(self.store.config.transaction_timeout / 1000.0, CHECK_SECONDS)
+        while not self._stopping.wait(CHECK_SECONDS):
+            try:
+                self.store.check_transactions(self._ask_producer, unknown="keep")
+            except StoreClosedError:
+                return
+            except Exception:
+                log.exception("checking transactions failed; trying again")
+            now = time.monotonic()
+            for offset, asked in list(self._checked.items()):
+                if now - asked > timeout_s:
+                    self._checked.pop(offset, None)
+
+    def _ask_producer(self, half: MessageExt) -> TransactionState:
+        """Send CHECK_TRANSACTION_STATE for ``half`` to a producer of its group (one-way);
+        the half stays open until the producer's END_TRANSACTION."""
+        if half.queue_offset in self._checked:
+            return TransactionState.UNKNOWN
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        with self._clients_lock:
+            channels = [ch for ch in self._producers.get(group, {}).values() if not ch.closed]
+        if not channels:
+            return TransactionState.UNKNOWN
+        channel = channels[self._next_check % len(channels)]
+        self._next_check += 1
+        header = h.CheckTransactionStateRequestHeader(
+            topic=half.properties.get(PROPERTY_REAL_TOPIC),
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commitlog_offset,
+            msg_id=half.uniq_key,
+            transaction_id=half.properties.get(PROPERTY_TRANSACTION_ID, half.uniq_key),
+            offset_msg_id=half.msg_id,
+            broker_name=self.broker.name,
+        )
+        body = bytes(self.store.record_view(half.commitlog_offset, half.store_size))
+        check = RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), body=body
+        )
+        if channel.invoke_oneway(check):
+            self._checked[half.queue_offset] = time.monotonic()
+        return TransactionState.UNKNOWN
 
     # -- pull ----------------------------------------------------------------------------
 
@@ -720,6 +831,9 @@ def _message(
     """The Message a send carries, as the embedded API would be given it: TAGS, KEYS and
     DELAY taken out of the properties, the rest (UNIQ_KEY included) kept as they came."""
     props = decode_properties(properties.encode("utf-8")) if properties else {}
+    if transaction_type(header.sys_flag) == SysFlag.TRANSACTION_PREPARED:
+        for name in _PREPARE_SETS:
+            props.pop(name, None)
     tags = props.pop("TAGS", None)
     keys = props.pop("KEYS", "")
     delay = props.pop(PROPERTY_DELAY_TIME_LEVEL, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -106,3 +107,43 @@ def test_java_batch_sends_and_pull_consumer(
         stdin=json.dumps({"topic": topic, "expected": 20, "tags": "TagB", "timeoutMs": 30000}),
     )
     assert len(pulled) == 20
+
+
+def test_java_transactional_producer(rocketmq_java, tmp_path: Path) -> None:
+    """A commit, a rollback and one left UNKNOW that the server's check-back resolves."""
+    with MessageStore.open(str(tmp_path / "tx"), transactionTimeOut=1000) as store:
+        with serve(store, namesrv_port=0, broker_port=0) as srv:
+            topic = _topic()
+            store.create_topic(topic, 1)
+            states = [("COMMIT", "ROLLBACK"), ("ROLLBACK", "COMMIT"), ("UNKNOW", "COMMIT")]
+            spec = {
+                "topic": topic,
+                "messages": [
+                    {
+                        "body": base64.b64encode(f"tx-{i}".encode()).decode(),
+                        "keys": [f"tx{i}"],
+                        "local": local,
+                        "check": check,
+                    }
+                    for i, (local, check) in enumerate(states)
+                ],
+                "waitChecks": 1,
+                "checkTimeoutMs": 60000,
+            }
+            out = _java(rocketmq_java, srv, tmp_path / "home", "transact", stdin=json.dumps(spec))
+            sent = [o for o in out if "index" in o]
+            checks = [o for o in out if "check" in o]
+            assert [s["status"] for s in sent] == ["SEND_OK"] * 3, sent
+            assert [s["localState"] for s in sent] == [
+                "COMMIT_MESSAGE",
+                "ROLLBACK_MESSAGE",
+                "UNKNOW",
+            ]
+            assert [c["check"] for c in checks] == [2], checks
+            assert checks[0]["answer"] == "COMMIT_MESSAGE"
+            deadline = time.monotonic() + 10
+            while store.max_offset(topic, 0) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stored = store.pull(topic, 0, 0, 10).messages
+            assert sorted(m.body for m in stored) == [b"tx-0", b"tx-2"]
+            assert store.open_transactions() == []

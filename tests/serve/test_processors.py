@@ -391,3 +391,22 @@ def test_delayed_message_delivered_by_the_server(tmp_path: Path) -> None:
                 assert 0.8 < waited < 5, waited
             finally:
                 client.close()
+
+
+def test_remote_prepare_commit_and_rollback(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    remote.create_topic(topic, queues=1)
+    group = _topic("txgroup")
+    committed = remote.prepare_batch(
+        [Message(topic, b"c%d" % i, queue_id=0) for i in range(3)], producer_group=group
+    )
+    rolled = remote.prepare_batch([Message(topic, b"r", queue_id=0)], producer_group=group)
+    assert store.max_offset(topic, 0) == 0
+    assert len(store.open_transactions(group)) == 4
+    remote.end_transactions(remote.halves(committed, producer_group=group), commit=True)
+    remote.end_transactions(remote.halves(rolled, producer_group=group), commit=False)
+    deadline = time.monotonic() + 10
+    while store.open_transactions(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.open_transactions(group) == []
+    assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"c0", b"c1", b"c2"]
