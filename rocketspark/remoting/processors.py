@@ -58,9 +58,10 @@ from rocketspark.message.model import (
     SysFlag,
     TopicInfo,
     TransactionState,
+    retry_topic,
     transaction_type,
 )
-from rocketspark.message.names import SubscriptionExpression
+from rocketspark.message.names import SubscriptionExpression, validate_group
 from rocketspark.message.properties import decode_properties
 from rocketspark.message.record import decompress_body
 from rocketspark.message.results import PullStatus
@@ -167,11 +168,14 @@ class NameServerProcessors:
         topic = h.GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields).topic
         info = self.store.topics.info(topic)
         if info is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            # A group's retry topic, as a broker makes it for each group (1 queue).
-            group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-            if self.store.groups.get(group) is not None or self.store.offsets.offsets_of_group(
-                group
-            ):
+            # Every group has a retry topic of one queue: the broker makes it on the
+            # group's first heartbeat or pull. Routed before that, so that a push
+            # consumer, which asks for the route before its first heartbeat, reads it.
+            try:
+                validate_group(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
+            except RocketSparkError:
+                pass
+            else:
                 info = TopicInfo(topic, 1, 1, PERM_READ_WRITE, False)
         if info is None:
             return _answer(
@@ -225,6 +229,7 @@ class BrokerProcessors:
         self._delivery: threading.Thread | None = None
         self._checker: threading.Thread | None = None
         self._checked: dict[int, float] = {}  # half queue offset -> when a producer was asked
+        self.locks = QueueLocks()
         self._next_check = 0
         self._clients_lock = threading.Lock()
         # group -> client id -> channel (consumers), from heartbeats
@@ -266,6 +271,9 @@ class BrokerProcessors:
         server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.consumer_connections, admin)
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, self.view_message, admin)
         server.register(RequestCode.QUERY_MESSAGE, self.query_message, admin)
+        server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_back, send)
+        server.register(RequestCode.LOCK_BATCH_MQ, self.lock_queues, admin)
+        server.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_queues, admin)
         server.register(RequestCode.HEART_BEAT, self.heartbeat, heartbeat)
         server.register(RequestCode.UNREGISTER_CLIENT, self.unregister_client, heartbeat)
         self.holds.start()
@@ -441,6 +449,8 @@ class BrokerProcessors:
     ) -> RemotingCommand | Reply | None:
         header = h.PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         topic, queue_id, offset = header.topic, header.queue_id, header.queue_offset
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not self.store.has_topic(topic):
+            self._ensure_group(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
         if not self.store.has_topic(topic):
             return _answer(
                 request,
@@ -775,6 +785,8 @@ class BrokerProcessors:
             producers = [str(p["groupName"]) for p in data.get("producerDataSet") or ()]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             return _answer(request, ResponseCode.SYSTEM_ERROR, f"bad heartbeat: {e}")
+        for group in consumers:
+            self._ensure_group(group)
         with self._clients_lock:
             for table, groups in ((self._consumers, consumers), (self._producers, producers)):
                 for group in groups:
@@ -782,6 +794,52 @@ class BrokerProcessors:
         if "clientID" not in channel.attributes:
             channel.attributes["clientID"] = client_id
             channel.on_close(self._forget_client)
+        return _ok(request)
+
+    def _ensure_group(self, group: str) -> None:
+        """A consumer group and its retry topic, made on its first heartbeat as a broker
+        does (the retry topic: one queue)."""
+        try:
+            if self.store.groups.get(group) is None:
+                self.store.groups.get_or_create(group)
+            retry = retry_topic(group)
+            if not self.store.has_topic(retry):
+                self.store.create_topic(retry, 1)
+        except RocketSparkError as e:
+            log.warning("cannot make consumer group %s: %s", group, e)
+
+    def send_back(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: a message the group failed to consume goes to its retry
+        topic (after the delay of level 3 + its reconsume count) or, retried
+        maxReconsumeTimes times, to its dead-letter topic (MessageStore.send_back)."""
+        header = h.ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            msg = self.store.get_message(header.offset)
+            self.store.send_back(
+                header.group,
+                msg,
+                header.delay_level,
+                max_reconsume_times=header.max_reconsume_times,
+            )
+        except OffsetOutOfRangeError as e:
+            return _answer(
+                request, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {e}"
+            )
+        except RocketSparkError as e:
+            return _answer(request, ResponseCode.SYSTEM_ERROR, str(e))
+        return _ok(request)
+
+    def lock_queues(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """LOCK_BATCH_MQ: lock queues for a client of a group (orderly consumers); answers
+        the queues it holds now (RocketMQ's RebalanceLockManager, 60 s without renewal)."""
+        group, client, mqs = _lock_body(request)
+        held = self.locks.lock(group, client, mqs)
+        return _ok(request, body=_json({"lockOKMQSet": [_mq_json(mq) for mq in held]}))
+
+    def unlock_queues(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """UNLOCK_BATCH_MQ: give queue locks of a client of a group up."""
+        group, client, mqs = _lock_body(request)
+        self.locks.unlock(group, client, mqs)
         return _ok(request)
 
     def unregister_client(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -810,6 +868,51 @@ class BrokerProcessors:
                 f"no consumer for this group, {header.consumer_group}",
             )
         return _ok(request, body=_json({"consumerIdList": ids}))
+
+
+MQ = tuple[str, str, int]  # topic, broker name, queue id
+
+
+def _mq_json(mq: MQ) -> dict[str, Any]:
+    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
+
+
+def _lock_body(request: RemotingCommand) -> tuple[str, str, list[MQ]]:
+    """LockBatchRequestBody / UnlockBatchRequestBody: group, client id, queues."""
+    data = loads_lenient(bytes(request.body or b"{}").decode("utf-8"))
+    mqs = [
+        (str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in data.get("mqSet") or ()
+    ]
+    return str(data.get("consumerGroup") or ""), str(data.get("clientId") or ""), mqs
+
+
+class QueueLocks:
+    """Which client of a group holds each queue (RocketMQ's RebalanceLockManager): a lock
+    lapses 60 s after its holder last locked it."""
+
+    EXPIRY_SECONDS = 60.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, MQ], tuple[str, float]] = {}
+
+    def lock(self, group: str, client: str, mqs: list[MQ]) -> list[MQ]:
+        now = time.monotonic()
+        out = []
+        with self._lock:
+            for mq in mqs:
+                holder = self._held.get((group, mq))
+                if holder is None or holder[0] == client or now - holder[1] > self.EXPIRY_SECONDS:
+                    self._held[(group, mq)] = (client, now)
+                    out.append(mq)
+        return out
+
+    def unlock(self, group: str, client: str, mqs: list[MQ]) -> None:
+        with self._lock:
+            for mq in mqs:
+                holder = self._held.get((group, mq))
+                if holder is not None and holder[0] == client:
+                    del self._held[(group, mq)]
 
 
 def _mq_table(

@@ -519,8 +519,8 @@ class RemotingServer:
             )
 
     def _serve(self, processor: Processor, request: RemotingCommand, channel: Channel) -> None:
-        if channel.closed:
-            return
+        # Served even when the connection has gone since: a client's last one-way
+        # requests (the offsets a consumer commits as it shuts down) still count.
         response: RemotingCommand | Reply | None
         try:
             response = processor(request, channel)
