@@ -907,6 +907,16 @@ class QueueLocks:
                     out.append(mq)
         return out
 
+    def held(self, group: str) -> list[MQ]:
+        """The queues of ``group`` some client holds now."""
+        now = time.monotonic()
+        with self._lock:
+            return sorted(
+                mq
+                for (g, mq), (_, at) in self._held.items()
+                if g == group and now - at <= self.EXPIRY_SECONDS
+            )
+
     def unlock(self, group: str, client: str, mqs: list[MQ]) -> None:
         with self._lock:
             for mq in mqs:

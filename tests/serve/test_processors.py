@@ -410,3 +410,25 @@ def test_remote_prepare_commit_and_rollback(remote: RemoteClient, store: Message
         time.sleep(0.02)
     assert store.open_transactions(group) == []
     assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"c0", b"c1", b"c2"]
+
+
+def test_remote_lock_is_exclusive(served: Served) -> None:
+    first = RemoteClient(ClientRef("cluster", served.namesrv_address))
+    second = RemoteClient(ClientRef("cluster", served.namesrv_address))
+    order: list[str] = []
+    try:
+        with first.lock("job"):
+            t = threading.Thread(target=lambda: _hold(second, order))
+            t.start()
+            time.sleep(0.5)
+            order.append("first done")
+        t.join(10)
+        assert order == ["first done", "second held"]
+    finally:
+        first.close()
+        second.close()
+
+
+def _hold(client: RemoteClient, order: list[str]) -> None:
+    with client.lock("job"):
+        order.append("second held")

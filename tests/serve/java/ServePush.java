@@ -78,6 +78,8 @@ public class ServePush {
                 && System.currentTimeMillis() - last[0] > 2000) break;
         }
         c.shutdown();
+        OUT.flush();
+        System.exit(0); // the client's scheduled threads would keep the JVM alive
     }
 
     static void record(MessageExt m, Set<String> consumed, AtomicInteger deliveries, long[] last,
