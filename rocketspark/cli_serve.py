@@ -126,7 +126,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             for sig in (signal.SIGTERM, signal.SIGINT)
         }
         try:
-            with MessageStore.open(path, config_file=args.config) as store:
+            # Records and msgIds name the store host brokerIP1:listenPort; clients reach a
+            # message's broker by its msgId, so that is the broker port.
+            with MessageStore.open(
+                path, config_file=args.config, listenPort=args.broker_port
+            ) as store:
                 run(
                     store,
                     host=host,

@@ -1200,6 +1200,14 @@ def serve(
             store.config.broker_name,
             f"{shown}:{broker_server.port}",
         )
+        if store.config.listen_port != broker_server.port:
+            log.warning(
+                "store %s writes msgIds naming port %d (listenPort), the broker listens on "
+                "%d: clients that look a message up by its msgId will not find this broker",
+                store.root,
+                store.config.listen_port,
+                broker_server.port,
+            )
         broker = BrokerProcessors(store, identity)
         broker.register(broker_server)
         ns = NameServerProcessors(store, identity)
