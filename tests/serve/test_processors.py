@@ -7,7 +7,9 @@ backend of the Client interface).
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
+import socket
 import threading
 import time
 import uuid
@@ -18,6 +20,7 @@ import pytest
 from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
 from rocketspark.message.model import Message, MessageQueue
+from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.record import decode_record
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.client import RemotingClient
@@ -33,14 +36,22 @@ def _topic(prefix: str = "serve") -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    with MessageStore.open(str(tmp_path / "store")) as s:
+def broker_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path, broker_port: int):
+    # msgIds name the store host brokerIP1:listenPort: the broker port, as serve runs it
+    with MessageStore.open(str(tmp_path / "store"), listenPort=broker_port) as s:
         yield s
 
 
 @pytest.fixture
-def served(store: MessageStore):
-    with serve(store, namesrv_port=0, broker_port=0) as srv:
+def served(store: MessageStore, broker_port: int):
+    with serve(store, namesrv_port=0, broker_port=broker_port) as srv:
         yield srv
 
 
@@ -325,8 +336,6 @@ def test_heartbeat_and_consumer_list(remoting: RemotingClient, served: Served) -
 
 
 def test_one_port_serves_both(store: MessageStore) -> None:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -432,3 +441,44 @@ def test_remote_lock_is_exclusive(served: Served) -> None:
 def _hold(client: RemoteClient, order: list[str]) -> None:
     with client.lock("job"):
         order.append("second held")
+
+
+def test_read_raw_views_the_mapped_segment(store: MessageStore) -> None:
+    topic = _topic()
+    store.create_topic(topic, 2)
+    other = _topic()
+    store.create_topic(other, 1)
+    store.put_batch([Message(topic, b"a%d" % i, tags="A", queue_id=0) for i in range(3)])
+    store.put(Message(other, b"between", queue_id=0))
+    store.put_batch([Message(topic, b"b%d" % i, tags="B", queue_id=0) for i in range(3)])
+    read = store.read_raw(topic, 0, 0, 32, 1 << 20)
+    # Two runs of adjacent records (the other topic's record lies between them).
+    assert len(read.parts) == 2 and read.count == 6
+    assert all(isinstance(p.obj, mmap.mmap) for p in read.parts)  # views, not copies
+    assert [m.body for m in _records(b"".join(read.parts))] == [
+        b"a0",
+        b"a1",
+        b"a2",
+        b"b0",
+        b"b1",
+        b"b2",
+    ]
+    assert (read.next_offset, read.min_offset, read.max_offset) == (6, 0, 6)
+    tagged = store.read_raw(topic, 0, 0, 32, 1 << 20, SubscriptionExpression("B").codes)
+    assert [m.body for m in _records(b"".join(tagged.parts))] == [b"b0", b"b1", b"b2"]
+    one_size = store.pull(topic, 0, 0, 1).messages[0].store_size
+    capped = store.read_raw(topic, 0, 1, 32, one_size * 2)
+    assert (capped.count, capped.next_offset) == (2, 3)
+    assert store.read_raw(topic, 0, 6, 32, 1 << 20).status.name == "NO_NEW_MSG"
+    assert store.read_raw(topic, 1, 0, 32, 1 << 20).status.name == "NO_NEW_MSG"
+
+
+def test_messages_by_id_and_key(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    remote.create_topic(topic, queues=1)
+    (result,) = remote.put_batch([Message(topic, b"find me", keys=("needle",))])
+    msg = remote.get_message(result.msg_id)
+    assert (msg.body, list(msg.keys)) == (b"find me", ["needle"])
+    found = remote.query_by_key(topic, "needle")
+    assert [m.body for m in found] == [b"find me"]
+    assert remote.query_by_key(topic, "nothing") == []
