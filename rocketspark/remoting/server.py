@@ -29,6 +29,7 @@ transaction check-back), whose responses the reader matches by opaque.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
@@ -136,6 +137,9 @@ class Channel:
         self.attributes: dict[str, Any] = {}
         self._sock = sock
         self._write_lock = threading.Lock()
+        self._writer: threading.Thread | None = None
+        # Frames waiting for the writer thread (None: no writer; send writes itself).
+        self._backlog: collections.deque[list[memoryview]] | None = None
         self._lock = threading.Lock()
         self._pending: dict[int, Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
@@ -184,16 +188,54 @@ class Channel:
         return self.send(buffers)
 
     def send(self, buffers: list[Body]) -> bool:
-        """Write one frame's buffers; False (and the connection dropped) when it fails."""
+        """Write one frame's buffers; False (and the connection dropped) when it fails.
+
+        Never waits for a slow client: what the socket does not take at once is left
+        to this connection's writer thread, which sends it (and every frame after
+        it, in order) as the client reads, and drops the connection after
+        ``send_timeout`` without progress.
+        """
         if self._closed:
             return False
         try:
             with self._write_lock:
-                _send_all(self._sock, buffers)
+                if self._backlog is not None:  # the writer is behind: after what it has
+                    self._backlog.append([memoryview(b).cast("B") for b in buffers])
+                    return True
+                rest = _send_now(self._sock, buffers)
+                if rest:
+                    self._backlog = collections.deque([rest])
+                    self._writer = threading.Thread(
+                        target=self._write_backlog,
+                        name=f"rocketspark-serve-writer-{self.address}",
+                        daemon=True,
+                    )
+                    self._writer.start()
         except OSError as e:
             self.close(f"write failed: {e}")
             return False
         return True
+
+    def _write_backlog(self) -> None:
+        """Send the frames the socket did not take at once, in order, waiting for the client
+        (the socket's timeout); ends when the backlog is empty."""
+        sock = self._sock
+        while True:
+            with self._write_lock:
+                backlog = self._backlog
+                if not backlog or self._closed:
+                    self._backlog = None
+                    return
+                views = backlog.popleft()
+            try:
+                # Outside the lock: others append meanwhile. Only this thread writes now
+                # (the backlog is not None), and _release waits for the lock it takes.
+                _send_views(sock, views)
+            except OSError as e:
+                with self._write_lock:
+                    self._backlog = None
+                self.close(f"write failed: {e}")
+                return
 
     # -- the server's own requests ------------------------------------------------------
 
@@ -283,8 +325,12 @@ class Channel:
         self.server._forget(self)
 
     def _release(self) -> None:
-        """Close the socket: called by the reader when it has stopped reading (no write is
-        in progress either: the write lock is held)."""
+        """Close the socket: called by the reader when it has stopped reading, after
+        close() shut the socket down. No write is in progress then: the writer thread,
+        failing on the shut socket, has ended, and the write lock is held."""
+        writer = self._writer
+        if writer is not None and writer is not threading.current_thread():
+            writer.join()
         with self._write_lock:
             self._sock.close()
 
@@ -570,8 +616,31 @@ def _recv_some(channel: Channel, sock: socket.socket, view: memoryview, at: int)
                 raise ConnectionAbortedError("connection closed") from None
 
 
-def _send_all(sock: socket.socket, buffers: list[Body]) -> None:
+def _send_now(sock: socket.socket, buffers: list[Body]) -> list[memoryview]:
+    """Send what the socket takes without waiting; return the views of what it did not."""
+    # os.writev on the descriptor, not sock.sendmsg: a socket with a timeout polls for
+    # room (up to the timeout) before it sends, whatever the flags; its descriptor is
+    # non-blocking (the timeout is emulated), so writev takes what fits and returns.
     views = [memoryview(b).cast("B") for b in buffers]
+    fd = sock.fileno()
+    while views:
+        try:
+            sent = os.writev(fd, views[:_IOV_MAX])
+        except BlockingIOError:
+            return views
+        while sent:
+            first = len(views[0])
+            if sent >= first:
+                sent -= first
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+    return views
+
+
+def _send_views(sock: socket.socket, views: list[memoryview]) -> None:
+    """Send every view, waiting for the socket (its timeout bounds a wait without progress)."""
     while views:
         sent = sock.sendmsg(views[:_IOV_MAX])
         while sent:

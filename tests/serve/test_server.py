@@ -306,3 +306,28 @@ def test_stop_closes_connections() -> None:
     conn.close()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+
+
+def test_a_client_that_does_not_read_stalls_nobody() -> None:
+    big = memoryview(bytearray(1 << 20))
+
+    def large(request: RemotingCommand, channel: Channel) -> Reply:
+        return Reply(RemotingCommand.response_to(request, ResponseCode.SUCCESS), [big])
+
+    with RemotingServer(port=0) as srv:
+        one = srv.work_queue("one", threads=1, capacity=1000)
+        srv.register(PARTS, large, one)
+        srv.register(ECHO, echo, one)  # the same single worker
+        with _raw(srv) as slow:
+            for i in range(40):  # 40 MiB of answers it never reads
+                slow.sendall(RemotingCommand.request(PARTS).with_opaque(i + 1).to_bytes())
+            time.sleep(0.5)
+            started = time.monotonic()
+            with Connection(srv.address) as conn:
+                assert conn.invoke(RemotingCommand.request(ECHO, {"n": "x"}), 10).code == 0
+            assert time.monotonic() - started < 5
+            # The slow client still gets every answer, in order, once it reads.
+            slow.settimeout(30)
+            for i in range(40):
+                answer = _read_frame(slow)
+                assert (answer.opaque, len(answer.body or b"")) == (i + 1, 1 << 20)
