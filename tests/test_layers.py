@@ -202,11 +202,13 @@ def _deadletter_rule(edge: Edge) -> bool:
 
 
 def _remoting_rule(edge: Edge) -> bool:
-    # The protocol stands on message and errors only; the server side (later) may add the store.
+    # The protocol stands on message and errors only; processors (the server's requests
+    # served over a MessageStore) is the one module that may add the store: the server
+    # itself is transport only.
     if not _within(edge.source, _R):
         return False
     allowed = [_R, _M, _E]
-    if edge.source in (f"{_R}.processors", f"{_R}.server"):
+    if edge.source == f"{_R}.processors":
         allowed.append(_S)
     ours = _ours(edge.target) and not any(_within(edge.target, name) for name in allowed)
     return ours or any(_within(edge.target, name) for name in THIRD_PARTY_SPARK)
@@ -522,3 +524,5 @@ def test_the_remoting_rule() -> None:
         assert not _remoting_rule(edge("connection", target)), target
     assert not _remoting_rule(edge("processors", f"{_S}.reader"))
     assert _remoting_rule(edge("processors", _DS))
+    assert _remoting_rule(edge("server", f"{_S}.message_store"))
+    assert not _remoting_rule(edge("server", f"{_R}.command"))

@@ -28,6 +28,7 @@ from rocketspark.message.results import PullResult, PutResult, PutResults, no_re
 from rocketspark.store.config import MessageStoreConfig, open_config
 from rocketspark.store.half_resolution import half_offset_array, half_offsets
 from rocketspark.store.parts import open_store
+from rocketspark.store.reader import RawRead
 from rocketspark.store.transaction import HalfStatus, UnknownHalves
 
 Clock = Callable[[], int]
@@ -405,6 +406,26 @@ class MessageStore:
         """Return the message stored at ``commitlog_offset``."""
         self._check_open()
         return self.reader.get_message(commitlog_offset)
+
+    def read_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int,
+        codes: frozenset[int] | None = None,
+    ) -> RawRead:
+        """Return records of one queue from ``offset`` as views of the mapped CommitLog
+        (a server's pull answer; see Reader.read_raw)."""
+        self._check_open()
+        return self.reader.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+
+    def record_view(self, commitlog_offset: int, size: int) -> memoryview:
+        """Return the record at ``commitlog_offset`` (``size`` bytes) as a view of the
+        mapped CommitLog, not decoded (see Reader.record_view)."""
+        self._check_open()
+        return self.reader.record_view(commitlog_offset, size)
 
     # -- consumer groups -------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,27 @@ from rocketspark.store.store_state import StoreState
 # up to 16000 bytes of ConsumeQueue, i.e. 800 entries).
 MAX_FILTER_SCAN = 800
 ARROW_BLOCK = 65536  # records per Arrow batch that read_batches builds at most
+
+
+@dataclass(frozen=True, slots=True)
+class RawRead:
+    """What :meth:`Reader.read_raw` found: the CommitLog records of a queue range as they
+    lie in the mapped segments (a PULL_MESSAGE answer's body), never copied.
+
+    ``parts`` are memoryviews of the segments, adjacent records joined into one
+    view; ``count`` records in all, ``size`` bytes. ``next_offset`` is the queue
+    offset to read next. ``status`` is the reader's PullStatus (FOUND,
+    NO_NEW_MSG, NO_MATCHED_MSG, OFFSET_ILLEGAL), ``next_offset`` for
+    OFFSET_ILLEGAL the nearest valid one.
+    """
+
+    status: PullStatus
+    parts: list[memoryview]
+    count: int
+    size: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
 
 
 class Reader:
@@ -159,6 +181,90 @@ class Reader:
                 break
         status = PullStatus.FOUND if messages else PullStatus.NO_MATCHED_MSG
         return PullResult(status, messages, offset + n, lo, hi)
+
+    def read_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int,
+        codes: frozenset[int] | None = None,
+    ) -> RawRead:
+        """Return up to ``max_msgs`` records (``max_bytes`` in all, at least one) of one queue
+        from ``offset`` as views of the CommitLog's mapped segments, for the server's pulls.
+
+        ``codes``: keep only records whose tags code is one of these (the
+        ConsumeQueue's hash, as a broker filters; None keeps all). Records are not
+        decoded nor checked: their ConsumeQueue entries locate them. A queue never
+        written reads as empty (NO_NEW_MSG at offset 0). Raises UnknownTopicError
+        for an unknown topic, OffsetOutOfRangeError for a queue id it does not have.
+        """
+        # Hot path: every server pull. The entries come as numpy arrays; views are
+        # taken per run of adjacent records, not per record.
+        cq = self.queues.existing(topic, queue_id)
+        lo = cq.min_offset(self.commit_log.min_offset)
+        hi = cq.max_offset()
+        if offset == hi:
+            return RawRead(PullStatus.NO_NEW_MSG, [], 0, 0, offset, lo, hi)
+        if offset < lo or offset > hi:
+            near = lo if offset < lo else hi
+            return RawRead(PullStatus.OFFSET_ILLEGAL, [], 0, 0, near, lo, hi)
+        scan = max_msgs if codes is None else max(max_msgs, MAX_FILTER_SCAN)
+        entries = cq.read(offset, scan)
+        phys = entries["offset"].tolist()
+        sizes = entries["size"].tolist()
+        keep = codes if codes is not None else frozenset()
+        tags = entries["tags"].tolist() if codes is not None else None
+        parts: list[memoryview] = []
+        segment = self.commit_log.segment
+        f = None
+        run_start = run_end = -1  # the current run of adjacent records, file positions
+        count = total = 0
+        n = 0
+        for i, (phy, size) in enumerate(zip(phys, sizes, strict=True)):
+            if tags is not None and tags[i] not in keep:
+                n = i + 1
+                continue
+            if count and (count >= max_msgs or total + size > max_bytes):
+                break
+            n = i + 1
+            if f is None or not f.start_offset <= phy < f.end_offset:
+                if f is not None and run_end > run_start:
+                    parts.append(memoryview(f.mm)[run_start:run_end])
+                f = segment(phy)
+                run_start = run_end = phy - f.start_offset
+            rel = phy - f.start_offset
+            if rel + size > f.size:
+                raise CorruptRecordError(
+                    "ConsumeQueue entry points past its CommitLog segment", file=f.path, offset=phy
+                )
+            if rel != run_end:
+                if run_end > run_start:
+                    parts.append(memoryview(f.mm)[run_start:run_end])
+                run_start = rel
+            run_end = rel + size
+            count += 1
+            total += size
+        if f is not None and run_end > run_start:
+            parts.append(memoryview(f.mm)[run_start:run_end])
+        status = PullStatus.FOUND if count else PullStatus.NO_MATCHED_MSG
+        return RawRead(status, parts, count, total, offset + n, lo, hi)
+
+    def record_view(self, commitlog_offset: int, size: int) -> memoryview:
+        """Return the ``size`` bytes of the record at ``commitlog_offset`` as a view of its
+        mapped segment (a server's answer to VIEW_MESSAGE_BY_ID or QUERY_MESSAGE)."""
+        if not 0 <= commitlog_offset < self.state.commit_pos:
+            raise OffsetOutOfRangeError(
+                f"commit log offset {commitlog_offset} is outside [0, {self.state.commit_pos})"
+            )
+        f = self.commit_log.segment(commitlog_offset)
+        rel = commitlog_offset - f.start_offset
+        if rel + size > f.size:
+            raise CorruptRecordError(
+                "record runs past its CommitLog segment", file=f.path, offset=commitlog_offset
+            )
+        return memoryview(f.mm)[rel : rel + size]
 
     def read_batches(
         self,

@@ -1,0 +1,152 @@
+"""``rocketspark serve``: a store directory as a RocketMQ NameServer and broker.
+
+    rocketspark serve --store DIR [--listen HOST:PORT] [--broker-port N] [--config broker.conf]
+
+Binds 127.0.0.1 unless ``--listen`` names another host; the NameServer listens
+on ``--listen`` (default 127.0.0.1:9876), the broker on ``--broker-port``
+(default 10911) of the same host. Prints one line when both are up; SIGTERM or
+SIGINT stops the servers and closes the store cleanly (flush, checkpoint).
+One server per store directory: a second one is refused (StoreLockedError);
+embedded readers and writers in other processes may use the store meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO
+
+from rocketspark.errors import ConfigError, RocketSparkError, StoreLockedError
+from rocketspark.remoting.connection import split_address
+from rocketspark.remoting.processors import serve
+from rocketspark.store.message_store import MessageStore
+
+__all__ = ["build_parser", "main", "run"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:9876"
+DEFAULT_BROKER_PORT = 10911
+LOCK_NAME = "rocketspark-serve.lock"  # under the store's config/ directory
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rocketspark serve",
+        description="Serve a rocketspark store as a RocketMQ NameServer and broker.",
+    )
+    p.add_argument("--store", help="store directory (default: $ROCKETSPARK_STORE)")
+    p.add_argument("--config", help="a broker.conf whose settings the store opens with")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        help=f"the NameServer's HOST:PORT (default {DEFAULT_LISTEN}); the broker binds the "
+        "same host",
+    )
+    p.add_argument(
+        "--broker-port",
+        type=int,
+        default=DEFAULT_BROKER_PORT,
+        help=f"the broker's port (default {DEFAULT_BROKER_PORT}; the NameServer's port: one "
+        "port serves both)",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+@contextmanager
+def serve_lock(root: str) -> Iterator[None]:
+    """Hold the store's serve lock: one server per store directory (StoreLockedError)."""
+    directory = os.path.join(root, "config")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreLockedError(
+                f"store {root} is already served by another rocketspark serve ({path} is locked)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def run(
+    store: MessageStore,
+    *,
+    host: str,
+    namesrv_port: int,
+    broker_port: int,
+    stop: threading.Event,
+    out: TextIO,
+) -> None:
+    """Serve ``store`` until ``stop`` is set; the caller closes the store."""
+    with (
+        serve_lock(store.root),
+        serve(store, host=host, namesrv_port=namesrv_port, broker_port=broker_port) as served,
+    ):
+        print(
+            f"serving {store.root}: NameServer {served.namesrv_address}, "
+            f"broker {store.config.broker_name} at {served.broker_address}",
+            file=out,
+            flush=True,
+        )
+        stop.wait()
+        log.info("stopping")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run ``serve`` with ``argv`` (without the subcommand); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    path = args.store or os.environ.get("ROCKETSPARK_STORE")
+    try:
+        host, port = split_address(args.listen)
+        if not 0 < args.broker_port < 65536:
+            raise ConfigError(f"--broker-port must be 1..65535, got {args.broker_port}")
+        if path is None and args.config is None:
+            raise ConfigError("give the store directory with --store (or $ROCKETSPARK_STORE)")
+        stop = threading.Event()
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            # Records and msgIds name the store host brokerIP1:listenPort; clients reach a
+            # message's broker by its msgId, so that is the broker port.
+            with MessageStore.open(
+                path, config_file=args.config, listenPort=args.broker_port
+            ) as store:
+                run(
+                    store,
+                    host=host,
+                    namesrv_port=port,
+                    broker_port=args.broker_port,
+                    stop=stop,
+                    out=out,
+                )
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    except (RocketSparkError, OSError) as e:
+        print(f"rocketspark serve: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,484 @@
+"""The NameServer and broker requests over a store: our remoting client against ``serve``.
+
+Each test serves a store made in ``tmp_path`` on free ports and talks to it with
+RemotingClient (requests one by one) and RemoteClient (the ``nameServer``
+backend of the Client interface).
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rocketspark.client import ClientRef
+from rocketspark.client.remote import RemoteClient
+from rocketspark.message.model import Message, MessageQueue
+from rocketspark.message.names import SubscriptionExpression
+from rocketspark.message.record import decode_record
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.client import RemotingClient
+from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode
+from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.connection import Connection
+from rocketspark.remoting.processors import Served, serve
+from rocketspark.store.message_store import MessageStore
+
+
+def _topic(prefix: str = "serve") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def broker_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path, broker_port: int):
+    # msgIds name the store host brokerIP1:listenPort: the broker port, as serve runs it
+    with MessageStore.open(str(tmp_path / "store"), listenPort=broker_port) as s:
+        yield s
+
+
+@pytest.fixture
+def served(store: MessageStore, broker_port: int):
+    with serve(store, namesrv_port=0, broker_port=broker_port) as srv:
+        yield srv
+
+
+@pytest.fixture
+def remoting(served: Served):
+    client = RemotingClient(served.namesrv_address, timeout=10)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def remote(served: Served):
+    client = RemoteClient(ClientRef("cluster", served.namesrv_address))
+    yield client
+    client.close()
+
+
+def _records(body: bytes | memoryview | None) -> list:
+    out = []
+    data = bytes(body or b"")
+    pos = 0
+    while pos < len(data):
+        msg = decode_record(data, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+def _pull_request(
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    max_nums: int = 32,
+    suspend_ms: int = 0,
+    expression: str = "*",
+) -> RemotingCommand:
+    flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_ms else 0)
+    header = h.PullMessageRequestHeader(
+        consumer_group="g",
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_nums,
+        sys_flag=flag,
+        commit_offset=0,
+        suspend_timeout_millis=suspend_ms,
+        subscription=expression,
+        sub_version=0,
+        expression_type="TAG",
+    )
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+
+
+def test_routes_name_the_broker_port(store: MessageStore, remoting: RemotingClient, served: Served):
+    topic = _topic()
+    store.create_topic(topic, 3)
+    route = remoting.route(topic)
+    assert [q.broker_name for q in route.queue_datas] == [store.config.broker_name]
+    assert route.queue_datas[0].read_queues == 3
+    assert route.masters() == {store.config.broker_name: served.broker_address}
+    assert served.broker_address != served.namesrv_address
+    assert topic in remoting.topic_list()
+    assert remoting.brokers() == {store.config.broker_name: {0: served.broker_address}}
+    assert not remoting.has_topic(_topic("missing"))
+
+
+def test_create_send_pull_offsets(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    info = remote.create_topic(topic, queues=2)
+    assert info.read_queue_nums == 2
+    assert store.topic(topic).read_queue_nums == 2
+    mqs = remote.queues(topic)
+    assert [mq.queue_id for mq in mqs] == [0, 1]
+    msgs = [
+        Message(topic, f"body-{i}".encode(), tags="TagA", keys=(f"k{i}",), queue_id=0)
+        for i in range(5)
+    ]
+    results = remote.put_batch(msgs)
+    assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
+    mq = mqs[0]
+    assert (remote.min_offset(mq), remote.max_offset(mq)) == (0, 5)
+    # What the server stored is what the embedded store reads.
+    pulled = store.pull(topic, 0, 0, 10)
+    assert [m.body for m in pulled.messages] == [f"body-{i}".encode() for i in range(5)]
+    assert [m.tags for m in pulled.messages] == ["TagA"] * 5
+    assert [list(m.keys) for m in pulled.messages] == [[f"k{i}"] for i in range(5)]
+    # And the remote read gives the same rows.
+    batches, next_offset = remote.read_batches(mq, 0, 5)
+    assert next_offset == 5
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [bytes(r["body"]) for r in rows] == [f"body-{i}".encode() for i in range(5)]
+    # Consumer offsets.
+    group = _topic("group")
+    assert remote.committed_offset(group, mq) is None
+    remote.commit_offsets(group, {mq: 3})
+    assert remote.committed_offset(group, mq) == 3
+    assert store.committed_offset(group, topic, 0) == 3
+    # By time.
+    assert remote.offset_for_timestamp(mq, 0) == 0
+    assert remote.offset_for_timestamp(mq, int(time.time() * 1000) + 60_000) == 5
+
+
+def test_send_single_v1_and_v2(remoting: RemotingClient, store: MessageStore) -> None:
+    topic = _topic()
+    store.create_topic(topic, 1)
+    mq = MessageQueue(topic, store.config.broker_name, 0)
+    answer = remoting.send(
+        mq,
+        b"hello",
+        producer_group="pg",
+        properties="TAGS\x01t1\x02KEYS\x01a b\x02UNIQ_KEY\x01ABCDEF0123\x02",
+        born_timestamp=123,
+    )
+    assert answer.queue_offset == 0
+    msg = store.pull(topic, 0, 0, 1).messages[0]
+    assert (msg.body, msg.tags, list(msg.keys), msg.uniq_key) == (
+        b"hello",
+        "t1",
+        ["a", "b"],
+        "ABCDEF0123",
+    )
+    assert msg.born_timestamp == 123
+    assert answer.offset_msg_id == msg.msg_id
+
+
+def test_pull_answers_statuses(remoting: RemotingClient, store: MessageStore, served: Served):
+    topic = _topic()
+    store.create_topic(topic, 1)
+    with Connection(served.broker_address) as conn:
+        empty = conn.invoke(_pull_request(topic, 0, 0), 5)
+        assert empty.code == ResponseCode.PULL_NOT_FOUND
+        assert empty.ext_fields["nextBeginOffset"] == "0"
+        store.put_batch([Message(topic, b"x%d" % i, tags="A" if i % 2 else "B") for i in range(6)])
+        found = conn.invoke(_pull_request(topic, 0, 1, max_nums=2), 5)
+        assert found.code == ResponseCode.SUCCESS
+        assert [m.body for m in _records(found.body)] == [b"x1", b"x2"]
+        assert found.ext_fields["nextBeginOffset"] == "3"
+        assert (found.ext_fields["minOffset"], found.ext_fields["maxOffset"]) == ("0", "6")
+        tagged = conn.invoke(_pull_request(topic, 0, 0, expression="A"), 5)
+        assert [m.body for m in _records(tagged.body)] == [b"x1", b"x3", b"x5"]
+        at_end = conn.invoke(_pull_request(topic, 0, 6), 5)
+        assert at_end.code == ResponseCode.PULL_NOT_FOUND
+        beyond = conn.invoke(_pull_request(topic, 0, 60), 5)
+        assert beyond.code == ResponseCode.PULL_OFFSET_MOVED
+        assert beyond.ext_fields["nextBeginOffset"] == "6"
+        unmatched = conn.invoke(_pull_request(topic, 0, 4, expression="Z"), 5)
+        assert unmatched.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+        assert unmatched.ext_fields["nextBeginOffset"] == "6"
+        missing = conn.invoke(_pull_request(_topic("missing"), 0, 0), 5)
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_send_to_missing_topic(remoting: RemotingClient, store: MessageStore) -> None:
+    mq = MessageQueue(_topic("missing"), store.config.broker_name, 0)
+    from rocketspark.errors import RemotingCommandError
+
+    with Connection(remoting.broker_master(store.config.broker_name)) as conn:
+        header = h.SendMessageRequestHeader(
+            producer_group="pg", topic=mq.topic, queue_id=0, born_timestamp=1
+        ).to_v2()
+        r = conn.invoke(
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), body=b"x"),
+            5,
+        )
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST
+    assert RemotingCommandError  # the client raises it for such answers
+
+
+def test_long_poll_woken_by_a_put(store: MessageStore, served: Served) -> None:
+    topic = _topic()
+    store.create_topic(topic, 2)
+    with Connection(served.broker_address) as conn:
+        held = conn.invoke_async(_pull_request(topic, 0, 0, suspend_ms=10_000), 15)
+        other = conn.invoke_async(_pull_request(topic, 1, 0, suspend_ms=300), 15)
+        deadline = time.monotonic() + 5
+        while served.broker.holds.held < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not held.done()
+        started = time.monotonic()
+        store.put(Message(topic, b"wake", queue_id=0))
+        answer = held.result(5)
+        woke = time.monotonic() - started
+        assert answer.code == ResponseCode.SUCCESS
+        assert [m.body for m in _records(answer.body)] == [b"wake"]
+        assert woke < 1.0, woke
+        # The pull of the other queue was not woken by it: it times out empty.
+        timed_out = other.result(5)
+        assert timed_out.code == ResponseCode.PULL_NOT_FOUND
+    assert served.broker.holds.held == 0
+
+
+def _put_from_another_process(root: str, topic: str) -> None:
+    with MessageStore.open(root) as s:
+        s.put(Message(topic, b"from afar", queue_id=0))
+
+
+def test_long_poll_woken_by_another_process(store: MessageStore, served: Served) -> None:
+    topic = _topic()
+    store.create_topic(topic, 1)
+    with Connection(served.broker_address) as conn:
+        held = conn.invoke_async(_pull_request(topic, 0, 0, suspend_ms=20_000), 30)
+        deadline = time.monotonic() + 5
+        while served.broker.holds.held < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        ctx = multiprocessing.get_context("spawn")
+        p = ctx.Process(target=_put_from_another_process, args=(store.root, topic))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        answer = held.result(5)
+        assert answer.code == ResponseCode.SUCCESS
+        assert [m.body for m in _records(answer.body)] == [b"from afar"]
+
+
+def test_held_pull_of_a_closed_connection_is_dropped(store: MessageStore, served: Served) -> None:
+    topic = _topic()
+    store.create_topic(topic, 1)
+    conn = Connection(served.broker_address)
+    conn.invoke_async(_pull_request(topic, 0, 0, suspend_ms=20_000), 30)
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    conn.close()
+    store.put(Message(topic, b"nobody", queue_id=0))
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert served.broker.holds.held == 0
+    with Connection(served.broker_address) as again:
+        assert again.invoke(_pull_request(topic, 0, 0), 5).code == ResponseCode.SUCCESS
+
+
+def test_remote_reader_waits_for_new_messages(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    remote.create_topic(topic, queues=1)
+    (mq,) = remote.queues(topic)
+    got: list = []
+
+    def read() -> None:
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            batches, _ = remote.read_batches(mq, 0, remote.max_offset(mq))
+            got.extend(r for b in batches for r in b.to_pylist())
+            time.sleep(0.01)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.05)
+    store.put(Message(topic, b"later", queue_id=0))
+    t.join(15)
+    assert [bytes(r["body"]) for r in got] == [b"later"]
+
+
+def test_heartbeat_and_consumer_list(remoting: RemotingClient, served: Served) -> None:
+    import json
+
+    body = json.dumps(
+        {
+            "clientID": "10.0.0.1@1",
+            "consumerDataSet": [{"groupName": "cg1", "subscriptionDataSet": []}],
+            "producerDataSet": [{"groupName": "pg1"}],
+        }
+    ).encode()
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 5)
+        assert r.code == ResponseCode.SUCCESS
+        ask = h.GetConsumerListByGroupRequestHeader(consumer_group="cg1")
+        r = conn.invoke(
+            RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask.to_ext_fields()), 5
+        )
+        assert json.loads(bytes(r.body or b""))["consumerIdList"] == ["10.0.0.1@1"]
+    # Gone with its connection.
+    deadline = time.monotonic() + 5
+    while served.broker_server.channels and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(
+            RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ask.to_ext_fields()), 5
+        )
+        assert r.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_one_port_serves_both(store: MessageStore) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with serve(store, namesrv_port=port, broker_port=port) as srv:
+        assert srv.namesrv_address == srv.broker_address
+        client = RemoteClient(ClientRef("cluster", srv.namesrv_address))
+        try:
+            topic = _topic()
+            client.create_topic(topic, queues=1)
+            client.put_batch([Message(topic, b"one")])
+            (mq,) = client.queues(topic)
+            assert client.max_offset(mq) == 1
+        finally:
+            client.close()
+
+
+def test_long_poll_wake_up_latency(store: MessageStore, served: Served) -> None:
+    """A held pull answers soon after a put reaches its queue (the goal: p99 under 5 ms;
+    asserted loosely here, as tests share the machine)."""
+    topic = _topic()
+    store.create_topic(topic, 1)
+    waits = []
+    with Connection(served.broker_address) as conn:
+        for i in range(100):
+            future = conn.invoke_async(_pull_request(topic, 0, i, suspend_ms=10_000), 15)
+            deadline = time.monotonic() + 5
+            while served.broker.holds.held < 1 and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            store.put(Message(topic, b"x", queue_id=0))
+            put_done = time.monotonic()
+            assert future.result(5).code == ResponseCode.SUCCESS
+            waits.append(time.monotonic() - put_done)
+    waits.sort()
+    p99 = waits[98]
+    assert p99 < 0.05, f"p50 {waits[50] * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms"
+
+
+def test_delayed_message_delivered_by_the_server(tmp_path: Path) -> None:
+    fast = " ".join(["1s"] * 18)
+    with MessageStore.open(str(tmp_path / "delayed"), messageDelayLevel=fast) as store:
+        with serve(store, namesrv_port=0, broker_port=0) as srv:
+            topic = _topic()
+            store.create_topic(topic, 1)
+            client = RemotingClient(srv.namesrv_address, timeout=10)
+            try:
+                mq = MessageQueue(topic, store.config.broker_name, 0)
+                sent = time.monotonic()
+                client.send(
+                    mq,
+                    b"later",
+                    producer_group="pg",
+                    properties="DELAY\x012\x02TAGS\x01d\x02",
+                    born_timestamp=int(time.time() * 1000),
+                )
+                assert store.max_offset(topic, 0) == 0  # not yet
+                with Connection(srv.broker_address) as conn:
+                    answer = conn.invoke(_pull_request(topic, 0, 0, suspend_ms=10_000), 15)
+                waited = time.monotonic() - sent
+                assert answer.code == ResponseCode.SUCCESS
+                (msg,) = _records(answer.body)
+                assert (msg.body, msg.tags) == (b"later", "d")
+                assert 0.8 < waited < 5, waited
+            finally:
+                client.close()
+
+
+def test_remote_prepare_commit_and_rollback(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    remote.create_topic(topic, queues=1)
+    group = _topic("txgroup")
+    committed = remote.prepare_batch(
+        [Message(topic, b"c%d" % i, queue_id=0) for i in range(3)], producer_group=group
+    )
+    rolled = remote.prepare_batch([Message(topic, b"r", queue_id=0)], producer_group=group)
+    assert store.max_offset(topic, 0) == 0
+    assert len(store.open_transactions(group)) == 4
+    remote.end_transactions(remote.halves(committed, producer_group=group), commit=True)
+    remote.end_transactions(remote.halves(rolled, producer_group=group), commit=False)
+    deadline = time.monotonic() + 10
+    while store.open_transactions(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.open_transactions(group) == []
+    assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"c0", b"c1", b"c2"]
+
+
+def test_remote_lock_is_exclusive(served: Served) -> None:
+    first = RemoteClient(ClientRef("cluster", served.namesrv_address))
+    second = RemoteClient(ClientRef("cluster", served.namesrv_address))
+    order: list[str] = []
+    try:
+        with first.lock("job"):
+            t = threading.Thread(target=lambda: _hold(second, order))
+            t.start()
+            time.sleep(0.5)
+            order.append("first done")
+        t.join(10)
+        assert order == ["first done", "second held"]
+    finally:
+        first.close()
+        second.close()
+
+
+def _hold(client: RemoteClient, order: list[str]) -> None:
+    with client.lock("job"):
+        order.append("second held")
+
+
+def test_read_raw_views_the_mapped_segment(store: MessageStore) -> None:
+    topic = _topic()
+    store.create_topic(topic, 2)
+    other = _topic()
+    store.create_topic(other, 1)
+    store.put_batch([Message(topic, b"a%d" % i, tags="A", queue_id=0) for i in range(3)])
+    store.put(Message(other, b"between", queue_id=0))
+    store.put_batch([Message(topic, b"b%d" % i, tags="B", queue_id=0) for i in range(3)])
+    read = store.read_raw(topic, 0, 0, 32, 1 << 20)
+    # Two runs of adjacent records (the other topic's record lies between them).
+    assert len(read.parts) == 2 and read.count == 6
+    assert all(isinstance(p.obj, mmap.mmap) for p in read.parts)  # views, not copies
+    assert [m.body for m in _records(b"".join(read.parts))] == [
+        b"a0",
+        b"a1",
+        b"a2",
+        b"b0",
+        b"b1",
+        b"b2",
+    ]
+    assert (read.next_offset, read.min_offset, read.max_offset) == (6, 0, 6)
+    tagged = store.read_raw(topic, 0, 0, 32, 1 << 20, SubscriptionExpression("B").codes)
+    assert [m.body for m in _records(b"".join(tagged.parts))] == [b"b0", b"b1", b"b2"]
+    one_size = store.pull(topic, 0, 0, 1).messages[0].store_size
+    capped = store.read_raw(topic, 0, 1, 32, one_size * 2)
+    assert (capped.count, capped.next_offset) == (2, 3)
+    assert store.read_raw(topic, 0, 6, 32, 1 << 20).status.name == "NO_NEW_MSG"
+    assert store.read_raw(topic, 1, 0, 32, 1 << 20).status.name == "NO_NEW_MSG"
+
+
+def test_messages_by_id_and_key(remote: RemoteClient, store: MessageStore) -> None:
+    topic = _topic()
+    remote.create_topic(topic, queues=1)
+    (result,) = remote.put_batch([Message(topic, b"find me", keys=("needle",))])
+    msg = remote.get_message(result.msg_id)
+    assert (msg.body, list(msg.keys)) == (b"find me", ["needle"])
+    found = remote.query_by_key(topic, "needle")
+    assert [m.body for m in found] == [b"find me"]
+    assert remote.query_by_key(topic, "nothing") == []
