@@ -411,8 +411,13 @@ class Connection:
                 ),
             )
 
-    def _drop(self, sock: socket.socket, reason: str) -> None:
-        """Forget ``sock`` and fail every request in flight on it."""
+    def _drop(self, sock: socket.socket, reason: str, *, by_reader: bool = False) -> None:
+        """Forget ``sock`` and fail every request in flight on it.
+
+        Only its reader thread closes the socket (``by_reader``), once its ``recv`` has
+        returned: others shut it down, which wakes the reader. A socket closed while its
+        reader waits in ``recv`` frees the descriptor, which the next socket this process
+        opens may get, and the reader would then read that socket's bytes."""
         with self._lock:
             if self._sock is sock:
                 self._sock = None
@@ -422,7 +427,8 @@ class Connection:
             sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
         except OSError:
             pass
-        sock.close()
+        if by_reader:
+            sock.close()
         for pending in failed:
             _fail(
                 pending.future,
@@ -485,7 +491,7 @@ class Connection:
             reason = f"reader failed: {e!r}"
             log.exception("closing the connection to %s", self._address)
         finally:
-            self._drop(sock, reason)
+            self._drop(sock, reason, by_reader=True)
 
     def _recv_some(self, sock: socket.socket, view: memoryview, at: int) -> int:
         """Receive what there is (at least a byte) into ``view[at:]``; 0 at the end of stream."""
