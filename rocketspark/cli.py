@@ -786,6 +786,14 @@ def build_parser() -> argparse.ArgumentParser:
         "has no broker daemon to do it).",
     ).set_defaults(func=cmd_schedule_run)
 
+    # serve has a parser of its own (cli_serve): its arguments are handed over as they are
+    serve = sub.add_parser(
+        "serve",
+        help="serve a store as a RocketMQ NameServer and broker (see serve --help)",
+        add_help=False,
+    )
+    serve.set_defaults(func=cmd_serve)
+
     st = sub.add_parser("store", help="check, recover or clean a store directory")
     stsub = st.add_subparsers(dest="action", required=True, metavar="ACTION")
     store_dir = "the store directory (default: --store, $ROCKETSPARK_STORE)"
@@ -837,9 +845,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def cmd_serve(args, out) -> int:
+    from rocketspark import cli_serve
+
+    argv = list(args.serve_args)
+    if args.store and "--store" not in argv:  # rocketspark --store DIR serve ...
+        argv = ["--store", args.store, *argv]
+    if args.config and "--config" not in argv:
+        argv = ["--config", args.config, *argv]
+    return cli_serve.main(argv, out)
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        args.serve_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if getattr(args, "start", None) == "group" and not args.group:
         parser.error("tail --from group needs --group")
     out = out or sys.stdout

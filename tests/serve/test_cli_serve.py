@@ -35,9 +35,10 @@ def _start(store: Path, ns: int, broker: int) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "rocketspark.cli_serve",
+            "rocketspark.cli",  # the rocketspark command: --store before serve is its option
             "--store",
             str(store),
+            "serve",
             "--listen",
             f"127.0.0.1:{ns}",
             "--broker-port",
