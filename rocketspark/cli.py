@@ -331,6 +331,9 @@ def cmd_tail(args, out) -> int:
 
         def commit() -> None:
             if uncommitted:
+                # What is committed must have been written: lines still in stdout's buffer
+                # (a pipe or a file) are not yet seen, and a failed flush commits nothing.
+                out.flush()
                 store.commit_offsets(args.group, uncommitted)
                 uncommitted.clear()
 

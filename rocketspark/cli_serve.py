@@ -35,12 +35,21 @@ log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9876"
 DEFAULT_BROKER_PORT = 10911
 LOCK_NAME = "rocketspark-serve.lock"  # under the store's config/ directory
+EXIT_STATUS = """\
+exit status:
+  0    stopped by SIGTERM or Ctrl-C, cleanly (flushed, checkpointed)
+  2    bad usage or input: a wrong option or address, no store directory, a store
+       another rocketspark serve serves already, an address in use"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rocketspark serve",
-        description="Serve a rocketspark store as a RocketMQ NameServer and broker.",
+        description="Serve a rocketspark store as a RocketMQ NameServer and broker, bound to "
+        "127.0.0.1 unless --listen names another address. Every request is served: there is "
+        "no ACL yet, so bind other addresses only on a network you trust.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", help="store directory (default: $ROCKETSPARK_STORE)")
     p.add_argument("--config", help="a broker.conf whose settings the store opens with")
@@ -57,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the broker's port (default {DEFAULT_BROKER_PORT}; the NameServer's port: one "
         "port serves both)",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="what the server logs on stderr (default INFO)",
+    )
     return p
 
 

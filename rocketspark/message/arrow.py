@@ -285,7 +285,7 @@ def record_positions(buffer: Any, *, what: str = "pull answer") -> tuple[np.ndar
     if n < 4:
         raise CorruptRecordError(f"{what}: {n} bytes are not a record")
     first = int.from_bytes(buf[:4].tobytes(), "big", signed=True)
-    if first > 0 and n % first == 0:
+    if first >= 4 and n % first == 0:  # (smaller: not a record; the walk below says so)
         starts = np.arange(0, n, first, dtype=np.int64)
         sizes = gather_items(buf, starts, np.dtype(">i4")).astype(np.int64)
         if bool(np.all(sizes == first)):

@@ -138,7 +138,12 @@ class AwaitedResponse:
     def result(self) -> RemotingCommand:
         """The response; raises RemotingTimeoutError when none came within the timeout,
         RemotingConnectError when the connection died first."""
-        if not self._done.acquire(timeout=self._timeout):
+        try:
+            answered = self._done.acquire(timeout=max(self._timeout, 0.0))
+        except BaseException:  # interrupted (Ctrl-C): give the request up, as cancel() does
+            self._expire(self._opaque)
+            raise
+        if not answered:
             self._expire(self._opaque)  # fails it, unless a response won the race
             self._done.acquire()
         self._done.release()  # open for good: another result() returns at once
@@ -428,7 +433,8 @@ class Connection:
         except OSError:
             pass
         if by_reader:
-            sock.close()
+            with self._write_lock:  # no writer is inside sendmsg on this descriptor
+                sock.close()
         for pending in failed:
             _fail(
                 pending.future,

@@ -28,7 +28,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,7 @@ from rocketspark.message.model import (
 from rocketspark.message.names import SubscriptionExpression, validate_group
 from rocketspark.message.properties import decode_properties
 from rocketspark.message.record import decompress_body
-from rocketspark.message.results import PullStatus
+from rocketspark.message.results import PullStatus, PutResult, PutStatus
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.codes import MQ_VERSION, PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
@@ -126,6 +126,16 @@ def _ok(
     request: RemotingCommand, header: h.Header | None = None, body: bytes | None = None
 ) -> RemotingCommand:
     return _answer(request, ResponseCode.SUCCESS, None, header, body)
+
+
+def _put_code(results: Sequence[PutResult]) -> int:
+    """SUCCESS, or FLUSH_DISK_TIMEOUT when a SYNC_FLUSH put was stored but its flush timed
+    out (the store reports it in the results' status, as RocketMQ's PutMessageStatus):
+    the answer keeps the header, as SendMessageProcessor's does, and the producer hears
+    that the message may not be on disk."""
+    if any(r.status is PutStatus.FLUSH_DISK_TIMEOUT for r in results):
+        return ResponseCode.FLUSH_DISK_TIMEOUT
+    return ResponseCode.SUCCESS
 
 
 def _json(obj: Any) -> bytes:
@@ -334,8 +344,10 @@ class BrokerProcessors:
                 first = halves[0]
                 # The queue asked for, the half queue's offset (END_TRANSACTION's
                 # tranStateTableOffset), the half's id: as SendMessageProcessor answers.
-                return _ok(
+                return _answer(
                     request,
+                    _put_code(halves),
+                    None,
                     h.SendMessageResponseHeader(
                         msg_id=first.msg_id,
                         queue_id=header.queue_id,
@@ -361,8 +373,10 @@ class BrokerProcessors:
         except (DiskFullError, StoreClosedError) as e:
             return _answer(request, ResponseCode.SERVICE_NOT_AVAILABLE, str(e))
         first = results[0]
-        return _ok(
+        return _answer(
             request,
+            _put_code(results),
+            None,
             h.SendMessageResponseHeader(
                 msg_id=",".join(r.msg_id for r in results) if len(results) > 1 else first.msg_id,
                 queue_id=first.queue_id,
@@ -467,8 +481,28 @@ class BrokerProcessors:
         codes = None if sub.matches_all else sub.codes
         max_msgs = max(1, min(header.max_msg_nums, MAX_PULL_MESSAGES))
         max_bytes = min(header.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
-        if header.sys_flag & PullSysFlag.COMMIT_OFFSET and header.commit_offset >= 0:
-            self.store.commit_offset(header.consumer_group, topic, queue_id, header.commit_offset)
+        # The consumer's offset rides on the pull, committed once: not when a held pull
+        # runs again (may_suspend False), by when the group may have committed further
+        # (RocketMQ commits only when the broker may suspend). A commit that fails does
+        # not fail the pull: the consumer commits again with its next one.
+        if (
+            may_suspend
+            and header.sys_flag & PullSysFlag.COMMIT_OFFSET
+            and header.commit_offset >= 0
+        ):
+            try:
+                self.store.commit_offset(
+                    header.consumer_group, topic, queue_id, header.commit_offset
+                )
+            except RocketSparkError as e:
+                log.warning(
+                    "pull of %s/%d: the offset %d of group %s riding on it was not committed: %s",
+                    topic,
+                    queue_id,
+                    header.commit_offset,
+                    header.consumer_group,
+                    e,
+                )
         try:
             read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
         except OffsetOutOfRangeError as e:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocketspark.errors import CorruptRecordError
 from rocketspark.message.arrow import (
     ARROW_SCHEMA,
     COLUMN_NAMES,
@@ -19,6 +20,7 @@ from rocketspark.message.arrow import (
     _parse_properties,
     _parse_uniform,
     messages_to_batch,
+    record_positions,
 )
 from rocketspark.message.properties import decode_properties
 from rocketspark.store import Message, MessageStore
@@ -427,3 +429,10 @@ def test_keys_texts_split_as_the_record_decoder_splits_them(texts):
 
     got = _split_keys(pa.array(texts, pa.string()), len(texts)).to_pylist()
     assert got == [None if t is None else [k for k in t.split(" ") if k] for t in texts]
+
+
+@pytest.mark.parametrize("data", [b"\0\0\0\x02" * 2, b"\0\0\0\x01" * 4, b"\0\0\0\x03" * 3])
+def test_sizes_smaller_than_their_own_field_are_corrupt_records(data):
+    # (a size of 1-3 that divides the answer once reached a gather past its end)
+    with pytest.raises(CorruptRecordError, match="pull answer: record"):
+        record_positions(data)

@@ -22,12 +22,13 @@ from rocketspark.client.remote import RemoteClient
 from rocketspark.message.model import Message, MessageQueue
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.record import decode_record
+from rocketspark.message.results import PutResult, PutStatus
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.client import RemotingClient
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection
-from rocketspark.remoting.processors import Served, serve
+from rocketspark.remoting.processors import Served, _put_code, serve
 from rocketspark.store.message_store import MessageStore
 
 
@@ -482,3 +483,12 @@ def test_messages_by_id_and_key(remote: RemoteClient, store: MessageStore) -> No
     found = remote.query_by_key(topic, "needle")
     assert [m.body for m in found] == [b"find me"]
     assert remote.query_by_key(topic, "nothing") == []
+
+
+def test_a_put_whose_sync_flush_timed_out_is_answered_flush_disk_timeout():
+    def result(status: PutStatus) -> PutResult:
+        return PutResult(status, "t", 0, 0, 0, "id", "uniq", 0, 0, "broker-a")
+
+    assert _put_code([result(PutStatus.PUT_OK)] * 2) == ResponseCode.SUCCESS
+    flushed_late = [result(PutStatus.PUT_OK), result(PutStatus.FLUSH_DISK_TIMEOUT)]
+    assert _put_code(flushed_late) == ResponseCode.FLUSH_DISK_TIMEOUT
