@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,16 +44,20 @@ from rocketspark.remoting.codes import (
 )
 
 __all__ = [
+    "IOV_MAX",
     "MAX_FRAME_SIZE",
     "Body",
     "RemotingCommand",
     "decode_payload",
+    "drop_sent",
     "frame_length",
 ]
 
 # NettyDecoder's FRAME_MAX_LENGTH: the whole frame, the LENGTH field included.
 MAX_FRAME_SIZE = 16 * 1024 * 1024
 MAX_HEADER_LENGTH = 0xFFFFFF  # 24 bits of MARKER
+# The most buffers one sendmsg / writev takes (the kernel's iovec limit, 1024 on Linux).
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 LENGTH = struct.Struct(">i")
 PREFIX = struct.Struct(
@@ -234,6 +239,19 @@ def _language_name(language: int) -> str:
         return LanguageCode(language).name
     except ValueError:
         return str(language)
+
+
+def drop_sent(views: list[memoryview], sent: int) -> None:
+    """Remove the first ``sent`` bytes from ``views`` (what a sendmsg / writev of frames'
+    buffers wrote): whole views dropped, the first one left cut where the write stopped."""
+    while sent:
+        first = len(views[0])
+        if sent >= first:
+            sent -= first
+            views.pop(0)
+        else:
+            views[0] = views[0][sent:]
+            sent = 0
 
 
 def frame_length(prefix: Body) -> int:

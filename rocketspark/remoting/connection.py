@@ -46,7 +46,14 @@ from rocketspark.errors import (
     RemotingTimeoutError,
 )
 from rocketspark.remoting.codes import ResponseCode, RpcFlag, request_name, response_name
-from rocketspark.remoting.command import Body, RemotingCommand, decode_payload, frame_length
+from rocketspark.remoting.command import (
+    IOV_MAX,
+    Body,
+    RemotingCommand,
+    decode_payload,
+    drop_sent,
+    frame_length,
+)
 
 __all__ = [
     "AwaitedResponse",
@@ -68,8 +75,6 @@ DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds without progress before a send gives the connection up
 HANDLER_THREADS = 4
 _PREFIX_SIZE = 4
-# The most buffers one sendmsg takes (the kernel's iovec limit, 1024 on Linux).
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
 _MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 
@@ -578,15 +583,7 @@ def _next_chunk(
 def _send_all(sock: socket.socket, buffers: list[Body]) -> None:
     views = [memoryview(b).cast("B") for b in buffers]
     while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])  # more buffers a call: EMSGSIZE
-        while sent:
-            first = len(views[0])
-            if sent >= first:
-                sent -= first
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        drop_sent(views, sock.sendmsg(views[:IOV_MAX]))  # more buffers a call: EMSGSIZE
 
 
 def _fail(future: Future[RemotingCommand] | AwaitedResponse, error: BaseException) -> None:

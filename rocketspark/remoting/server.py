@@ -43,11 +43,13 @@ from typing import Any
 from rocketspark.errors import RemotingConnectError, RemotingFrameError, RemotingTimeoutError
 from rocketspark.remoting.codes import ResponseCode, RpcFlag
 from rocketspark.remoting.command import (
+    IOV_MAX,
     LENGTH,
     MAX_FRAME_SIZE,
     Body,
     RemotingCommand,
     decode_payload,
+    drop_sent,
     frame_length,
 )
 
@@ -67,7 +69,6 @@ DEFAULT_SEND_TIMEOUT = 30.0  # seconds a write may make no progress before the p
 _PREFIX_SIZE = LENGTH.size
 _CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
 _MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _ACCEPT_POLL = 0.2  # seconds between checks of the stop flag while accepting
 
 
@@ -625,29 +626,14 @@ def _send_now(sock: socket.socket, buffers: list[Body]) -> list[memoryview]:
     fd = sock.fileno()
     while views:
         try:
-            sent = os.writev(fd, views[:_IOV_MAX])
+            sent = os.writev(fd, views[:IOV_MAX])
         except BlockingIOError:
             return views
-        while sent:
-            first = len(views[0])
-            if sent >= first:
-                sent -= first
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        drop_sent(views, sent)
     return views
 
 
 def _send_views(sock: socket.socket, views: list[memoryview]) -> None:
     """Send every view, waiting for the socket (its timeout bounds a wait without progress)."""
     while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])
-        while sent:
-            first = len(views[0])
-            if sent >= first:
-                sent -= first
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        drop_sent(views, sock.sendmsg(views[:IOV_MAX]))
