@@ -34,7 +34,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from rocketspark.message.arrow import ARROW_SCHEMA
 from rocketspark.message.model import (
     Message,
     MessageExt,
@@ -44,6 +43,7 @@ from rocketspark.message.model import (
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group
 from rocketspark.message.results import Halves, PutResult
+from rocketspark.message.schema import ARROW_SCHEMA
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa

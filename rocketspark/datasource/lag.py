@@ -81,6 +81,8 @@ def lag(progress: Any) -> SourceLag | None:
             continue
         found = True
         for mq, last in latest.items():
+            # A queue new since the batch was planned is not in its endOffset: the
+            # source reads new queues from their earliest offset, 0 for a new queue.
             behind = max(0, last - end.get(mq, 0))
             total[mq] = total.get(mq, 0) + behind
     if not found:

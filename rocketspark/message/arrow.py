@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketspark.errors import ConfigError, CorruptRecordError
+from rocketspark.errors import CorruptRecordError
 from rocketspark.message.byte_gather import gather_items
 from rocketspark.message.model import (
     KEY_SEPARATOR,
@@ -63,32 +63,7 @@ from rocketspark.message.record import (
     decode_record,
     header_mismatch,
 )
-
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-# Field names as the Spark data source exposes them; every field nullable.
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("brokerName", pa.string()),
-        pa.field("queueId", pa.int32()),
-        pa.field("queueOffset", pa.int64()),
-        pa.field("msgId", pa.string()),
-        pa.field("uniqKey", pa.string()),
-        pa.field("tags", pa.string()),
-        pa.field("keys", pa.list_(pa.string())),
-        pa.field("body", pa.binary()),
-        pa.field("properties", pa.map_(pa.string(), pa.string())),
-        pa.field("bornTimestamp", TIMESTAMP),
-        pa.field("storeTimestamp", TIMESTAMP),
-        pa.field("bornHost", pa.string()),
-        pa.field("storeHost", pa.string()),
-        pa.field("reconsumeTimes", pa.int32()),
-        pa.field("commitLogOffset", pa.int64()),
-        pa.field("flag", pa.int32()),
-        pa.field("sysFlag", pa.int32()),
-    ]
-)
+from rocketspark.message.schema import ARROW_SCHEMA, COLUMN_NAMES, TIMESTAMP, row_schema
 
 HEADER_DTYPE = HEADER_V4_DTYPE  # the fixed part of a v1/v2 record with IPv4 hosts
 assert HEADER_DTYPE.itemsize == HEADER_V4.size
@@ -99,23 +74,8 @@ _PROPERTIES_LENGTH = np.dtype(">u2")  # PROPERTIESLENGTH, after the topic
 _SLOW_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6 | SysFlag.COMPRESSED)
 
 
-COLUMN_NAMES = tuple(ARROW_SCHEMA.names)
 # The columns read from the properties: a read that wants none of them parses none.
 PROPERTY_COLUMNS = frozenset(("uniqKey", "tags", "keys", "properties"))
-
-
-@lru_cache(maxsize=64)
-def row_schema(columns: tuple[str, ...] | None = None) -> pa.Schema:
-    """The row schema of ``columns`` (names of :data:`ARROW_SCHEMA`, in that order;
-    None: all of it). Raises ConfigError for a name that is not a column."""
-    if columns is None:
-        return ARROW_SCHEMA
-    unknown = [c for c in columns if c not in COLUMN_NAMES]
-    if unknown:
-        raise ConfigError(
-            f"no column {unknown[0]!r} in the row schema (columns: {', '.join(COLUMN_NAMES)})"
-        )
-    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
 
 
 def empty_batch(columns: tuple[str, ...] | None = None) -> pa.RecordBatch:

@@ -22,7 +22,8 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Never needed to plan a stream of an embedded store: the sink and its ledger, the
-# command line, dead letters, Delta, a cluster's client, pandas.
+# command line, dead letters, Delta, a cluster's client, pandas, and the decoder
+# (planning needs the row schema only: ``message.schema``).
 NOT_FOR_PLANNING = (
     "rocketspark.datasource.sink",
     "rocketspark.datasource.ledger",
@@ -33,6 +34,8 @@ NOT_FOR_PLANNING = (
     "rocketspark.session",
     "rocketspark.client.remote",
     "rocketspark.remoting",
+    "rocketspark.message.arrow",
+    "pyarrow.compute",
     "delta",
     "pandas",
 )
