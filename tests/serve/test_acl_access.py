@@ -19,8 +19,10 @@ from rocketspark.remoting.access import (
 from rocketspark.remoting.acl import Credentials
 from rocketspark.remoting.codes import RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.connection import Connection
 from rocketspark.remoting.plain_acl import Perm, parse_plain_acl
 from rocketspark.remoting.processors import BrokerIdentity, NameServerProcessors
+from rocketspark.remoting.server import Channel, RemotingServer
 
 SECRET = "secret-of-writer"
 ACL = f"""\
@@ -241,3 +243,39 @@ def test_a_one_way_refused_request_gets_the_response_the_server_drops(access: Ac
     )
     response = _check(access, oneway)
     assert response is not None and response.remark == "No permission for topic:closed"
+
+
+def test_the_server_answers_a_refused_request_without_dispatching_it(access: AccessControl):
+    served: list[int] = []
+
+    def processor(request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        served.append(request.code)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    codes = (RequestCode.SEND_MESSAGE_V2, RequestCode.UPDATE_CONSUMER_OFFSET)
+    srv = RemotingServer(port=0, name="acl-test", access=access)
+    srv.register(codes, processor)
+    with srv, Connection(srv.address) as conn:
+        refused = conn.invoke(
+            _request(RequestCode.SEND_MESSAGE_V2, {"b": "closed"}, b"x", WRITER), 5
+        )
+        assert (refused.code, refused.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "No permission for topic:closed",
+        )
+        # A refused one-way request gets no answer and is not served either.
+        conn.invoke_oneway(
+            _request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": "g", "topic": "closed"},
+                None,
+                WRITER,
+                flag=2,
+            )
+        )
+        ok = conn.invoke(_request(RequestCode.SEND_MESSAGE_V2, {"b": "orders"}, b"x", WRITER), 5)
+        assert ok.code == ResponseCode.SUCCESS
+        # Without a processor the code is not supported, whatever the ACL says (as RocketMQ).
+        unknown = conn.invoke(_request(RequestCode.GET_MAX_OFFSET, {"topic": "t"}), 5)
+        assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert served == [RequestCode.SEND_MESSAGE_V2]
