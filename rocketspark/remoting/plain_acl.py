@@ -54,7 +54,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
-from typing import Any
+from typing import Any, Literal
 
 from rocketspark.errors import AclFileError
 
@@ -127,7 +127,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 def _octet(text: str) -> int | None:
     text = text.strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         return None
     n = int(text)
     return n if 0 <= n <= 255 else None
@@ -143,7 +143,7 @@ class AddressPattern:
     """
 
     text: str
-    kind: str
+    kind: Literal["none", "all", "set", "range"]
     addresses: frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address] = frozenset()
     prefix: tuple[int, ...] = ()
     low: int = 0
@@ -218,6 +218,8 @@ class AddressPattern:
         ip = _ip(host)
         if ip is None:
             return False
+        if ip.version == 6 and ip.ipv4_mapped is not None:  # an IPv4 client of a dual-stack port
+            ip = ip.ipv4_mapped
         if kind == "set":
             return ip in self.addresses
         if ip.version != 4:
