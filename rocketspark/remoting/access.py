@@ -98,9 +98,9 @@ NAMESRV_CODES = frozenset(
 )
 # Trace messages are sent to this topic with PUB needed and no permission checked.
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-# Clients up to 4.9.3 (MQVersion ordinal 400) do not sign this field: it is left out.
+# Clients up to 4.9.3 (MQVersion ordinal 399) do not sign this field: it is left out.
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
-V4_9_3 = 400
+V4_9_3 = 399
 
 
 def acl_path(store_root: str) -> str:

@@ -206,8 +206,8 @@ def test_a_signature_covers_every_field_and_the_body(access: AccessControl) -> N
 def test_old_clients_do_not_sign_the_unique_key_query_flag(access: AccessControl) -> None:
     signed = _request(RequestCode.QUERY_MESSAGE, {"topic": "orders", "key": "k"}, None, WRITER)
     with_flag = {**signed.ext_fields, "_UNIQUE_KEY_QUERY": "true"}
-    old = RemotingCommand(signed.code, ext_fields=with_flag, version=400)
-    new = RemotingCommand(signed.code, ext_fields=with_flag, version=401)
+    old = RemotingCommand(signed.code, ext_fields=with_flag, version=399)
+    new = RemotingCommand(signed.code, ext_fields=with_flag, version=400)
     assert _check(access, old) is None
     assert _check(access, new) is not None
 

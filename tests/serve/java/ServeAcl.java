@@ -5,6 +5,7 @@ import java.io.FileDescriptor;
 import java.io.FileOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -14,6 +15,7 @@ import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.AclUtils;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.acl.plain.PlainAccessData;
+import org.apache.rocketmq.acl.plain.PlainAccessValidator;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.exception.MQClientException;
@@ -24,6 +26,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -34,7 +37,9 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * {@code send} (topic, n: DefaultMQProducer, no retries), {@code consume} (topic, group, n,
  * timeoutMs: DefaultLitePullConsumer subscribed, offsets committed), {@code createTopic}
  * (broker, topic: DefaultMQAdminExt), {@code yaml} (file: what RocketMQ's own loader reads
- * from a plain_acl.yml). Prints one JSON line per result, each with its {@code step}.
+ * from a plain_acl.yml), {@code validate} (home: a directory with conf/plain_acl.yml; requests:
+ * code, ext, body in Base64, version, addr: what the broker's PlainAccessValidator decides for
+ * each, "ok" or the refusal). Prints one JSON line per result, each with its {@code step}.
  */
 public class ServeAcl {
     static final PrintStream OUT =
@@ -57,6 +62,7 @@ public class ServeAcl {
                 case "consume": consume(i, ns, s); break;
                 case "createTopic": createTopic(i, ns, s); break;
                 case "yaml": yaml(i, s); break;
+                case "validate": validate(i, s); break;
                 default: throw new IllegalArgumentException(s.getString("op"));
             }
         }
@@ -179,5 +185,30 @@ public class ServeAcl {
             m.put("error", String.valueOf(e.getMessage()));
         }
         out(step, m);
+    }
+
+    static void validate(int step, JSONObject s) {
+        System.setProperty("rocketmq.home.dir", s.getString("home"));
+        PlainAccessValidator validator = new PlainAccessValidator();
+        JSONArray requests = s.getJSONArray("requests");
+        for (int i = 0; i < requests.size(); i++) {
+            JSONObject r = requests.getJSONObject(i);
+            RemotingCommand cmd = RemotingCommand.createRequestCommand(r.getIntValue("code"), null);
+            HashMap<String, String> ext = new HashMap<>();
+            JSONObject fields = r.getJSONObject("ext");
+            for (String k : fields.keySet()) ext.put(k, fields.getString(k));
+            cmd.setExtFields(ext);
+            if (r.getString("body") != null) cmd.setBody(Base64.getDecoder().decode(r.getString("body")));
+            cmd.setVersion(r.getIntValue("version"));
+            Map<String, Object> m = new HashMap<>();
+            m.put("index", i);
+            try {
+                validator.validate(validator.parse(cmd, r.getString("addr")));
+                m.put("ok", true);
+            } catch (Exception e) {
+                m.put("refused", String.valueOf(e.getMessage()));
+            }
+            out(step, m);
+        }
     }
 }
