@@ -57,7 +57,7 @@ from rocketspark.remoting.plain_acl import (
 )
 from rocketspark.remoting.server import Channel
 
-__all__ = ["ADMIN_CODES", "NAMESRV_CODES", "AccessControl", "acl_path", "needed"]
+__all__ = ["ADMIN_CODES", "NAMESRV_CODES", "AccessControl", "acl_path", "needed", "refusal"]
 
 log = logging.getLogger(__name__)
 

@@ -561,7 +561,7 @@ class RemotingServer:
             )
             return
         processor, queue = entry
-        if self._access is not None:
+        if self._access is not None:  # here, on the reader: a refused request takes no slot
             refused = self._access(request, channel)
             if refused is not None:
                 channel.respond(request, refused)
