@@ -8,6 +8,17 @@ on ``--listen`` (default 127.0.0.1:9876), the broker on ``--broker-port``
 SIGINT stops the servers and closes the store cleanly (flush, checkpoint).
 One server per store directory: a second one is refused (StoreLockedError);
 embedded readers and writers in other processes may use the store meanwhile.
+
+ACL: when ``DIR/config/plain_acl.yml`` exists (RocketMQ's plain ACL format, see
+``remoting/plain_acl.py``), the broker checks every request as a RocketMQ broker
+with ``aclEnable`` does (``remoting/access.py``): the signature under the
+account's secret key and the account's permissions; a refused request is
+answered NO_PERMISSION and touches nothing. The NameServer's requests are not
+checked (RocketMQ's NameServer has none). The file is read once, at start: a bad
+one stops serve before it listens; edit it, then restart. Serve prints that ACL
+is on and how many accounts it has; no secret is ever printed or logged. Add
+the file to a store that exists (``rocketspark --store DIR topic create T``
+makes one): a directory holding nothing but config/ is not a store.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from rocketspark.errors import ConfigError, RocketSparkError, StoreLockedError
+from rocketspark.remoting.access import AccessControl, acl_path
 from rocketspark.remoting.connection import split_address
 from rocketspark.remoting.processors import serve
 from rocketspark.store.message_store import MessageStore
@@ -39,15 +51,20 @@ EXIT_STATUS = """\
 exit status:
   0    stopped by SIGTERM or Ctrl-C, cleanly (flushed, checkpointed)
   2    bad usage or input: a wrong option or address, no store directory, a store
-       another rocketspark serve serves already, an address in use"""
+       another rocketspark serve serves already, an address in use, a bad
+       config/plain_acl.yml"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rocketspark serve",
         description="Serve a rocketspark store as a RocketMQ NameServer and broker, bound to "
-        "127.0.0.1 unless --listen names another address. Every request is served: there is "
-        "no ACL yet, so bind other addresses only on a network you trust.",
+        "127.0.0.1 unless --listen names another address. ACL: when DIR/config/plain_acl.yml "
+        "exists (RocketMQ's plain ACL format: accounts with accessKey, secretKey and their "
+        "topic and group permissions), the broker serves only requests signed by one of its "
+        "accounts and permitted to it, and answers others NO_PERMISSION; the file is read at "
+        "start (a bad one stops serve before it listens). Without that file every request is "
+        "served: bind other addresses only on a network you trust.",
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -106,18 +123,32 @@ def run(
     out: TextIO,
 ) -> None:
     """Serve ``store`` until ``stop`` is set; the caller closes the store."""
-    with (
-        serve_lock(store.root),
-        serve(store, host=host, namesrv_port=namesrv_port, broker_port=broker_port) as served,
-    ):
-        print(
-            f"serving {store.root}: NameServer {served.namesrv_address}, "
-            f"broker {store.config.broker_name} at {served.broker_address}",
-            file=out,
-            flush=True,
-        )
-        stop.wait()
-        log.info("stopping")
+    with serve_lock(store.root):
+        acl = AccessControl.for_store(store.root)  # a bad file stops serve before it listens
+        with serve(
+            store, host=host, namesrv_port=namesrv_port, broker_port=broker_port, acl=acl
+        ) as served:
+            print(
+                f"serving {store.root}: NameServer {served.namesrv_address}, "
+                f"broker {store.config.broker_name} at {served.broker_address}",
+                file=out,
+                flush=True,
+            )
+            if acl is None:
+                log.info("no %s: every request is served", acl_path(store.root))
+            else:
+                print(_acl_line(acl), file=out, flush=True)
+            stop.wait()
+            log.info("stopping")
+
+
+def _acl_line(acl: AccessControl) -> str:
+    """What serve prints when ACL is on: the file and its number of accounts."""
+    n = len(acl.acl.accounts)
+    line = f"ACL on: {n} account{'' if n == 1 else 's'} from {acl.acl.path}"
+    if not n and not acl.acl.global_white:
+        line += " (no account: every broker request is refused)"
+    return line
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

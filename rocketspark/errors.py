@@ -37,6 +37,7 @@ __all__ = [
     "BrokerBusyError",
     "NoMasterError",
     "UsageError",
+    "AclFileError",
 ]
 
 
@@ -254,3 +255,14 @@ class NoMasterError(RemotingError):
 class UsageError(ConfigError):
     """A command-line argument does not fit what it names: a body file that cannot be
     read, a queue the topic does not have, two arguments that exclude each other."""
+
+
+class AclFileError(ConfigError):
+    """An ACL file (``plain_acl.yml``) cannot be read or breaks its format; names the
+    ``file`` and, when one is at fault, the ``line``. Never quotes a secret key."""
+
+    def __init__(self, message: str, *, file: str, line: int | None = None):
+        where = f"{file}, line {line}" if line is not None else file
+        super().__init__(f"{where}: {message}")
+        self.file = file
+        self.line = line

@@ -1216,16 +1216,18 @@ def serve(
     namesrv_port: int = 9876,
     broker_port: int = 10911,
     advertised_host: str | None = None,
+    acl: Callable[[RemotingCommand, Channel], RemotingCommand | None] | None = None,
 ) -> Served:
     """Start a NameServer on ``namesrv_port`` and a broker on ``broker_port`` over ``store``.
 
     Port 0 picks a free one; the same port for both serves both on one socket.
     Routes name the broker ``store.config.broker_name`` of cluster
     ``broker_cluster_name`` at ``advertised_host`` (default ``host``, or
-    127.0.0.1 when ``host`` is a wildcard) and the broker port.
+    127.0.0.1 when ``host`` is a wildcard) and the broker port. ``acl`` (an
+    ``access.AccessControl``) checks every request of the broker port first.
     """
     same = namesrv_port == broker_port and namesrv_port != 0
-    broker_server = RemotingServer(host, broker_port, name="broker").start()
+    broker_server = RemotingServer(host, broker_port, name="broker", access=acl).start()
     try:
         namesrv = broker_server if same else RemotingServer(host, namesrv_port, name="namesrv")
         shown = advertised_host or (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")

@@ -12,6 +12,8 @@ code, on that processor's executor:
   queue is full the request is answered SYSTEM_BUSY at once
   (``[OVERLOAD]system busy, start flow control for a while``), as RocketMQ does;
 - a code no processor serves is answered REQUEST_CODE_NOT_SUPPORTED;
+- with ``access`` (the ACL), each request is checked first: one it refuses is
+  answered with what the check returned (NO_PERMISSION) and never dispatched;
 - a one-way request is never answered;
 - a processor that returns None for a two-way request has taken it over and
   answers later with :meth:`Channel.respond` (a pull parked until messages come);
@@ -55,6 +57,7 @@ from rocketspark.remoting.command import (
 
 __all__ = [
     "BUSY_REMARK",
+    "Access",
     "Channel",
     "Processor",
     "RemotingServer",
@@ -87,6 +90,9 @@ class Reply:
 # Serves one request that came on ``channel``: a response, a Reply, or None (one-way, or
 # taken over: the processor answers later with ``channel.respond``).
 Processor = Callable[[RemotingCommand, "Channel"], RemotingCommand | Reply | None]
+# Checks a request before its processor sees it: None (serve it) or the answer that
+# refuses it (the ACL's NO_PERMISSION), sent instead; a refused request touches nothing.
+Access = Callable[[RemotingCommand, "Channel"], RemotingCommand | None]
 
 
 class WorkQueue:
@@ -339,7 +345,8 @@ class Channel:
 class RemotingServer:
     """Accept connections on ``host:port`` and serve their requests with processors.
 
-    ``port`` 0 picks a free port (see :attr:`port` once started). Register
+    ``port`` 0 picks a free port (see :attr:`port` once started). ``access``, when
+    given, checks every request with a processor before it is queued. Register
     processors before :meth:`start`; :meth:`stop` closes the listening socket,
     every connection and every work queue.
     """
@@ -353,8 +360,10 @@ class RemotingServer:
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
         default_threads: int = 4,
         default_capacity: int = 10_000,
+        access: Access | None = None,
     ):
         self.host = host
+        self._access = access
         self.name = name
         self._requested_port = port
         self._send_timeout = send_timeout
@@ -552,6 +561,11 @@ class RemotingServer:
             )
             return
         processor, queue = entry
+        if self._access is not None:  # here, on the reader: a refused request takes no slot
+            refused = self._access(request, channel)
+            if refused is not None:
+                channel.respond(request, refused)
+                return
         if not queue.try_submit(self._serve, processor, request, channel):
             log.warning(
                 "%s: %s queue full, %s from %s answered SYSTEM_BUSY",
