@@ -16,9 +16,9 @@ account's secret key and the account's permissions; a refused request is
 answered NO_PERMISSION and touches nothing. The NameServer's requests are not
 checked (RocketMQ's NameServer has none). The file is read once, at start: a bad
 one stops serve before it listens; edit it, then restart. Serve prints that ACL
-is on and how many accounts it has; no secret is ever printed or logged. Add
-the file to a store that exists (``rocketspark --store DIR topic create T``
-makes one): a directory holding nothing but config/ is not a store.
+is on and how many accounts it has; no secret is ever printed or logged. The
+file may be written before the store exists: a directory holding nothing but a
+config/ of RocketMQ's config files becomes a new store.
 """
 
 from __future__ import annotations

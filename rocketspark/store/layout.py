@@ -81,6 +81,18 @@ _STORE_ENTRIES = frozenset(
         GEOMETRY_FILE,
     }
 )
+# RocketMQ's config files. A directory whose only entry is a config/ holding some of these
+# (and nothing else) was prepared for a store's first open, e.g. with the ACL file
+# `rocketspark serve` reads (config/plain_acl.yml) written before the store: a new store.
+_CONFIG_FILES = frozenset(
+    {
+        "plain_acl.yml",
+        "topics.json",
+        "subscriptionGroup.json",
+        "consumerOffset.json",
+        "delayOffset.json",
+    }
+)
 _ROCKETMQ_INDEX_DIMENSIONS = (5_000_000, 5_000_000 * 4)
 UNKNOWN_INDEX = "not told by the size of its index files"
 
@@ -134,7 +146,20 @@ def directory_kind(root: str) -> Kind:
     # short (a lone config/ is as likely an application's).
     if "lock" in names and all(n in _STORE_ENTRIES or is_temporary_name(n) for n in names):
         return "store"
+    if names == ["config"] and _holds_config_files_only(os.path.join(root, "config")):
+        return "empty"
     return "foreign"
+
+
+def _holds_config_files_only(config: str) -> bool:
+    """True if ``config`` is a directory of RocketMQ's config files, at least one."""
+    try:
+        entries = os.listdir(config)
+    except OSError:  # not a directory, or unreadable: not evidence of a store
+        return False
+    return bool(entries) and all(
+        e in _CONFIG_FILES and os.path.isfile(os.path.join(config, e)) for e in entries
+    )
 
 
 def _is_marker(path: str) -> bool:

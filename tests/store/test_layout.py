@@ -246,6 +246,15 @@ def test_only_an_absent_or_empty_directory_becomes_a_new_store(tmp_path):
     (app / "config").mkdir(parents=True)
     with pytest.raises(StorePathError, match="not a store"):
         MessageStore.open(app)
+    acl = tmp_path / "acl"  # a config/ of RocketMQ's config files alone: a store-to-be
+    (acl / "config").mkdir(parents=True)
+    (acl / "config" / "plain_acl.yml").write_text("accounts: []\n")
+    with MessageStore.open(acl) as s:
+        s.create_topic("T", queues=1)
+    assert (acl / "config" / "plain_acl.yml").read_text() == "accounts: []\n"
+    from rocketspark.store.layout import directory_kind
+
+    assert directory_kind(str(acl)) == "store"
 
 
 @pytest.mark.parametrize("case", ["file", "under a file", "nul"])
@@ -418,6 +427,12 @@ def test_directory_kind_tells_absent_empty_store_and_foreign(tmp_path):
     assert directory_kind(str(cut)) == "store"
     (cut / "notes.txt").write_text("mine")
     assert directory_kind(str(cut)) == "foreign"
+    acl = tmp_path / "acl"  # prepared for serve: the ACL file written before the store
+    (acl / "config").mkdir(parents=True)
+    (acl / "config" / "plain_acl.yml").write_text("accounts: []\n")
+    assert directory_kind(str(acl)) == "empty"
+    (acl / "config" / "app.properties").write_text("mine")
+    assert directory_kind(str(acl)) == "foreign"
     filled_store(str(tmp_path / "s"), n=3, **SMALL)
     assert directory_kind(str(tmp_path / "s")) == "store"
 
