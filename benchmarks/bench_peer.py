@@ -67,7 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import reference  # noqa: E402
+from machine import CLK_TCK, Proc, proc_stat, reference  # noqa: E402
 
 from rocketspark.session import jars_dir, local_session  # noqa: E402
 from rocketspark.store import MessageStore  # noqa: E402
@@ -76,7 +76,6 @@ BODY = b"x" * 100
 KEY = "k"
 PARTITIONS = 4
 TOPIC = "bench"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 FAMILIES = ("spark_jvm", "python", "broker", "driver")
 FAMILY_NAMES = {
     "spark_jvm": "Spark JVM",
@@ -213,38 +212,11 @@ class KafkaBroker:
 # --- CPU per process family --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Proc:
-    """One process as /proc/<pid>/stat shows it: parent, own clock ticks (utime + stime)
-    and the ticks of the children it reaped (cutime + cstime)."""
-
-    ppid: int
-    own: int
-    reaped: int
-
-    @property
-    def total(self) -> int:
-        return self.own + self.reaped
-
-
-def _stat(pid: int) -> Proc | None:
-    """Return a process's ``Proc``, None if it is gone (a zombie still has one)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()  # from field 3 (state) on
-    return Proc(
-        int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-    )
-
-
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            st = _stat(int(name))
+            st = proc_stat(int(name))
             if st is not None:
                 children.setdefault(st.ppid, []).append(int(name))
     out, todo = [], list(children.get(root, []))
@@ -259,7 +231,7 @@ def tree(root: int) -> dict[int, Proc]:
     """``root`` and every process below it, by pid (``root`` absent if it is gone)."""
     out = {}
     for pid in [root, *_descendants(root)]:
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is not None:
             out[pid] = st
     return out
@@ -325,7 +297,7 @@ class CpuMeter:
     def _sample(self) -> tuple[dict[int, Proc], Proc | None, Proc | None]:
         now = tree(self.pids.spark_jvm)
         self.latest.update(now)
-        return now, _stat(self.pids.broker), _stat(os.getpid())
+        return now, proc_stat(self.pids.broker), proc_stat(os.getpid())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
