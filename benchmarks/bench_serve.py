@@ -26,7 +26,8 @@ first (a warm-up round first, not counted; medians):
 The Java client's own work is the same on both sides (one JVM, kept warm, the same
 code): what differs is the server. The ratios are serve / the real broker (above 1:
 serve is faster); each measurement also shows the CPU the servers spent on it, from
-/proc (serve's process; the broker's and the NameServer's JVMs). The machine's state
+/proc (serve's process; the broker's and the NameServer's JVMs), and the Java client's
+JVM's (its own cost, which should be alike on both sides). The machine's state
 and load average are printed at the start and end. The machine is shared: compare
 ratios from one run.
 """
@@ -152,6 +153,8 @@ def main() -> None:
     if args.quick:
         n, n_single, n_wake, rounds = 40_000, 1_000, 50, 1
     n_batch = (10 if args.quick else 50) * args.batch
+    # SIGTERM as Ctrl-C: the finally block stops the servers and removes the files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     start_machine, start_load = reference(), os.getloadavg()
     run_dir = Path(tempfile.mkdtemp(prefix="rs-bench-serve-"))
     rocketmq = serve = java = None
@@ -197,9 +200,10 @@ def main() -> None:
                     request = {**spec, "ns": ns[side]}
                     if op == "wake":
                         request["topic"] = wake_topics[side][r]
-                    cpu0 = cpu_seconds(servers[side])
+                    cpu0 = cpu_seconds(servers[side]), cpu_seconds([java.proc.pid])
                     row = java.request(op, **request)
-                    used = cpu_seconds(servers[side]) - cpu0
+                    used = cpu_seconds(servers[side]) - cpu0[0]
+                    used_java = cpu_seconds([java.proc.pid]) - cpu0[1]
                     if op == "wake":
                         got = [float(us) for us in row["micros"]]
                         value = percentile(got, 99) / 1000
@@ -212,6 +216,7 @@ def main() -> None:
                     if r:
                         rates.setdefault(f"{key} {side}", []).append(value)
                         cpu.setdefault(f"{key} {side}", []).append(used)
+                        cpu.setdefault(f"{key} {side} java", []).append(used_java)
             print(f"round {r}{' (warm-up)' if not r else ''}: " + ", ".join(line), flush=True)
         end_machine, end_load = reference(), os.getloadavg()
     finally:
@@ -264,7 +269,15 @@ def report(
     for line in machine:
         print(f"  machine {line}")
     rows: list[tuple[str, ...]] = [
-        ("measurement", "serve", "real broker", "ratio", "goal", "server CPU-s serve / real")
+        (
+            "measurement",
+            "serve",
+            "real broker",
+            "ratio",
+            "goal",
+            "server CPU-s serve / real",
+            "Java CPU-s serve / real",
+        )
     ]
     labels: dict[str, tuple[str, str]] = {
         "single": (f"single sync sends, {n_single:,} a round, msg/s", ">= 0.5"),
@@ -278,6 +291,7 @@ def report(
             continue
         ours, theirs = med(rates[f"{key} serve"]), med(rates[f"{key} real"])
         c_ours, c_theirs = med(cpu[f"{key} serve"]), med(cpu[f"{key} real"])
+        j_ours, j_theirs = med(cpu[f"{key} serve java"]), med(cpu[f"{key} real java"])
         per_round = ", ".join(
             f"{a / b:.2f}" for a, b in zip(rates[f"{key} serve"], rates[f"{key} real"], strict=True)
         )
@@ -289,6 +303,7 @@ def report(
                 f"{ours / theirs:.2f} ({per_round})",
                 goal,
                 f"{c_ours:.2f} / {c_theirs:.2f}",
+                f"{j_ours:.2f} / {j_theirs:.2f}",
             )
         )
     if wakes["serve"] and wakes["real"]:
@@ -302,6 +317,7 @@ def report(
                     f"{theirs:.2f}",
                     f"{ours / theirs:.2f}",
                     goal,
+                    "",
                     "",
                 )
             )
