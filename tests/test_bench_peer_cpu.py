@@ -72,24 +72,31 @@ def _burn(seconds: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def _reap(child: subprocess.Popen[bytes]) -> float:
+    """Reap ``child`` (wait4) and return the CPU-seconds it used."""
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
 def test_real_processes_reaped_late_are_counted_in_their_run_only() -> None:
     """This process as the JVM: a child that burns CPU during one run, ends after it,
     and is reaped during the next run (before its first sample) counts in the first."""
     pids = bench_peer.Pids(os.getpid(), os.getpid())
-    child = _burn(0.4)
+    tick = 1 / bench_peer.CLK_TCK
+    child = _burn(0.3)
     with bench_peer.CpuMeter(pids, interval=0.05) as run1:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # a zombie: ended, not reaped
             with open(f"/proc/{child.pid}/stat", "rb") as f:
                 if f.read().split(b") ")[1][:1] == b"Z":
                     break
             time.sleep(0.01)
     with bench_peer.CpuMeter(pids, interval=10) as run2:
-        child.wait()  # reaped now: its ticks land in this process's cutime
-    first, second = run1.seconds()["python"], run2.seconds()["python"]
-    assert 0.2 < first < 0.7, first
-    assert second == 0, second
+        used = _reap(child)  # reaped now: its ticks land in this process's cutime
+    assert abs(run1.seconds()["python"] - used) <= 3 * tick, (run1.seconds(), used)
+    assert run2.seconds()["python"] == 0, run2.seconds()
     # Started and reaped within one run: once, in that run.
     with bench_peer.CpuMeter(pids, interval=0.05) as run3:
-        _burn(0.3).wait()
-    assert 0.15 < run3.seconds()["python"] < 0.6
+        used = _reap(_burn(0.2))
+    assert abs(run3.seconds()["python"] - used) <= 3 * tick, (run3.seconds(), used)
