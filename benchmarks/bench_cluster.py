@@ -302,19 +302,25 @@ def run_profiles(
         profile(prepare_and_commit, f"{rows:,} halves prepared and committed")
 
 
-def start_cluster(run_dir: Path) -> tuple[RocketMQ, str]:
+def start_cluster(
+    run_dir: Path, brokers: dict[str, dict[str, object]] | None = None
+) -> tuple[RocketMQ, str]:
+    """Start a NameServer and ``brokers`` (name: settings besides ``COMMON``; default
+    ``BROKERS``') and compile ClusterBench; return them and ClusterBench's classpath."""
     broker_cp, namesrv_cp = jvm.classpath(jvm.ROCKETMQ), jvm.classpath(jvm.NAMESRV)
     if broker_cp is None or namesrv_cp is None or not shutil.which("javac"):
         sys.exit("needs java, javac and RocketMQ's jars (./dev setup fetches them)")
+    if brokers is None:
+        brokers = {broker: settings for broker, settings, _ in BROKERS.values()}
     programs = JavaPrograms(run_dir / "java", broker_cp, namesrv_cp)
     rocketmq = RocketMQ(run_dir / "cluster", programs)
     try:
-        brokers = []
-        for broker, settings, _ in BROKERS.values():
+        started = []
+        for broker, settings in brokers.items():
             b = rocketmq.add_broker(broker, run_dir / broker / "store", **COMMON, **settings)
             b.start()
-            brokers.append(b)
-        for b in brokers:
+            started.append(b)
+        for b in started:
             b.wait_boot()
         jvm.javac(
             [Path(ROOT) / "benchmarks" / "java" / "ClusterBench.java"],

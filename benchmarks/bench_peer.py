@@ -26,9 +26,11 @@ counted; medians):
   (utime + stime, read before the run, every 0.25 s during it and after it):
   the Spark JVM (its own threads); the Python workers (every process below the
   Spark JVM: pyspark.daemon, the workers it forks, the planner and
-  streaming-source processes Spark starts; those the JVM reaped during the run
-  through its cutime + cstime, those pyspark.daemon's workers that ended up to
-  their last sample); the Kafka broker JVM; this driver process (with the
+  streaming-source processes Spark starts, each counted once for what it spent
+  during the run: one the JVM reaped during the run whole through the JVM's
+  cutime + cstime less what its samples counted, also one that ended in the
+  previous run; pyspark.daemon's workers, which leave no trace when they end, up
+  to their last sample); the Kafka broker JVM; this driver process (with the
   sampling). The broker runs, idle, during our runs too: its CPU then is shown
   but not counted in our total.
 
@@ -65,7 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import reference  # noqa: E402
+from machine import CLK_TCK, Proc, proc_stat, reference  # noqa: E402
 
 from rocketspark.session import jars_dir, local_session  # noqa: E402
 from rocketspark.store import MessageStore  # noqa: E402
@@ -74,7 +76,6 @@ BODY = b"x" * 100
 KEY = "k"
 PARTITIONS = 4
 TOPIC = "bench"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 FAMILIES = ("spark_jvm", "python", "broker", "driver")
 FAMILY_NAMES = {
     "spark_jvm": "Spark JVM",
@@ -211,24 +212,13 @@ class KafkaBroker:
 # --- CPU per process family --------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """Return (ppid, own ticks, reaped children's ticks) of a process, None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()  # from field 3 (state) on
-    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-
-
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            st = _stat(int(name))
+            st = proc_stat(int(name))
             if st is not None:
-                children.setdefault(st[0], []).append(int(name))
+                children.setdefault(st.ppid, []).append(int(name))
     out, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()
@@ -237,68 +227,84 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def tree(root: int) -> dict[int, Proc]:
+    """``root`` and every process below it, by pid (``root`` absent if it is gone)."""
+    out = {}
+    for pid in [root, *_descendants(root)]:
+        st = proc_stat(pid)
+        if st is not None:
+            out[pid] = st
+    return out
+
+
+def below_ticks(root: int, first: dict[int, Proc], latest: dict[int, Proc], gone: set[int]) -> int:
+    """Clock ticks the processes below ``root`` spent between two snapshots of its tree.
+
+    ``first``: the tree at the start; ``latest``: each process's latest sample (the
+    start's and the end's included); ``gone``: the pids of ``latest`` absent at the end.
+    Each process counts its total (own + reaped children's) minus its total at the start
+    (0 if it started later). A process reaped during the run shows twice: under its own
+    pid up to its latest sample, and whole in its parent's reaped ticks (``root``'s are
+    counted, a child's are in its total); what its latest sample counted is taken off
+    the parent's growth (never more than that growth: a parent that ignores SIGCHLD,
+    as pyspark.daemon does, reaps nothing into its own). A process the JVM reaped
+    between two runs is in neither: neither's cutime grew by it.
+    """
+    ticks = 0
+    twice: dict[int, int] = {}
+    for pid, p in latest.items():
+        start = first.get(pid)
+        if pid != root:
+            ticks += p.total - (start.total if start is not None else 0)
+        if pid in gone:
+            twice[p.ppid] = twice.get(p.ppid, 0) + p.total
+    for parent, counted in twice.items():
+        p = latest.get(parent)
+        if p is None:
+            continue
+        start = first.get(parent)
+        grew = p.reaped - (start.reaped if start is not None else 0)
+        ticks -= min(counted, grew)
+    r = latest.get(root)
+    if r is not None:
+        start = first.get(root)
+        ticks += r.reaped - (start.reaped if start is not None else 0)
+    return ticks
+
+
 @dataclass(frozen=True)
 class Pids:
     spark_jvm: int
     broker: int
 
 
-def cpu_ticks(pids: Pids, parents: dict[int, int]) -> dict[tuple[str, int], int]:
-    """Return the clock ticks each process has used so far, keyed by (family, pid).
-
-    The Spark JVM's own threads under ("spark_jvm", its pid), the processes below
-    it and the JVM's reaped children under "python" (see the module doc). Records
-    each Python process's parent in ``parents``.
-    """
-    out: dict[tuple[str, int], int] = {}
-    jvm = _stat(pids.spark_jvm)
-    if jvm is not None:
-        out["spark_jvm", pids.spark_jvm] = jvm[1]
-        out["python", pids.spark_jvm] = jvm[2]
-        for pid in _descendants(pids.spark_jvm):
-            st = _stat(pid)
-            if st is not None:
-                out["python", pid] = st[1] + st[2]
-                parents[pid] = st[0]
-    broker = _stat(pids.broker)
-    if broker is not None:
-        out["broker", pids.broker] = broker[1] + broker[2]
-    me = _stat(os.getpid())
-    if me is not None:
-        out["driver", os.getpid()] = me[1]
-    return out
-
-
 class CpuMeter:
     """The CPU-seconds each family spends while a run goes on, sampled every ``interval`` s.
 
-    pyspark.daemon ignores SIGCHLD, so a worker it forked leaves no trace once it
-    ends: sampling while the run goes on keeps all but its last ``interval``. A
-    process the JVM started and reaped during the run shows twice, under its own
-    pid until it ends and then whole in the JVM's cutime: its last sample is
-    taken off.
+    The Spark JVM's own threads; the Python workers: every process below the JVM
+    (``below_ticks``: each counted once, also one reaped during the run, and only what
+    it spent during the run); the broker JVM (own and reaped); this process.
+    pyspark.daemon ignores SIGCHLD, so a worker it forked leaves no trace once it ends:
+    sampling while the run goes on keeps all but its last ``interval``.
     """
 
     def __init__(self, pids: Pids, interval: float = 0.25):
         self.pids, self.interval = pids, interval
-        self.seen: dict[tuple[str, int], int] = {}
-        self.parents: dict[int, int] = {}
+        self.latest: dict[int, Proc] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _sample(self) -> dict[tuple[str, int], int]:
-        now = cpu_ticks(self.pids, self.parents)
-        for key, ticks in now.items():
-            if ticks > self.seen.get(key, -1):
-                self.seen[key] = ticks
-        return now
+    def _sample(self) -> tuple[dict[int, Proc], Proc | None, Proc | None]:
+        now = tree(self.pids.spark_jvm)
+        self.latest.update(now)
+        return now, proc_stat(self.pids.broker), proc_stat(os.getpid())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
 
     def __enter__(self) -> CpuMeter:
-        self.before = cpu_ticks(self.pids, self.parents)
+        self.first, self.broker0, self.me0 = self._sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -307,15 +313,19 @@ class CpuMeter:
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
-        self.after = self._sample()
+        self.last, self.broker1, self.me1 = self._sample()
 
     def seconds(self) -> dict[str, float]:
+        jvm = self.pids.spark_jvm
         out = dict.fromkeys(FAMILIES, 0.0)
-        for (family, pid), ticks in self.seen.items():
-            out[family] += max(0, ticks - self.before.get((family, pid), 0)) / CLK_TCK
-            gone = (family, pid) not in self.after
-            if family == "python" and gone and self.parents.get(pid) == self.pids.spark_jvm:
-                out[family] -= ticks / CLK_TCK  # counted again in the JVM's cutime
+        if jvm in self.first and jvm in self.last:
+            out["spark_jvm"] = (self.last[jvm].own - self.first[jvm].own) / CLK_TCK
+        gone = set(self.latest) - set(self.last)
+        out["python"] = below_ticks(jvm, self.first, self.latest, gone) / CLK_TCK
+        if self.broker0 is not None and self.broker1 is not None:
+            out["broker"] = (self.broker1.total - self.broker0.total) / CLK_TCK
+        if self.me0 is not None and self.me1 is not None:
+            out["driver"] = (self.me1.own - self.me0.own) / CLK_TCK
         return out
 
 

@@ -12,6 +12,9 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def python_loop_ms() -> float:
@@ -42,4 +45,31 @@ def reference() -> str:
     return (
         f"sum(range(10**6)) takes {python_loop_ms():.1f} ms, new page cache "
         f"{new_page_cache_mb_s():,.0f} MB/s"
+    )
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process as /proc/<pid>/stat shows it: parent, own clock ticks (utime + stime)
+    and the ticks of the children it reaped (cutime + cstime)."""
+
+    ppid: int
+    own: int
+    reaped: int
+
+    @property
+    def total(self) -> int:
+        return self.own + self.reaped
+
+
+def proc_stat(pid: int) -> Proc | None:
+    """Return a process's ``Proc``, None if it is gone (a zombie still has one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()  # from field 3 (state) on
+    return Proc(
+        int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
     )

@@ -7,7 +7,13 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.*;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -25,7 +31,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * <p>Usage: {@code ClusterBench NAMESRV}, then one JSON request a line on stdin; each is
  * answered with one JSON line on stdout ({@code {"rows": n, "seconds": s}}, or {@code
  * {"error": ...}}). The JVM stays up between requests, so later rounds run JIT-compiled code
- * (the benchmark alternates them with its Python rounds):
+ * (the benchmark alternates them with its Python rounds). A request with {@code "ns"} goes to
+ * that NameServer instead of NAMESRV (producers are kept per NameServer), so one JVM, the same
+ * compiled code, measures two servers (benchmarks/bench_serve.py):
  *
  * <ul>
  *   <li>{@code {"op": "pull", "topic": t, "n": N, "batch": B}}: a new {@code
@@ -39,14 +47,21 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *       TransactionMQProducer.sendMessageInTransaction(msg)}, each a synchronous half message
  *       and the one-way END_TRANSACTION that commits it (the local transaction answers
  *       COMMIT_MESSAGE at once): what a Java application does to send N messages
- *       transactionally.
+ *       transactionally;
+ *   <li>{@code {"op": "wake", "topic": t, "n": N, "gapMs": G}}: a new {@code
+ *       DefaultMQPushConsumer} group subscribed to the (empty) topic waits; once a first
+ *       message reached it, N times: {@code producer.send(msg)} of a numbered message, and the
+ *       time from just before that send to the listener receiving the message, both {@code
+ *       System.nanoTime()} of this JVM; G ms between a message's arrival and the next send (the
+ *       consumer's next pull is held by then). Answers {@code "micros"}, the N times.
  * </ul>
  */
 public class ClusterBench {
     static final PrintStream OUT =
         new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
-    static DefaultMQProducer producer;
-    static TransactionMQProducer transactional;
+    static String defaultNs;
+    static final Map<String, DefaultMQProducer> PRODUCERS = new HashMap<>();
+    static final Map<String, TransactionMQProducer> TRANSACTIONAL = new HashMap<>();
 
     static void answer(Map<String, Object> m) {
         OUT.println(JSON.toJSONString(m));
@@ -55,6 +70,45 @@ public class ClusterBench {
 
     static String unique(String what) {
         return what + "-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+    }
+
+    static String ns(JSONObject req) {
+        return req.containsKey("ns") ? req.getString("ns") : defaultNs;
+    }
+
+    static DefaultMQProducer producer(String ns) throws Exception {
+        DefaultMQProducer p = PRODUCERS.get(ns);
+        if (p == null) {
+            p = new DefaultMQProducer("bench-producer");
+            p.setNamesrvAddr(ns);
+            p.setInstanceName(unique("producer"));
+            p.setSendMsgTimeout(30000);
+            p.start();
+            PRODUCERS.put(ns, p);
+        }
+        return p;
+    }
+
+    static TransactionMQProducer transactional(String ns) throws Exception {
+        TransactionMQProducer p = TRANSACTIONAL.get(ns);
+        if (p == null) {
+            p = new TransactionMQProducer("bench-tx-producer");
+            p.setNamesrvAddr(ns);
+            p.setInstanceName(unique("tx-producer"));
+            p.setSendMsgTimeout(30000);
+            p.setTransactionListener(new TransactionListener() {
+                public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                    return LocalTransactionState.COMMIT_MESSAGE;
+                }
+
+                public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                    return LocalTransactionState.COMMIT_MESSAGE;
+                }
+            });
+            p.start();
+            TRANSACTIONAL.put(ns, p);
+        }
+        return p;
     }
 
     static Map<String, Object> pull(String ns, JSONObject req) throws Exception {
@@ -103,6 +157,7 @@ public class ClusterBench {
     }
 
     static Map<String, Object> send(String ns, JSONObject req) throws Exception {
+        DefaultMQProducer producer = producer(ns);
         String topic = req.getString("topic");
         int n = req.getIntValue("n");
         int batch = req.getIntValue("batch");
@@ -140,7 +195,8 @@ public class ClusterBench {
         return out;
     }
 
-    static Map<String, Object> transact(JSONObject req) throws Exception {
+    static Map<String, Object> transact(String ns, JSONObject req) throws Exception {
+        TransactionMQProducer transactional = transactional(ns);
         String topic = req.getString("topic");
         int n = req.getIntValue("n");
         byte[] body = new byte[100];
@@ -159,27 +215,79 @@ public class ClusterBench {
         return out;
     }
 
-    public static void main(String[] args) throws Exception {
-        String ns = args[0];
-        producer = new DefaultMQProducer("bench-producer");
-        producer.setNamesrvAddr(ns);
-        producer.setInstanceName(unique("producer"));
-        producer.setSendMsgTimeout(30000);
-        producer.start();
-        transactional = new TransactionMQProducer("bench-tx-producer");
-        transactional.setNamesrvAddr(ns);
-        transactional.setInstanceName(unique("tx-producer"));
-        transactional.setSendMsgTimeout(30000);
-        transactional.setTransactionListener(new TransactionListener() {
-            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
-                return LocalTransactionState.COMMIT_MESSAGE;
+    static Map<String, Object> wake(String ns, JSONObject req) throws Exception {
+        String topic = req.getString("topic");
+        int n = req.getIntValue("n");
+        long gapMs = req.containsKey("gapMs") ? req.getLongValue("gapMs") : 20;
+        DefaultMQProducer producer = producer(ns);
+        byte[] body = new byte[100];
+        Arrays.fill(body, (byte) 'x');
+        // arrivals: {sequence number, nanoTime when the listener got it}
+        LinkedBlockingQueue<long[]> arrived = new LinkedBlockingQueue<>();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(unique("bench-waker"));
+        c.setNamesrvAddr(ns);
+        c.setInstanceName(unique("waker"));
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeMessageBatchMaxSize(1);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            long now = System.nanoTime();
+            for (MessageExt m : msgs) {
+                arrived.add(new long[] {Long.parseLong(m.getKeys()), now});
             }
-
-            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                return LocalTransactionState.COMMIT_MESSAGE;
-            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
-        transactional.start();
+        c.start();
+        try {
+            // Warm-up: until a message reaches the consumer, its queues are not assigned.
+            long deadline = System.currentTimeMillis() + 120_000;
+            boolean ready = false;
+            long seq = -1;
+            while (!ready) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new RuntimeException("the push consumer got nothing in 120 s");
+                }
+                Message m = new Message(topic, "t", body);
+                m.setKeys(String.valueOf(seq--));
+                producer.send(m);
+                ready = arrived.poll(2, TimeUnit.SECONDS) != null;
+            }
+            Thread.sleep(1000);
+            arrived.clear();
+            List<Long> micros = new ArrayList<>(n);
+            for (int i = 0; i < n; i++) {
+                Message m = new Message(topic, "t", body);
+                m.setKeys(String.valueOf(i));
+                long t0 = System.nanoTime();
+                SendResult r = producer.send(m);
+                if (r.getSendStatus() != SendStatus.SEND_OK) {
+                    throw new RuntimeException("send: " + r);
+                }
+                while (true) {
+                    long[] got = arrived.poll(30, TimeUnit.SECONDS);
+                    if (got == null) {
+                        throw new RuntimeException("message " + i + " did not arrive in 30 s");
+                    }
+                    if (got[0] == i) {
+                        micros.add((got[1] - t0) / 1000);
+                        break;
+                    }
+                }
+                Thread.sleep(gapMs);
+            }
+            Map<String, Object> out = new HashMap<>();
+            out.put("rows", n);
+            out.put("micros", micros);
+            return out;
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        defaultNs = args[0];
+        producer(defaultNs);
+        transactional(defaultNs);
         answer(Map.of("ready", true));
         BufferedReader in =
             new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -190,9 +298,10 @@ public class ClusterBench {
                 JSONObject req = JSON.parseObject(line);
                 try {
                     switch (req.getString("op")) {
-                        case "pull": answer(pull(ns, req)); break;
-                        case "send": answer(send(ns, req)); break;
-                        case "transact": answer(transact(req)); break;
+                        case "pull": answer(pull(ns(req), req)); break;
+                        case "send": answer(send(ns(req), req)); break;
+                        case "transact": answer(transact(ns(req), req)); break;
+                        case "wake": answer(wake(ns(req), req)); break;
                         default: answer(Map.of("error", "unknown op " + req.getString("op")));
                     }
                 } catch (Exception e) {
@@ -200,8 +309,8 @@ public class ClusterBench {
                 }
             }
         } finally {
-            producer.shutdown();
-            transactional.shutdown();
+            PRODUCERS.values().forEach(DefaultMQProducer::shutdown);
+            TRANSACTIONAL.values().forEach(TransactionMQProducer::shutdown);
         }
         System.exit(0);
     }
