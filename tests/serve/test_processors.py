@@ -28,7 +28,8 @@ from rocketspark.remoting.client import RemotingClient
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection
-from rocketspark.remoting.processors import Served, _put_code, serve
+from rocketspark.remoting.processors import Served, serve
+from rocketspark.remoting.processors.send import _put_code
 from rocketspark.store.message_store import MessageStore
 
 

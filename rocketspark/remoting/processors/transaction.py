@@ -1,0 +1,123 @@
+"""Transactions: END_TRANSACTION (RocketMQ's ``EndTransactionProcessor``) and the
+check-backs of halves left open to a connected producer of their group
+(``TransactionalMessageCheckService``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from rocketspark.errors import OffsetOutOfRangeError, StoreClosedError, TransactionError
+from rocketspark.message.model import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_ID,
+    MessageExt,
+    SysFlag,
+    TransactionState,
+)
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.codes import RequestCode, ResponseCode
+from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.processors.clients import ClientRegistry
+from rocketspark.remoting.processors.common import BrokerIdentity, answer, ok
+from rocketspark.remoting.server import Channel
+from rocketspark.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+CHECK_SECONDS = 1.0  # how often open halves are looked at for check-backs
+
+
+class TransactionProcessor:
+    """END_TRANSACTION, and the thread that sends CHECK_TRANSACTION_STATE for open halves."""
+
+    def __init__(self, store: MessageStore, broker: BrokerIdentity, clients: ClientRegistry):
+        self.store = store
+        self.broker = broker
+        self.clients = clients
+        self._stopping = threading.Event()
+        self._checker: threading.Thread | None = None
+        self._checked: dict[int, float] = {}  # half queue offset -> when a producer was asked
+        self._next_check = 0
+
+    def start(self) -> None:
+        self._checker = threading.Thread(
+            target=self._check_transactions, name="rocketspark-serve-tx-check", daemon=True
+        )
+        self._checker.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._checker is not None:
+            self._checker.join()
+
+    def end_transaction(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """END_TRANSACTION: commit or roll back the half at ``tranStateTableOffset`` (one-way
+        from RocketMQ's producer, also after a check-back; 0 leaves it open)."""
+        header = h.EndTransactionRequestHeader.from_ext_fields(request.ext_fields)
+        kind = header.commit_or_rollback
+        try:
+            if kind == SysFlag.TRANSACTION_COMMIT:
+                self.store.commit_transaction(header.tran_state_table_offset)
+            elif kind == SysFlag.TRANSACTION_ROLLBACK:
+                self.store.rollback_transaction(header.tran_state_table_offset)
+            else:
+                return ok(request)  # TRANSACTION_NOT_TYPE: the producer does not know yet
+        except (TransactionError, OffsetOutOfRangeError) as e:
+            log.warning(
+                "END_TRANSACTION of group %s at half offset %d from %s: %s",
+                header.producer_group,
+                header.tran_state_table_offset,
+                channel.address,
+                e,
+            )
+            return answer(request, ResponseCode.SYSTEM_ERROR, str(e))
+        self._checked.pop(header.tran_state_table_offset, None)
+        return ok(request)
+
+    def _check_transactions(self) -> None:
+        """Ask a connected producer of each half's group about the halves open longer than
+        transactionTimeOut, at most once per timeout each (RocketMQ's
+        TransactionalMessageCheckService); their answers come back as END_TRANSACTION."""
+        timeout_s = max(self.store.config.transaction_timeout / 1000.0, CHECK_SECONDS)
+        while not self._stopping.wait(CHECK_SECONDS):
+            try:
+                self.store.check_transactions(self._ask_producer, unknown="keep")
+            except StoreClosedError:
+                return
+            except Exception:
+                log.exception("checking transactions failed; trying again")
+            now = time.monotonic()
+            for offset, asked in list(self._checked.items()):
+                if now - asked > timeout_s:
+                    self._checked.pop(offset, None)
+
+    def _ask_producer(self, half: MessageExt) -> TransactionState:
+        """Send CHECK_TRANSACTION_STATE for ``half`` to a producer of its group (one-way);
+        the half stays open until the producer's END_TRANSACTION."""
+        if half.queue_offset in self._checked:
+            return TransactionState.UNKNOWN
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        channels = self.clients.producer_channels(group)
+        if not channels:
+            return TransactionState.UNKNOWN
+        channel = channels[self._next_check % len(channels)]
+        self._next_check += 1
+        header = h.CheckTransactionStateRequestHeader(
+            topic=half.properties.get(PROPERTY_REAL_TOPIC),
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commitlog_offset,
+            msg_id=half.uniq_key,
+            transaction_id=half.properties.get(PROPERTY_TRANSACTION_ID, half.uniq_key),
+            offset_msg_id=half.msg_id,
+            broker_name=self.broker.name,
+        )
+        body = bytes(self.store.record_view(half.commitlog_offset, half.store_size))
+        check = RemotingCommand.request(
+            RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), body=body
+        )
+        if channel.invoke_oneway(check):
+            self._checked[half.queue_offset] = time.monotonic()
+        return TransactionState.UNKNOWN
