@@ -30,6 +30,7 @@ from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection
 from rocketspark.remoting.processors import Served, serve
 from rocketspark.remoting.processors.send import _put_code
+from rocketspark.remoting.processors.transaction import check_message
 from rocketspark.store.message_store import MessageStore
 
 
@@ -493,3 +494,22 @@ def test_a_put_whose_sync_flush_timed_out_is_answered_flush_disk_timeout():
     assert _put_code([result(PutStatus.PUT_OK)] * 2) == ResponseCode.SUCCESS
     flushed_late = [result(PutStatus.PUT_OK), result(PutStatus.FLUSH_DISK_TIMEOUT)]
     assert _put_code(flushed_late) == ResponseCode.FLUSH_DISK_TIMEOUT
+
+
+@pytest.mark.parametrize("topic_length", [12, 127])
+def test_a_check_back_carries_the_real_topic_and_queue(store: MessageStore, topic_length: int):
+    """The record a check-back sends is the half's with REAL_TOPIC and REAL_QID as its topic
+    and queue (RocketMQ's sendCheckMessage), every other field as stored."""
+    topic = ("t" + uuid.uuid4().hex * 10)[:topic_length]
+    store.create_topic(topic, 4)
+    store.prepare(Message(topic, b"half body", tags="A", keys=("k1",), queue_id=3))
+    (half,) = store.open_transactions()
+    assert half.topic != topic and half.queue_id != 3
+    record = store.record_view(half.commitlog_offset, half.store_size)
+    sent = decode_record(check_message(record, half))
+    assert (sent.topic, sent.queue_id) == (topic, 3)
+    assert sent.properties == half.properties  # REAL_TOPIC / REAL_QID stay, as RocketMQ's do
+    assert sent.store_size == len(check_message(record, half))
+    for field in ("body", "queue_offset", "commitlog_offset", "msg_id", "born_timestamp"):
+        assert getattr(sent, field) == getattr(half, field), field
+    assert (sent.sys_flag, sent.flag, sent.body_crc) == (half.sys_flag, half.flag, half.body_crc)

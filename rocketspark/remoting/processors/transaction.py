@@ -11,11 +11,23 @@ import time
 from rocketspark.errors import OffsetOutOfRangeError, StoreClosedError, TransactionError
 from rocketspark.message.model import (
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_ID,
     MessageExt,
     SysFlag,
     TransactionState,
+)
+from rocketspark.message.record import (
+    HEADERS,
+    INT,
+    MAGIC_OFFSET,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    QUEUE_ID_OFFSET,
+    SHORT,
+    SYS_FLAG_OFFSET,
+    V1_MAX_TOPIC_LENGTH,
 )
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.codes import RequestCode, ResponseCode
@@ -114,10 +126,42 @@ class TransactionProcessor:
             offset_msg_id=half.msg_id,
             broker_name=self.broker.name,
         )
-        body = bytes(self.store.record_view(half.commitlog_offset, half.store_size))
+        record = self.store.record_view(half.commitlog_offset, half.store_size)
+        body = check_message(record, half)
         check = RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), body=body
         )
         if channel.invoke_oneway(check):
             self._checked[half.queue_offset] = time.monotonic()
         return TransactionState.UNKNOWN
+
+
+def check_message(record: memoryview | bytes, half: MessageExt) -> bytes:
+    """The record a check-back carries: ``half``'s as stored, with its real topic and queue
+    (REAL_TOPIC, REAL_QID) in place of the half topic's, as
+    AbstractTransactionalMessageCheckListener.sendCheckMessage sets them before it encodes
+    the message again; every other field, the properties included, stays as stored. The
+    producer's check listener sees the topic and queue it sent to."""
+    topic = half.properties.get(PROPERTY_REAL_TOPIC)
+    real_qid = half.properties.get(PROPERTY_REAL_QUEUE_ID)
+    if not topic or real_qid is None or not real_qid.lstrip("-").isdigit():
+        return bytes(record)
+    buf = memoryview(record)
+    (magic,) = INT.unpack_from(buf, MAGIC_OFFSET)
+    (sys_flag,) = INT.unpack_from(buf, SYS_FLAG_OFFSET)
+    header = HEADERS[(bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6))]
+    (body_len,) = INT.unpack_from(buf, header.size - INT.size)  # BODYLENGTH ends the header
+    at = header.size + body_len  # the half topic's length, then its name
+    if magic == MESSAGE_MAGIC_CODE_V2:
+        (old_len,) = SHORT.unpack_from(buf, at)
+        end = at + SHORT.size + old_len
+    else:
+        end = at + 1 + buf[at]
+    name = topic.encode("utf-8")
+    v2 = len(name) > V1_MAX_TOPIC_LENGTH
+    topic_part = (SHORT.pack(len(name)) if v2 else bytes((len(name),))) + name
+    head = bytearray(buf[:at])
+    INT.pack_into(head, 0, at + len(topic_part) + len(buf) - end)  # TOTALSIZE
+    INT.pack_into(head, MAGIC_OFFSET, MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE)
+    INT.pack_into(head, QUEUE_ID_OFFSET, int(real_qid))
+    return b"".join((head, topic_part, buf[end:]))
