@@ -180,7 +180,10 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
-        self._opened.close()
+        try:
+            self.offsets.flush()  # deferred consumer offset commits
+        finally:
+            self._opened.close()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -429,10 +432,22 @@ class MessageStore:
 
     # -- consumer groups -------------------------------------------------------------
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record that ``group`` will next consume ``offset`` of the queue."""
+    def commit_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, deferred: bool = False
+    ) -> None:
+        """Record that ``group`` will next consume ``offset`` of the queue.
+
+        ``deferred``: keep the commit in memory (this instance reads it at once) until
+        :meth:`flush_offsets` or :meth:`close` writes it, as a broker keeps its
+        consumers' offsets; a process killed before then loses it.
+        """
         self._check_open()
-        self.group_offsets.commit(group, topic, queue_id, offset)
+        self.group_offsets.commit(group, topic, queue_id, offset, deferred=deferred)
+
+    def flush_offsets(self) -> None:
+        """Write the deferred consumer offset commits to consumerOffset.json now."""
+        self._check_open()
+        self.offsets.flush()
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""

@@ -91,15 +91,17 @@ class BrokerProcessors:
         )
         self._delivery.start()
         self.transactions.start()
+        self.consumer_offsets.start()
 
     def stop(self) -> None:
         """Stop delivering delayed messages and the hold service (held pulls are dropped:
-        their connections are closing)."""
+        their connections are closing), and write the consumer offsets kept in memory."""
         self._stopping.set()
         if self._delivery is not None:
             self._delivery.join()
         self.transactions.stop()
         self.holds.stop()
+        self.consumer_offsets.stop()
 
     def _deliver_delayed(self) -> None:
         """Deliver delayed messages when due, as a broker's ScheduleMessageService does: no

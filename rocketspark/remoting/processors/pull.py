@@ -71,7 +71,7 @@ class PullProcessor:
         ):
             try:
                 self.store.commit_offset(
-                    header.consumer_group, topic, queue_id, header.commit_offset
+                    header.consumer_group, topic, queue_id, header.commit_offset, deferred=True
                 )
             except RocketSparkError as e:
                 log.warning(
