@@ -513,3 +513,45 @@ def test_a_check_back_carries_the_real_topic_and_queue(store: MessageStore, topi
     for field in ("body", "queue_offset", "commitlog_offset", "msg_id", "born_timestamp"):
         assert getattr(sent, field) == getattr(half, field), field
     assert (sent.sys_flag, sent.flag, sent.body_crc) == (half.sys_flag, half.flag, half.body_crc)
+
+
+def _wakeups(thread_name: str) -> int:
+    """How many times a thread of this process has been run (Linux schedstat)."""
+    (thread,) = [t for t in threading.enumerate() if t.name == thread_name]
+    stat = Path(f"/proc/self/task/{thread.native_id}/schedstat")
+    if not stat.exists():
+        pytest.skip("needs /proc/<pid>/task/<tid>/schedstat")
+    return int(stat.read_text().split()[2])
+
+
+def test_the_hold_service_sleeps_while_nothing_is_held(store: MessageStore, served: Served):
+    topic = _topic()
+    store.create_topic(topic, 1)
+    with Connection(served.broker_address) as conn:
+        assert conn.invoke(_pull_request(topic, 0, 0, suspend_ms=100), 5).code == (
+            ResponseCode.PULL_NOT_FOUND
+        )
+    assert served.broker.holds.held == 0
+    time.sleep(0.1)
+    before = _wakeups("rocketspark-serve-pull-hold")
+    time.sleep(2.5)
+    assert _wakeups("rocketspark-serve-pull-hold") - before <= 1
+
+
+def test_a_held_pull_with_an_earlier_deadline_is_answered_at_it(
+    store: MessageStore, served: Served
+) -> None:
+    topic = _topic()
+    store.create_topic(topic, 2)
+    with Connection(served.broker_address) as conn:
+        late = conn.invoke_async(_pull_request(topic, 0, 0, suspend_ms=20_000), 30)
+        deadline = time.monotonic() + 5
+        while served.broker.holds.held < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        started = time.monotonic()
+        early = conn.invoke_async(_pull_request(topic, 1, 0, suspend_ms=200), 30)
+        assert early.result(5).code == ResponseCode.PULL_NOT_FOUND
+        assert 0.15 < time.monotonic() - started < 1.5
+        assert not late.done()
+        store.put(Message(topic, b"late", queue_id=0))
+        assert late.result(5).code == ResponseCode.SUCCESS

@@ -31,7 +31,8 @@ A pull that finds nothing and may be suspended is parked in
 :class:`PullHoldService` until a put reaches its queue (a put of this process
 notifies the store's arrivals condition; one of another process writing the
 same directory bumps the store's shared write sequence, checked every
-millisecond) or its suspend timeout passes, then is run again and answered.
+millisecond while pulls are held) or its suspend timeout passes, then is run again and
+answered.
 """
 
 from rocketspark.remoting.processors.broker import BrokerProcessors

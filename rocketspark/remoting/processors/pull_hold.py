@@ -3,6 +3,7 @@ parked until a put reaches their queue or their suspend timeout passes."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +28,17 @@ class _Held:
 class PullHoldService:
     """Pulls that found nothing, parked until their queue moves or their time is up.
 
-    One thread: it waits on the store's arrivals condition (puts of this
-    process notify it) at most :data:`HOLD_CHECK_SECONDS`, and looks at the
-    store's write sequence (bumped by every put, in any process); when either
-    says something was put, each held queue's max offset is read and the pulls
-    behind it run again (``wake(request, channel)``). Pulls past their deadline
-    run again too, and answer PULL_NOT_FOUND.
+    One thread. With nothing held it sleeps until a pull is parked. With pulls
+    held it waits on the store's arrivals condition (puts of this process notify
+    it) at most :data:`HOLD_CHECK_SECONDS`, and looks at the store's write
+    sequence (bumped by every put, in any process): another process's put wakes
+    nothing here, so while pulls are held that sequence is polled, and a put of
+    a Spark sink writing the directory reaches a held pull within about a
+    millisecond. When either says something was put, each held queue's max
+    offset is read and the pulls behind it run again (``wake(request,
+    channel)``). Pulls past their deadline run again too, and answer
+    PULL_NOT_FOUND; the held pulls are looked at only then (the earliest
+    deadline is kept), not at every poll.
     """
 
     def __init__(self, store: MessageStore, wake: Callable[[RemotingCommand, Channel], None]):
@@ -43,6 +49,7 @@ class PullHoldService:
         self._added = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_due = math.inf  # the earliest deadline of a held pull
 
     @property
     def held(self) -> int:
@@ -76,6 +83,8 @@ class PullHoldService:
         held = _Held(request, channel, offset, time.monotonic() + timeout_ms / 1000.0)
         with self._lock:
             self._held.setdefault((topic, queue_id), []).append(held)
+            if held.deadline < self._next_due:
+                self._next_due = held.deadline
         self._added.set()
         # A put between the pull's read and now would have been missed: look once more.
         try:
@@ -110,7 +119,8 @@ class PullHoldService:
             with self._lock:
                 empty = not self._held
             if empty:
-                self._added.wait(1.0)
+                # Nothing held: sleep until a pull is parked (hold) or the service stops.
+                self._added.wait()
                 self._added.clear()
                 seq = None
                 continue
@@ -123,17 +133,25 @@ class PullHoldService:
             except (ValueError, RocketSparkError):  # the store closed under us
                 return
             now = time.monotonic()
+            put = notified or now_seq != seq
+            seq = now_seq
+            if not put and now < self._next_due:
+                continue  # nothing was put, no deadline passed
             with self._lock:
                 keys = list(self._held)
             for key in keys:
                 end: int | None = -1  # -1: not looked at (nothing was put)
-                if notified or now_seq != seq:
+                if put:
                     try:
                         end = self.store.max_offset(*key)
                     except RocketSparkError:
                         end = None  # the topic went: answer them all
                 self._release(key, _due(end, now))
-            seq = now_seq
+            with self._lock:  # a pull held since the sweep is counted too
+                self._next_due = min(
+                    (e.deadline for entries in self._held.values() for e in entries),
+                    default=math.inf,
+                )
 
 
 def _due(end: int | None, now: float) -> Callable[[_Held], bool]:
