@@ -555,3 +555,67 @@ def test_a_held_pull_with_an_earlier_deadline_is_answered_at_it(
         assert not late.done()
         store.put(Message(topic, b"late", queue_id=0))
         assert late.result(5).code == ResponseCode.SUCCESS
+
+
+def test_end_transaction_does_not_wait_behind_sends(store: MessageStore, served: Served) -> None:
+    """END_TRANSACTION has its own work queue: a commit is served while sends are stuck."""
+    topic = _topic()
+    store.create_topic(topic, 1)
+    half = store.prepare(Message(topic, b"half"), producer_group="pg")
+    sends = served.broker_server.work_queue("send", threads=1, capacity=10_000)
+    release = threading.Event()
+    assert sends.try_submit(release.wait, 30)  # the send thread is busy until released
+    try:
+        header = h.EndTransactionRequestHeader(
+            producer_group="pg",
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commitlog_offset,
+            commit_or_rollback=8,  # TRANSACTION_COMMIT
+            msg_id=half.msg_id,
+        )
+        with Connection(served.broker_address) as conn:
+            end = conn.invoke(
+                RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext_fields()), 5
+            )
+            assert end.code == ResponseCode.SUCCESS
+            assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"half"]
+            send = conn.invoke_async(
+                RemotingCommand.request(
+                    RequestCode.SEND_MESSAGE_V2,
+                    h.SendMessageRequestHeader(
+                        producer_group="pg", topic=topic, queue_id=0, born_timestamp=1
+                    )
+                    .to_v2()
+                    .to_ext_fields(),
+                    body=b"after",
+                ),
+                15,
+            )
+            time.sleep(0.1)
+            assert not send.done()  # behind the stuck one
+            release.set()
+            assert send.result(10).code == ResponseCode.SUCCESS
+    finally:
+        release.set()
+
+
+def test_pipelined_sends_of_a_connection_are_stored_in_order(
+    store: MessageStore, served: Served
+) -> None:
+    topic = _topic()
+    store.create_topic(topic, 1)
+    header = (
+        h.SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=0, born_timestamp=1)
+        .to_v2()
+        .to_ext_fields()
+    )
+    with Connection(served.broker_address) as conn:
+        futures = [
+            conn.invoke_async(
+                RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body=b"%d" % i), 30
+            )
+            for i in range(300)
+        ]
+        assert all(f.result(30).code == ResponseCode.SUCCESS for f in futures)
+    stored = store.pull(topic, 0, 0, 1000).messages
+    assert [m.body for m in stored] == [b"%d" % i for i in range(300)]

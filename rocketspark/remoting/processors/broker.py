@@ -43,8 +43,16 @@ class BrokerProcessors:
         self._delivery: threading.Thread | None = None
 
     def register(self, server: RemotingServer, *, threads: int = 4) -> None:
-        """Register every broker request on ``server``, each group on its own work queue."""
+        """Register every broker request on ``server``, each group on its own work queue.
+
+        Sends have one thread: puts take the store's write lock one at a time anyway,
+        and one thread stores the requests of a connection in the order they came
+        (pipelined async sends, an orderly producer's). END_TRANSACTION has a queue of
+        its own (RocketMQ's endTransactionExecutor), so that a producer's commit or
+        rollback, and its answers to check-backs, do not wait behind a backlog of sends.
+        """
         send = server.work_queue("send", threads=1, capacity=10_000)
+        end_transaction = server.work_queue("end-transaction", threads=2, capacity=100_000)
         pull = server.work_queue("pull", threads=threads, capacity=100_000)
         admin = server.work_queue("admin", threads=2, capacity=10_000)
         heartbeat = server.work_queue("heartbeat", threads=1, capacity=50_000)
@@ -61,7 +69,7 @@ class BrokerProcessors:
             send,
         )
         server.register((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE), pulls.pull, pull)
-        server.register(RequestCode.END_TRANSACTION, tx.end_transaction, send)
+        server.register(RequestCode.END_TRANSACTION, tx.end_transaction, end_transaction)
         server.register(RequestCode.GET_MAX_OFFSET, adm.max_offset, admin)
         server.register(RequestCode.GET_MIN_OFFSET, adm.min_offset, admin)
         server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, adm.search_offset, admin)
