@@ -619,3 +619,40 @@ def test_pipelined_sends_of_a_connection_are_stored_in_order(
         assert all(f.result(30).code == ResponseCode.SUCCESS for f in futures)
     stored = store.pull(topic, 0, 0, 1000).messages
     assert [m.body for m in stored] == [b"%d" % i for i in range(300)]
+
+
+def test_a_group_made_at_once_by_many_pulls(store: MessageStore, served: Served) -> None:
+    """Pull threads that all see a group's retry topic missing make it once, and every
+    pull is answered as for an existing topic."""
+    group = f"race-{uuid.uuid4().hex[:8]}"
+    retry = f"%RETRY%{group}"
+    barrier = threading.Barrier(12)
+    codes: list[int] = []
+
+    def pull() -> None:
+        with Connection(served.broker_address) as conn:
+            barrier.wait(10)
+            codes.append(conn.invoke(_pull_request(retry, 0, 0), 10).code)
+
+    threads = [threading.Thread(target=pull) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert codes == [ResponseCode.PULL_NOT_FOUND] * 12
+    assert store.topic(retry).read_queue_nums == 1
+    assert store.groups.get(group) is not None
+
+
+def test_a_retry_topic_made_meanwhile_is_not_changed(
+    store: MessageStore, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's retry topic is made only if absent, decided under the table's locks: one
+    made by another thread between the check and the making keeps its queues."""
+    group = f"race-{uuid.uuid4().hex[:8]}"
+    retry = f"%RETRY%{group}"
+    store.create_topic(retry, 3)  # by mqadmin, say, just after the check below
+    monkeypatch.setattr(store, "has_topic", lambda topic: False)  # the check, made before
+    served.broker.clients.ensure_group(group)
+    monkeypatch.undo()
+    assert store.topic(retry).read_queue_nums == 3

@@ -62,7 +62,10 @@ class ClientRegistry:
                 self.store.groups.get_or_create(group)
             retry = retry_topic(group)
             if not self.store.has_topic(retry):
-                self.store.create_topic(retry, 1)
+                # if_absent: pull and heartbeat threads (and mqadmin's updateTopic) may
+                # make it at once; checked and made under the topic table's locks, so
+                # one made meanwhile, with more queues, is not shrunk to one.
+                self.store.create_topic(retry, 1, if_absent=True)
         except RocketSparkError as e:
             log.warning("cannot make consumer group %s: %s", group, e)
 
