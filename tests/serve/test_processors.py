@@ -31,6 +31,7 @@ from rocketspark.remoting.connection import Connection
 from rocketspark.remoting.processors import Served, serve
 from rocketspark.remoting.processors.send import _put_code
 from rocketspark.remoting.processors.transaction import check_message
+from rocketspark.remoting.server import Reply
 from rocketspark.store.message_store import MessageStore
 
 
@@ -656,3 +657,73 @@ def test_a_retry_topic_made_meanwhile_is_not_changed(
     served.broker.clients.ensure_group(group)
     monkeypatch.undo()
     assert store.topic(retry).read_queue_nums == 3
+
+
+@pytest.fixture
+def small_segments(tmp_path: Path):
+    """A store of 8 KiB CommitLog segments holding 60 records over several, served."""
+    with MessageStore.open(str(tmp_path / "small"), mappedFileSizeCommitLog=8192) as s:
+        s.create_topic("t", 1)
+        for i in range(60):
+            s.put(Message("t", b"x" * 200 + b"%03d" % i))
+        s.flush()
+        with serve(s, namesrv_port=0, broker_port=0) as srv:
+            yield s, srv
+
+
+def _deleted_segments_mapped(store: MessageStore) -> list[str]:
+    directory = str(Path(store.root) / "commitlog")
+    with open("/proc/self/maps") as maps:
+        return [line for line in maps if directory in line and "(deleted)" in line]
+
+
+def test_a_reply_outlives_the_deletion_of_its_segments(small_segments) -> None:
+    """Views of a reply still being written stay valid when retention deletes their
+    segment: the file is unlinked, not truncated, and unmapped when the views go."""
+    store, served = small_segments
+    reply = served.broker.pulls.pull(_pull_request("t", 0, 0, max_nums=5), None)  # type: ignore[arg-type]
+    assert isinstance(reply, Reply)
+    assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+    assert _deleted_segments_mapped(store)  # held by the reply's views
+    sent = b"".join(bytes(p) for p in reply.parts)  # the reply, written now
+    assert [m.body[-3:] for m in _records(sent)] == [b"%03d" % i for i in range(5)]
+    del reply
+    assert not _deleted_segments_mapped(store)  # gone with the last view
+
+
+def test_a_pull_that_found_its_segment_before_retention_deleted_it(small_segments) -> None:
+    """A pull that found its segment just before retention deleted it still reads it."""
+    store, served = small_segments
+    commit_log = store.commit_log
+    find = commit_log.segment
+
+    def found_then_deleted(phy: int):
+        del commit_log.segment  # once
+        f = find(phy)
+        assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+        return f
+
+    commit_log.segment = found_then_deleted  # type: ignore[method-assign]
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert [m.body[-3:] for m in _records(r.body)] == [b"%03d" % i for i in range(5)]
+
+
+def test_a_pull_whose_segment_retention_deleted_is_told_the_offset_moved(small_segments) -> None:
+    """A pull that read the queue's min offset before retention deleted the segment, and
+    looked for the segment after, is answered PULL_OFFSET_MOVED to the new min offset."""
+    store, served = small_segments
+    commit_log = store.commit_log
+    find = commit_log.segment
+
+    def deleted_then_found(phy: int):
+        del commit_log.segment  # once
+        assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+        return find(phy)
+
+    commit_log.segment = deleted_then_found  # type: ignore[method-assign]
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
+    assert r.code == ResponseCode.PULL_OFFSET_MOVED, r.remark
+    assert int(r.ext_fields["nextBeginOffset"]) == store.min_offset("t", 0) > 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from rocketspark.errors import OffsetOutOfRangeError, RocketSparkError
+from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, RocketSparkError
 from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.results import PullStatus
@@ -83,7 +83,13 @@ class PullProcessor:
                     e,
                 )
         try:
-            read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+            try:
+                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+            except CorruptRecordError:
+                # Retention deleted the segment of these entries between the read of the
+                # queue's min offset and of the segment: read again, which sees the new
+                # min offset and answers PULL_OFFSET_MOVED (damage raises again).
+                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
         except OffsetOutOfRangeError as e:
             return answer(
                 request, ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal: {e}"
