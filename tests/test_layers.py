@@ -202,13 +202,14 @@ def _deadletter_rule(edge: Edge) -> bool:
 
 
 def _remoting_rule(edge: Edge) -> bool:
-    # The protocol stands on message and errors only; processors (the server's requests
-    # served over a MessageStore) is the one module that may add the store: the server
-    # itself is transport only.
+    # The protocol stands on message and errors only; the processors package (the server's
+    # requests served over a MessageStore: namesrv, send, pull, pull_hold, transaction,
+    # clients, consumer_offsets, queue_locks, admin, broker, served) is the one place that
+    # may add the store: the server itself is transport only.
     if not _within(edge.source, _R):
         return False
     allowed = [_R, _M, _E]
-    if edge.source == f"{_R}.processors":
+    if _within(edge.source, f"{_R}.processors"):
         allowed.append(_S)
     ours = _ours(edge.target) and not any(_within(edge.target, name) for name in allowed)
     return ours or any(_within(edge.target, name) for name in THIRD_PARTY_SPARK)
@@ -242,7 +243,7 @@ FORBIDDEN = {
     "message imports ours other than message and errors": _message_rule,
     "datasource imports store or remoting": _datasource_rule,
     "deadletter imports store or remoting": _deadletter_rule,
-    "remoting imports ours other than remoting, message and errors (processors/server: + store),"
+    "remoting imports ours other than remoting, message and errors (processors/*: + store),"
     " or pyspark/delta": _remoting_rule,
     "client (outside its backends) imports store or remoting, or the Spark side": _client_rule,
     "a store module imports the message_store facade": _facade_rule,
@@ -524,5 +525,10 @@ def test_the_remoting_rule() -> None:
         assert not _remoting_rule(edge("connection", target)), target
     assert not _remoting_rule(edge("processors", f"{_S}.reader"))
     assert _remoting_rule(edge("processors", _DS))
+    for module in ("send", "pull", "pull_hold", "transaction", "admin", "broker", "served"):
+        assert not _remoting_rule(edge(f"processors.{module}", f"{_S}.message_store")), module
+        assert _remoting_rule(edge(f"processors.{module}", _DS)), module
+    assert f"{_R}.processors.pull" in MODULES and f"{_R}.processors" in PACKAGES
+    assert _remoting_rule(edge("processorsx", f"{_S}.message_store"))
     assert _remoting_rule(edge("server", f"{_S}.message_store"))
     assert not _remoting_rule(edge("server", f"{_R}.command"))

@@ -902,7 +902,7 @@ class Encoder:
     def ensure_system_topic(self, topic: str, queues: int) -> None:
         """Create a system topic (schedule, half, retry, DLQ) the first time it is used."""
         if self.topics.get(topic) is None:
-            self.topics.create(topic, queues, queues, perm=6, order=False)
+            self.topics.create(topic, queues, queues, perm=6, order=False, if_absent=True)
 
 
 # The last four hex digits of generated UNIQ_KEYs, by counter value. Built from the

@@ -36,13 +36,16 @@ class GroupOffsets:
         self.queues = queues
         self.commit_log = commit_log
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record that ``group`` will next consume ``offset`` of an existing queue."""
+    def commit(
+        self, group: str, topic: str, queue_id: int, offset: int, *, deferred: bool = False
+    ) -> None:
+        """Record that ``group`` will next consume ``offset`` of an existing queue
+        (``deferred``: see ConsumerOffsetTable)."""
         validate_group(group)
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset to commit must be >= 0, got {offset}")
         self.queues.existing(topic, queue_id)
-        self.offsets.commit(group, topic, queue_id, offset)
+        self.offsets.commit_many(group, {(topic, queue_id): offset}, deferred=deferred)
 
     def commit_many(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write,

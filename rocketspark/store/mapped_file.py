@@ -366,8 +366,25 @@ class MappedFile:
         os.close(self._fd)
         self._fd = -1
 
+    def release(self) -> None:
+        """Close the file but leave the mapping to the last reference: a segment dropped
+        while readers may use it (deleted by retention here or in another process).
+
+        A reader that found this segment just before (a server's pull, an index
+        lookup) may still take views of it, and views already taken (a reply being
+        written from them) stay valid: the file is unlinked, never truncated, so
+        its pages read as they were until the mapping goes, with the last
+        reference to this object or to a view of it (closing it here would fail
+        the reader that has not taken its view yet, "mmap closed or invalid").
+        """
+        if self._fd < 0:
+            return
+        os.close(self._fd)
+        self._fd = -1
+
     def destroy(self) -> None:
-        self.close()
+        """Delete the segment's file (see :meth:`release` for its mapping)."""
+        self.release()
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -435,7 +452,7 @@ class MappedFileQueue:
                 )
             files.append(f)
         for stale in known.values():
-            stale.close()
+            stale.release()
         for a, b in itertools.pairwise(files):
             if b.start_offset != a.end_offset:
                 raise CorruptRecordError(

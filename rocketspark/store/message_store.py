@@ -180,7 +180,10 @@ class MessageStore:
         if self._closed:
             return
         self._closed = True
-        self._opened.close()
+        try:
+            self.offsets.flush()  # deferred consumer offset commits
+        finally:
+            self._opened.close()
 
     # -- topics ----------------------------------------------------------------------
 
@@ -192,19 +195,27 @@ class MessageStore:
         order: bool = False,
         perm: int = 6,
         force: bool = False,
+        if_absent: bool = False,
     ) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (defaultTopicQueueNums if None).
 
         Creating an existing topic with the same queue count is a no-op; more
         queues grow it. Fewer queues would hide the messages of the queues
         dropped (they stay on disk, unread): refused with TopicShrinkError
-        where those queues hold messages, unless ``force``.
+        where those queues hold messages, unless ``force``. ``if_absent``: an
+        existing topic is left as it is, whatever its settings (decided under the
+        topic table's locks, so a topic made meanwhile by another thread or
+        process is not changed).
         """
         self._check_open()
         validate_topic(topic)
         n = self.config.default_topic_queue_nums if queues is None else queues
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n > 1024:
             raise ConfigError(f"queue count of topic {topic!r} must be 1..1024, got {queues!r}")
+        if if_absent:
+            self.topics.create(topic, n, n, perm=perm, order=order, if_absent=True)
+            self.encoder.forget_topics()
+            return self.topic(topic)
         if not force:
             cl_min = self.commit_log.min_offset
             self.topics.check_shrink(
@@ -429,10 +440,22 @@ class MessageStore:
 
     # -- consumer groups -------------------------------------------------------------
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record that ``group`` will next consume ``offset`` of the queue."""
+    def commit_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, deferred: bool = False
+    ) -> None:
+        """Record that ``group`` will next consume ``offset`` of the queue.
+
+        ``deferred``: keep the commit in memory (this instance reads it at once) until
+        :meth:`flush_offsets` or :meth:`close` writes it, as a broker keeps its
+        consumers' offsets; a process killed before then loses it.
+        """
         self._check_open()
-        self.group_offsets.commit(group, topic, queue_id, offset)
+        self.group_offsets.commit(group, topic, queue_id, offset, deferred=deferred)
+
+    def flush_offsets(self) -> None:
+        """Write the deferred consumer offset commits to consumerOffset.json now."""
+        self._check_open()
+        self.offsets.flush()
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Record several ``(topic, queue_id) -> next offset`` of ``group`` in one write."""

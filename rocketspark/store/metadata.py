@@ -351,9 +351,27 @@ class JsonTable:
 
 
 class ConsumerOffsetTable(JsonTable):
-    """consumerOffset.json: per ``topic@group`` and queue, the next offset to consume."""
+    """consumerOffset.json: per ``topic@group`` and queue, the next offset to consume.
+
+    A commit is written when it is made, unless it is ``deferred``: a broker's
+    (``rocketspark serve``'s) commits are kept in memory and written by :meth:`flush`,
+    which its owner calls every flushConsumerOffsetInterval (5 s) and at close, as
+    RocketMQ's ConsumerOffsetManager persists its table. Reads of this instance see
+    the deferred commits at once; other processes see them when they are flushed. A
+    flush writes only the entries deferred, merged into the file's latest content
+    under the inter-process lock (as every write is), so commits other processes
+    made in the meantime are kept; a commit that is not deferred replaces a deferred
+    one of the same queue. A process killed between flushes loses the deferred
+    commits of the last interval (its consumers consume those messages again).
+    """
 
     file_name = CONSUMER_OFFSET_FILE
+
+    def __init__(self, config_dir: str | os.PathLike[str]):
+        # (topic@group, queue id) -> offset: deferred commits not written yet
+        self._pending: dict[tuple[str, int], int] = {}
+        self._pending_lock = threading.Lock()
+        super().__init__(config_dir)
 
     def _empty(self) -> dict[str, Any]:
         return {"offsetTable": {}}
@@ -374,8 +392,11 @@ class ConsumerOffsetTable(JsonTable):
         """Record ``offset`` as the group's next offset to consume in the queue."""
         self.commit_many(group, {(topic, queue_id): offset})
 
-    def commit_many(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
-        """Record several ``(topic, queue_id) -> next offset`` of one group in one write.
+    def commit_many(
+        self, group: str, offsets: Mapping[tuple[str, int], int], *, deferred: bool = False
+    ) -> None:
+        """Record several ``(topic, queue_id) -> next offset`` of one group in one write
+        (``deferred``: in memory, written by the next :meth:`flush`).
 
         Raises InvalidNameError for a group or topic name RocketMQ would refuse
         (which also keeps the ``topic@group`` keys unambiguous).
@@ -384,6 +405,15 @@ class ConsumerOffsetTable(JsonTable):
         for topic, _ in offsets:
             validate_topic(topic)
         wanted = {(self.key(group, topic), int(q)): int(o) for (topic, q), o in offsets.items()}
+        pending = self._pending
+        if deferred:
+            with self._pending_lock:
+                pending.update(wanted)
+            return
+        if pending:
+            with self._pending_lock:
+                for entry in wanted:
+                    pending.pop(entry, None)
         current = self._current()["offsetTable"]
         if all(current.get(k, {}).get(q) == o for (k, q), o in wanted.items()):
             return
@@ -400,14 +430,55 @@ class ConsumerOffsetTable(JsonTable):
 
         self._modify(change)
 
+    def flush(self) -> None:
+        """Write the deferred commits now (nothing to do without any)."""
+        pending = self._pending
+        if not pending:
+            return
+        with self._pending_lock:
+            written = dict(pending)
+
+        def change(data: dict[str, Any]) -> bool:
+            table = data["offsetTable"]
+            changed = False
+            for (key, queue_id), offset in written.items():
+                queues = table.setdefault(key, {})
+                if queues.get(queue_id) != offset:
+                    queues[queue_id] = offset
+                    changed = True
+            return changed
+
+        self._modify(change)
+        with self._pending_lock:
+            for entry, offset in written.items():
+                if pending.get(entry) == offset:  # not committed again while written
+                    del pending[entry]
+
+    def _with_pending(self) -> dict[str, dict[int, int]]:
+        """The offset table as this process sees it: the file's, then the deferred commits."""
+        table = self._current()["offsetTable"]
+        if not self._pending:
+            return table
+        with self._pending_lock:
+            pending = list(self._pending.items())
+        table = {key: dict(queues) for key, queues in table.items()}
+        for (key, queue_id), offset in pending:
+            table.setdefault(key, {})[queue_id] = offset
+        return table
+
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """Return the group's next offset in the queue, or None if it never committed one."""
-        return self._current()["offsetTable"].get(self.key(group, topic), {}).get(queue_id)
+        key = self.key(group, topic)
+        if self._pending:
+            offset = self._pending.get((key, queue_id))
+            if offset is not None:
+                return offset
+        return self._current()["offsetTable"].get(key, {}).get(queue_id)
 
     def offsets_of_group(self, group: str) -> dict[tuple[str, int], int]:
         """Return every ``(topic, queue_id) -> next offset`` the group committed."""
         out = {}
-        for key, queues in self._current()["offsetTable"].items():
+        for key, queues in self._with_pending().items():
             topic, sep, owner = key.rpartition(TOPIC_GROUP_SEPARATOR)
             if sep and owner == group:
                 for queue_id, offset in queues.items():
@@ -419,7 +490,7 @@ class ConsumerOffsetTable(JsonTable):
         return sorted(
             {
                 key.rpartition(TOPIC_GROUP_SEPARATOR)[2]
-                for key in self._current()["offsetTable"]
+                for key in self._with_pending()
                 if TOPIC_GROUP_SEPARATOR in key
             }
         )

@@ -105,12 +105,15 @@ class TopicConfigTable(JsonTable):
         perm: int = 6,
         order: bool = False,
         on_disk: bool = False,
+        if_absent: bool = False,
     ) -> None:
         """Create the topic, or change its queue counts, permission and order flag.
 
         ``perm`` is PERM_READ | PERM_WRITE | PERM_INHERIT bits. Other fields of
         an existing topic (topicSysFlag, attributes, ...) are kept. Nothing is
-        written when nothing changes. Raises InvalidNameError for a topic name
+        written when nothing changes. ``if_absent``: an existing topic is left as
+        it is, decided under the table's locks (a topic another thread or process
+        makes meanwhile is not changed). Raises InvalidNameError for a topic name
         RocketMQ would refuse (``on_disk``: see ``validate_topic``).
         """
         validate_topic(topic, on_disk=on_disk)
@@ -122,13 +125,15 @@ class TopicConfigTable(JsonTable):
             "writeQueueNums": write_queues,
         }
         existing = self.get(topic)
-        if existing is not None and all(existing.get(k) == v for k, v in wanted.items()):
+        if existing is not None and (
+            if_absent or all(existing.get(k) == v for k, v in wanted.items())
+        ):
             return
 
         def change(data: dict[str, Any]) -> bool:
             table = data["topicConfigTable"]
             old = table.get(topic)
-            if old is not None and all(old.get(k) == v for k, v in wanted.items()):
+            if old is not None and (if_absent or all(old.get(k) == v for k, v in wanted.items())):
                 return False
             # New entries take fastjson's (alphabetical) field order.
             cfg = (

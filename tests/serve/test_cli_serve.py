@@ -19,6 +19,7 @@ from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
 from rocketspark.message.model import Message
 from rocketspark.store.message_store import MessageStore
+from rocketspark.store.metadata import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,3 +169,53 @@ def test_sigkill_under_sync_flush_loses_nothing_acknowledged(tmp_path: Path) -> 
         # Everything acknowledged, in order; at most the one send in flight beyond it.
         assert stored[: len(acknowledged)] == acknowledged
         assert len(stored) <= len(acknowledged) + 1
+
+
+def _offset_in_file(store: Path, group: str, topic: str, queue_id: int) -> int | None:
+    """The group's offset as consumerOffset.json holds it now (what other processes read)."""
+    path = store / "config" / "consumerOffset.json"
+    if not path.exists():
+        return None
+    return read_json(path)["offsetTable"].get(f"{topic}@{group}", {}).get(str(queue_id))
+
+
+def _commit(ns: int, group: str, topic: str, offset: int, *, create: bool = False) -> None:
+    client = RemoteClient(ClientRef("cluster", f"127.0.0.1:{ns}"))
+    try:
+        if create:
+            client.create_topic(topic, queues=1)
+            client.put_batch([Message(topic, b"m%d" % i) for i in range(5)])
+        (mq,) = client.queues(topic)
+        client.commit_offsets(group, {mq: offset})
+        assert client.committed_offset(group, mq) == offset  # the server reads it at once
+    finally:
+        client.close()
+
+
+def test_consumer_offsets_survive_sigterm(server) -> None:
+    """Commits kept in memory between flushes are written when the server stops."""
+    proc, store, ns, _, _ = server
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", f"cli-{uuid.uuid4().hex[:10]}"
+    _commit(ns, group, topic, 3, create=True)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    with MessageStore.open(str(store)) as s:
+        assert s.committed_offset(group, topic, 0) == 3
+
+
+def test_sigkill_loses_at_most_the_last_interval_of_consumer_offsets(server) -> None:
+    """Consumer offsets are written every flushConsumerOffsetInterval (5 s), not per commit:
+    a SIGKILL loses the commits made since the last write, and no earlier one."""
+    proc, store, ns, _, _ = server
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", f"cli-{uuid.uuid4().hex[:10]}"
+    _commit(ns, group, topic, 2, create=True)
+    deadline = time.monotonic() + 20
+    while _offset_in_file(store, group, topic, 0) != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _offset_in_file(store, group, topic, 0) == 2  # written by the periodic flush
+    _commit(ns, group, topic, 4)
+    proc.kill()
+    proc.wait(30)
+    with MessageStore.open(str(store)) as s:
+        # 4 unless a periodic write came between the commit and the kill
+        assert s.committed_offset(group, topic, 0) in (2, 4)

@@ -147,3 +147,44 @@ def test_java_transactional_producer(rocketmq_java, tmp_path: Path) -> None:
             stored = store.pull(topic, 0, 0, 10).messages
             assert sorted(m.body for m in stored) == [b"tx-0", b"tx-2"]
             assert store.open_transactions() == []
+
+
+def test_java_check_back_names_the_real_topic_and_queue(rocketmq_java, tmp_path: Path) -> None:
+    """The message a check-back hands the producer's check listener carries the topic and
+    queue it was sent to (REAL_TOPIC / REAL_QID restored), not the half topic's."""
+    with MessageStore.open(str(tmp_path / "tx"), transactionTimeOut=1000) as store:
+        with serve(store, namesrv_port=0, broker_port=0) as srv:
+            topic = _topic()
+            store.create_topic(topic, 4)
+            spec = {
+                "topic": topic,
+                "messages": [
+                    {
+                        "body": base64.b64encode(f"tx-{i}".encode()).decode(),
+                        "keys": [f"tx{i}"],
+                        "local": "UNKNOW",
+                        "check": "COMMIT",
+                    }
+                    for i in range(3)
+                ],
+                "waitChecks": 3,
+                "checkTimeoutMs": 60000,
+            }
+            out = _java(rocketmq_java, srv, tmp_path / "home", "transact", stdin=json.dumps(spec))
+            sent = {o["index"]: o for o in out if "index" in o}
+            checks = [o for o in out if "check" in o]
+            assert {c["check"] for c in checks} == {0, 1, 2}, checks
+            assert len({s["queueId"] for s in sent.values()}) > 1, sent  # not all on queue 0
+            for c in checks:
+                assert c["topic"] == topic, c
+                assert c["queueId"] == sent[c["check"]]["queueId"], (c, sent)
+            deadline = time.monotonic() + 10
+            while (
+                sum(store.max_offset(topic, q) for q in range(4)) < 3
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            for i, s in sent.items():
+                stored = store.pull(topic, s["queueId"], 0, 10).messages
+                assert f"tx-{i}".encode() in [m.body for m in stored], (i, s)
+            assert store.open_transactions() == []

@@ -28,7 +28,10 @@ from rocketspark.remoting.client import RemotingClient
 from rocketspark.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.connection import Connection
-from rocketspark.remoting.processors import Served, _put_code, serve
+from rocketspark.remoting.processors import Served, serve
+from rocketspark.remoting.processors.send import _put_code
+from rocketspark.remoting.processors.transaction import check_message
+from rocketspark.remoting.server import Reply
 from rocketspark.store.message_store import MessageStore
 
 
@@ -492,3 +495,235 @@ def test_a_put_whose_sync_flush_timed_out_is_answered_flush_disk_timeout():
     assert _put_code([result(PutStatus.PUT_OK)] * 2) == ResponseCode.SUCCESS
     flushed_late = [result(PutStatus.PUT_OK), result(PutStatus.FLUSH_DISK_TIMEOUT)]
     assert _put_code(flushed_late) == ResponseCode.FLUSH_DISK_TIMEOUT
+
+
+@pytest.mark.parametrize("topic_length", [12, 127])
+def test_a_check_back_carries_the_real_topic_and_queue(store: MessageStore, topic_length: int):
+    """The record a check-back sends is the half's with REAL_TOPIC and REAL_QID as its topic
+    and queue (RocketMQ's sendCheckMessage), every other field as stored."""
+    topic = ("t" + uuid.uuid4().hex * 10)[:topic_length]
+    store.create_topic(topic, 4)
+    store.prepare(Message(topic, b"half body", tags="A", keys=("k1",), queue_id=3))
+    (half,) = store.open_transactions()
+    assert half.topic != topic and half.queue_id != 3
+    record = store.record_view(half.commitlog_offset, half.store_size)
+    sent = decode_record(check_message(record, half))
+    assert (sent.topic, sent.queue_id) == (topic, 3)
+    assert sent.properties == half.properties  # REAL_TOPIC / REAL_QID stay, as RocketMQ's do
+    assert sent.store_size == len(check_message(record, half))
+    for field in ("body", "queue_offset", "commitlog_offset", "msg_id", "born_timestamp"):
+        assert getattr(sent, field) == getattr(half, field), field
+    assert (sent.sys_flag, sent.flag, sent.body_crc) == (half.sys_flag, half.flag, half.body_crc)
+
+
+def _wakeups(thread_name: str) -> int:
+    """How many times a thread of this process has been run (Linux schedstat)."""
+    (thread,) = [t for t in threading.enumerate() if t.name == thread_name]
+    stat = Path(f"/proc/self/task/{thread.native_id}/schedstat")
+    if not stat.exists():
+        pytest.skip("needs /proc/<pid>/task/<tid>/schedstat")
+    return int(stat.read_text().split()[2])
+
+
+def test_the_hold_service_sleeps_while_nothing_is_held(store: MessageStore, served: Served):
+    topic = _topic()
+    store.create_topic(topic, 1)
+    with Connection(served.broker_address) as conn:
+        assert conn.invoke(_pull_request(topic, 0, 0, suspend_ms=100), 5).code == (
+            ResponseCode.PULL_NOT_FOUND
+        )
+    assert served.broker.holds.held == 0
+    time.sleep(0.1)
+    before = _wakeups("rocketspark-serve-pull-hold")
+    time.sleep(2.5)
+    assert _wakeups("rocketspark-serve-pull-hold") - before <= 1
+
+
+def test_a_held_pull_with_an_earlier_deadline_is_answered_at_it(
+    store: MessageStore, served: Served
+) -> None:
+    topic = _topic()
+    store.create_topic(topic, 2)
+    with Connection(served.broker_address) as conn:
+        late = conn.invoke_async(_pull_request(topic, 0, 0, suspend_ms=20_000), 30)
+        deadline = time.monotonic() + 5
+        while served.broker.holds.held < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        started = time.monotonic()
+        early = conn.invoke_async(_pull_request(topic, 1, 0, suspend_ms=200), 30)
+        assert early.result(5).code == ResponseCode.PULL_NOT_FOUND
+        assert 0.15 < time.monotonic() - started < 1.5
+        assert not late.done()
+        store.put(Message(topic, b"late", queue_id=0))
+        assert late.result(5).code == ResponseCode.SUCCESS
+
+
+def test_end_transaction_does_not_wait_behind_sends(store: MessageStore, served: Served) -> None:
+    """END_TRANSACTION has its own work queue: a commit is served while sends are stuck."""
+    topic = _topic()
+    store.create_topic(topic, 1)
+    half = store.prepare(Message(topic, b"half"), producer_group="pg")
+    sends = served.broker_server.work_queue("send", threads=1, capacity=10_000)
+    release = threading.Event()
+    assert sends.try_submit(release.wait, 30)  # the send thread is busy until released
+    try:
+        header = h.EndTransactionRequestHeader(
+            producer_group="pg",
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=half.commitlog_offset,
+            commit_or_rollback=8,  # TRANSACTION_COMMIT
+            msg_id=half.msg_id,
+        )
+        with Connection(served.broker_address) as conn:
+            end = conn.invoke(
+                RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext_fields()), 5
+            )
+            assert end.code == ResponseCode.SUCCESS
+            assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"half"]
+            send = conn.invoke_async(
+                RemotingCommand.request(
+                    RequestCode.SEND_MESSAGE_V2,
+                    h.SendMessageRequestHeader(
+                        producer_group="pg", topic=topic, queue_id=0, born_timestamp=1
+                    )
+                    .to_v2()
+                    .to_ext_fields(),
+                    body=b"after",
+                ),
+                15,
+            )
+            time.sleep(0.1)
+            assert not send.done()  # behind the stuck one
+            release.set()
+            assert send.result(10).code == ResponseCode.SUCCESS
+    finally:
+        release.set()
+
+
+def test_pipelined_sends_of_a_connection_are_stored_in_order(
+    store: MessageStore, served: Served
+) -> None:
+    topic = _topic()
+    store.create_topic(topic, 1)
+    header = (
+        h.SendMessageRequestHeader(producer_group="pg", topic=topic, queue_id=0, born_timestamp=1)
+        .to_v2()
+        .to_ext_fields()
+    )
+    with Connection(served.broker_address) as conn:
+        futures = [
+            conn.invoke_async(
+                RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body=b"%d" % i), 30
+            )
+            for i in range(300)
+        ]
+        assert all(f.result(30).code == ResponseCode.SUCCESS for f in futures)
+    stored = store.pull(topic, 0, 0, 1000).messages
+    assert [m.body for m in stored] == [b"%d" % i for i in range(300)]
+
+
+def test_a_group_made_at_once_by_many_pulls(store: MessageStore, served: Served) -> None:
+    """Pull threads that all see a group's retry topic missing make it once, and every
+    pull is answered as for an existing topic."""
+    group = f"race-{uuid.uuid4().hex[:8]}"
+    retry = f"%RETRY%{group}"
+    barrier = threading.Barrier(12)
+    codes: list[int] = []
+
+    def pull() -> None:
+        with Connection(served.broker_address) as conn:
+            barrier.wait(10)
+            codes.append(conn.invoke(_pull_request(retry, 0, 0), 10).code)
+
+    threads = [threading.Thread(target=pull) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert codes == [ResponseCode.PULL_NOT_FOUND] * 12
+    assert store.topic(retry).read_queue_nums == 1
+    assert store.groups.get(group) is not None
+
+
+def test_a_retry_topic_made_meanwhile_is_not_changed(
+    store: MessageStore, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's retry topic is made only if absent, decided under the table's locks: one
+    made by another thread between the check and the making keeps its queues."""
+    group = f"race-{uuid.uuid4().hex[:8]}"
+    retry = f"%RETRY%{group}"
+    store.create_topic(retry, 3)  # by mqadmin, say, just after the check below
+    monkeypatch.setattr(store, "has_topic", lambda topic: False)  # the check, made before
+    served.broker.clients.ensure_group(group)
+    monkeypatch.undo()
+    assert store.topic(retry).read_queue_nums == 3
+
+
+@pytest.fixture
+def small_segments(tmp_path: Path):
+    """A store of 8 KiB CommitLog segments holding 60 records over several, served."""
+    with MessageStore.open(str(tmp_path / "small"), mappedFileSizeCommitLog=8192) as s:
+        s.create_topic("t", 1)
+        for i in range(60):
+            s.put(Message("t", b"x" * 200 + b"%03d" % i))
+        s.flush()
+        with serve(s, namesrv_port=0, broker_port=0) as srv:
+            yield s, srv
+
+
+def _deleted_segments_mapped(store: MessageStore) -> list[str]:
+    directory = str(Path(store.root) / "commitlog")
+    with open("/proc/self/maps") as maps:
+        return [line for line in maps if directory in line and "(deleted)" in line]
+
+
+def test_a_reply_outlives_the_deletion_of_its_segments(small_segments) -> None:
+    """Views of a reply still being written stay valid when retention deletes their
+    segment: the file is unlinked, not truncated, and unmapped when the views go."""
+    store, served = small_segments
+    reply = served.broker.pulls.pull(_pull_request("t", 0, 0, max_nums=5), None)  # type: ignore[arg-type]
+    assert isinstance(reply, Reply)
+    assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+    assert _deleted_segments_mapped(store)  # held by the reply's views
+    sent = b"".join(bytes(p) for p in reply.parts)  # the reply, written now
+    assert [m.body[-3:] for m in _records(sent)] == [b"%03d" % i for i in range(5)]
+    del reply
+    assert not _deleted_segments_mapped(store)  # gone with the last view
+
+
+def test_a_pull_that_found_its_segment_before_retention_deleted_it(small_segments) -> None:
+    """A pull that found its segment just before retention deleted it still reads it."""
+    store, served = small_segments
+    commit_log = store.commit_log
+    find = commit_log.segment
+
+    def found_then_deleted(phy: int):
+        del commit_log.segment  # once
+        f = find(phy)
+        assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+        return f
+
+    commit_log.segment = found_then_deleted  # type: ignore[method-assign]
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert [m.body[-3:] for m in _records(r.body)] == [b"%03d" % i for i in range(5)]
+
+
+def test_a_pull_whose_segment_retention_deleted_is_told_the_offset_moved(small_segments) -> None:
+    """A pull that read the queue's min offset before retention deleted the segment, and
+    looked for the segment after, is answered PULL_OFFSET_MOVED to the new min offset."""
+    store, served = small_segments
+    commit_log = store.commit_log
+    find = commit_log.segment
+
+    def deleted_then_found(phy: int):
+        del commit_log.segment  # once
+        assert store.delete_expired(reserved_hours=0)["commitlog"] >= 1
+        return find(phy)
+
+    commit_log.segment = deleted_then_found  # type: ignore[method-assign]
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
+    assert r.code == ResponseCode.PULL_OFFSET_MOVED, r.remark
+    assert int(r.ext_fields["nextBeginOffset"]) == store.min_offset("t", 0) > 0

@@ -533,3 +533,17 @@ def test_a_topic_shrinks_only_where_the_dropped_queues_hold_nothing(old, new, ho
             assert s.topic("orders").write_queue_nums == old
         else:
             assert s.create_topic("orders", queues=new, force=force).write_queue_nums == new
+
+
+def test_deferred_offset_commits_are_written_by_close(tmp_path):
+    path = str(tmp_path / "deferred")
+    with MessageStore.open(path) as store:
+        store.create_topic("t", queues=1)
+        store.put(Message("t", b"x"))
+        store.commit_offset("g", "t", 0, 1, deferred=True)
+        assert store.committed_offset("g", "t", 0) == 1
+        assert store.lag("g", "t") == {("t", 0): 0}
+        with MessageStore.open(path) as other:  # another instance reads the file
+            assert other.committed_offset("g", "t", 0) is None
+    with MessageStore.open(path) as store:
+        assert store.committed_offset("g", "t", 0) == 1

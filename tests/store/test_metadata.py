@@ -403,3 +403,33 @@ def test_load_rereads_the_file(config_dir):
     write_json(config_dir / "delayOffset.json", {"offsetTable": {1: 3}})
     table.load()
     assert table.offsets() == {1: 3}
+
+
+def test_deferred_commits_are_read_at_once_and_written_by_flush(config_dir):
+    table = ConsumerOffsetTable(config_dir)
+    table.commit("G", "T", 0, 1)
+    table.commit_many("G", {("T", 0): 5, ("T", 1): 6}, deferred=True)
+    assert table.query("G", "T", 0) == 5
+    assert table.offsets_of_group("G") == {("T", 0): 5, ("T", 1): 6}
+    table.commit_many("H", {("T", 0): 7}, deferred=True)
+    assert table.groups() == ["G", "H"]
+    # Another process reads the file: the deferred commits are not there yet.
+    assert ConsumerOffsetTable(config_dir).offsets_of_group("G") == {("T", 0): 1}
+    # Another process commits meanwhile: the flush keeps what it wrote.
+    ConsumerOffsetTable(config_dir).commit("G", "U", 0, 9)
+    table.flush()
+    other = ConsumerOffsetTable(config_dir)
+    assert other.offsets_of_group("G") == {("T", 0): 5, ("T", 1): 6, ("U", 0): 9}
+    assert other.query("H", "T", 0) == 7
+    mtime = (config_dir / "consumerOffset.json").stat().st_mtime_ns
+    table.flush()  # nothing deferred: no write
+    assert (config_dir / "consumerOffset.json").stat().st_mtime_ns == mtime
+
+
+def test_a_commit_written_at_once_replaces_a_deferred_one(config_dir):
+    table = ConsumerOffsetTable(config_dir)
+    table.commit_many("G", {("T", 0): 5}, deferred=True)
+    table.commit("G", "T", 0, 3)
+    assert table.query("G", "T", 0) == 3
+    table.flush()
+    assert ConsumerOffsetTable(config_dir).query("G", "T", 0) == 3

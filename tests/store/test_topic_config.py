@@ -136,3 +136,13 @@ def test_info_reads_a_topic_config_as_topic_info(tmp_path):
     topics.create("t", 2, 3, perm=4, order=True)
     assert topics.info("t") == TopicInfo("t", 2, 3, 4, True)
     assert topics.info("absent") is None
+
+
+def test_create_if_absent_leaves_a_topic_made_meanwhile(config_dir):
+    table = TopicConfigTable(config_dir)
+    TopicConfigTable(config_dir).create("T", 3, 3, perm=4)  # another process, say
+    table.create("T", 1, 1, if_absent=True)
+    assert (table.get("T") or {})["readQueueNums"] == 3
+    assert (TopicConfigTable(config_dir).get("T") or {})["perm"] == 4
+    table.create("U", 1, 1, if_absent=True)
+    assert (TopicConfigTable(config_dir).get("U") or {})["writeQueueNums"] == 1

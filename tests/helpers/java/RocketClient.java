@@ -363,8 +363,8 @@ public class RocketClient {
     /**
      * Send the spec's messages as transactional (half) messages with TransactionMQProducer;
      * print one line per message (as produce, plus transactionId and localState), then one
-     * line per check-back the broker sends ({"check": index, msgId, transactionId, answer,
-     * afterMs: since that message was sent}) until `waitChecks` check-backs came or timeoutMs.
+     * line per check-back the broker sends ({"check": index, msgId, transactionId, topic, queueId,
+     * answer, afterMs: since that message was sent}) until `waitChecks` check-backs came or timeoutMs.
      *
      * <p>Spec: as produce (no batches), and per message: local (the local transaction's
      * outcome: COMMIT, ROLLBACK or UNKNOW; default COMMIT) and check (the answer to each
@@ -397,6 +397,8 @@ public class RocketClient {
                 o.put("check", i);
                 o.put("msgId", MessageClientIDSetter.getUniqID(msg));
                 o.put("transactionId", msg.getTransactionId());
+                o.put("topic", msg.getTopic());
+                o.put("queueId", msg.getQueueId());
                 o.put("answer", answer.name());
                 o.put("afterMs", System.currentTimeMillis() - sentAt.getOrDefault(i, 0L));
                 out(o);

@@ -1,0 +1,134 @@
+"""Pulls (RocketMQ's ``PullMessageProcessor``): CommitLog bytes answered from the mapped
+segments; a pull that finds nothing and may be suspended is parked in the
+:class:`~rocketspark.remoting.processors.pull_hold.PullHoldService`."""
+
+from __future__ import annotations
+
+import logging
+
+from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, RocketSparkError
+from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX
+from rocketspark.message.names import SubscriptionExpression
+from rocketspark.message.results import PullStatus
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.codes import PullSysFlag, ResponseCode
+from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.processors.clients import ClientRegistry
+from rocketspark.remoting.processors.common import MASTER_ID, answer, ok
+from rocketspark.remoting.processors.pull_hold import PullHoldService
+from rocketspark.remoting.server import Channel, Reply, WorkQueue
+from rocketspark.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+# A pull answers at most this much (RocketMQ: maxTransferCountOnMessageInMemory 32 and
+# maxTransferBytesOnMessageInMemory 256 KiB; a client asking more gets more here, up to
+# what a frame carries with room to spare).
+MAX_PULL_MESSAGES = 1024
+MAX_PULL_BYTES = 4 * 1024 * 1024
+
+
+class PullProcessor:
+    """PULL_MESSAGE and LITE_PULL_MESSAGE; held pulls run again on ``queue`` when woken."""
+
+    def __init__(self, store: MessageStore, clients: ClientRegistry):
+        self.store = store
+        self.clients = clients
+        self.holds = PullHoldService(store, self._pull_again)
+        self.queue: WorkQueue | None = None
+
+    def pull(
+        self, request: RemotingCommand, channel: Channel, *, may_suspend: bool = True
+    ) -> RemotingCommand | Reply | None:
+        header = h.PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        topic, queue_id, offset = header.topic, header.queue_id, header.queue_offset
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not self.store.has_topic(topic):
+            self.clients.ensure_group(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
+        if not self.store.has_topic(topic):
+            return answer(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!",
+            )
+        if header.expression_type not in (None, "TAG"):
+            return answer(
+                request,
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"expression type {header.expression_type} is not supported (TAG only)",
+            )
+        sub = SubscriptionExpression(header.subscription or "*")
+        codes = None if sub.matches_all else sub.codes
+        max_msgs = max(1, min(header.max_msg_nums, MAX_PULL_MESSAGES))
+        max_bytes = min(header.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
+        # The consumer's offset rides on the pull, committed once: not when a held pull
+        # runs again (may_suspend False), by when the group may have committed further
+        # (RocketMQ commits only when the broker may suspend). A commit that fails does
+        # not fail the pull: the consumer commits again with its next one.
+        if (
+            may_suspend
+            and header.sys_flag & PullSysFlag.COMMIT_OFFSET
+            and header.commit_offset >= 0
+        ):
+            try:
+                self.store.commit_offset(
+                    header.consumer_group, topic, queue_id, header.commit_offset, deferred=True
+                )
+            except RocketSparkError as e:
+                log.warning(
+                    "pull of %s/%d: the offset %d of group %s riding on it was not committed: %s",
+                    topic,
+                    queue_id,
+                    header.commit_offset,
+                    header.consumer_group,
+                    e,
+                )
+        try:
+            try:
+                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+            except CorruptRecordError:
+                # Retention deleted the segment of these entries between the read of the
+                # queue's min offset and of the segment: read again, which sees the new
+                # min offset and answers PULL_OFFSET_MOVED (damage raises again).
+                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+        except OffsetOutOfRangeError as e:
+            return answer(
+                request, ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal: {e}"
+            )
+        status, next_offset = read.status, read.next_offset
+        if read.max_offset == 0 and status is PullStatus.OFFSET_ILLEGAL:
+            status, next_offset = PullStatus.NO_NEW_MSG, 0  # NO_MESSAGE_IN_QUEUE
+        response_header = h.PullMessageResponseHeader(
+            suggest_which_broker_id=MASTER_ID,
+            next_begin_offset=next_offset,
+            min_offset=read.min_offset,
+            max_offset=read.max_offset,
+        )
+        if status is PullStatus.FOUND:
+            return Reply(ok(request, response_header), read.parts)
+        if status is PullStatus.NO_NEW_MSG:
+            suspend = header.sys_flag & PullSysFlag.SUSPEND and header.suspend_timeout_millis > 0
+            if may_suspend and suspend:
+                self.holds.hold(
+                    request, channel, topic, queue_id, offset, header.suspend_timeout_millis
+                )
+                return None
+            return answer(request, ResponseCode.PULL_NOT_FOUND, None, response_header)
+        if status is PullStatus.NO_MATCHED_MSG:
+            return answer(request, ResponseCode.PULL_RETRY_IMMEDIATELY, None, response_header)
+        return answer(request, ResponseCode.PULL_OFFSET_MOVED, None, response_header)
+
+    def _pull_again(self, request: RemotingCommand, channel: Channel) -> None:
+        """Run a held pull again (its queue moved, or its time is up) and answer it."""
+
+        def run() -> None:
+            try:
+                response = self.pull(request, channel, may_suspend=False)
+            except Exception as e:
+                log.exception("a held pull failed")
+                response = answer(request, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            if response is not None:
+                channel.respond(request, response)
+
+        queue = self.queue
+        if queue is None or not queue.try_submit(run):
+            run()
