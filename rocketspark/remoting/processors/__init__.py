@@ -36,11 +36,13 @@ answered.
 """
 
 from rocketspark.remoting.processors.broker import BrokerProcessors
+from rocketspark.remoting.processors.common import BrokerIdentity
 from rocketspark.remoting.processors.namesrv import NameServerProcessors
 from rocketspark.remoting.processors.pull_hold import PullHoldService
 from rocketspark.remoting.processors.served import Served, serve
 
 __all__ = [
+    "BrokerIdentity",
     "BrokerProcessors",
     "NameServerProcessors",
     "PullHoldService",
