@@ -62,8 +62,8 @@ from rocketspark.message.model import (
     transaction_type,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group
-from rocketspark.message.properties import decode_properties
-from rocketspark.message.record import decompress_body
+from rocketspark.message.properties import decode_properties, encode_properties
+from rocketspark.message.record import decode_record, decompress_body, encode_record
 from rocketspark.message.results import PullStatus, PutResult, PutStatus
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.codes import MQ_VERSION, PullSysFlag, RequestCode, ResponseCode
@@ -448,7 +448,7 @@ class BrokerProcessors:
             offset_msg_id=half.msg_id,
             broker_name=self.broker.name,
         )
-        body = bytes(self.store.record_view(half.commitlog_offset, half.store_size))
+        body = _check_body(bytes(self.store.record_view(half.commitlog_offset, half.store_size)))
         check = RemotingCommand.request(
             RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), body=body
         )
@@ -905,6 +905,34 @@ class BrokerProcessors:
 
 
 MQ = tuple[str, str, int]  # topic, broker name, queue id
+
+
+def _check_body(record: bytes) -> bytes:
+    """A half's record as a check-back carries it: under its REAL_TOPIC and REAL_QID, as
+    the broker's sendCheckMessage sets them before encoding it (a producer looks for the
+    committed copy of the half in that topic)."""
+    half = decode_record(record, 0, verify_crc=False, inflate=False)
+    topic = half.properties.get(PROPERTY_REAL_TOPIC)
+    queue_id = half.properties.get(PROPERTY_REAL_QUEUE_ID)
+    if topic is None or queue_id is None:
+        return record
+    return encode_record(
+        topic=topic,
+        queue_id=int(queue_id),
+        body=half.body,
+        properties=encode_properties(half.properties),
+        queue_offset=half.queue_offset,
+        physical_offset=half.commitlog_offset,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        store_timestamp=half.store_timestamp,
+        store_host=half.store_host,
+        flag=half.flag,
+        sys_flag=half.sys_flag,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.prepared_transaction_offset,
+        max_message_size=len(half.body),
+    )
 
 
 def _mq_json(mq: MQ) -> dict[str, Any]:
