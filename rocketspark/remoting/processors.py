@@ -23,6 +23,7 @@ millisecond) or its suspend timeout passes, then is run again and answered.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import struct
@@ -339,6 +340,7 @@ class BrokerProcessors:
                 messages = _batch_messages(header, body)
             else:
                 messages = [_message(header, body, header.properties or "", header.flag)]
+            messages = _clamp_delay(messages, self.store)
             if prepared:
                 halves = self.store.prepare_batch(messages, producer_group=header.producer_group)
                 first = halves[0]
@@ -1031,6 +1033,15 @@ def _message(
         born_timestamp=header.born_timestamp,
         reconsume_times=header.reconsume_times or 0,
     )
+
+
+def _clamp_delay(messages: list[Message], store: MessageStore) -> list[Message]:
+    """Delay levels past the last one lowered to it, as the broker's
+    transformDelayLevelMessage does (a consumer's retry after 16 tries asks for 19)."""
+    if not any(m.delay_level for m in messages):
+        return messages
+    top = len(store.config.delay_levels_ms())
+    return [dataclasses.replace(m, delay_level=top) if m.delay_level > top else m for m in messages]
 
 
 def _batch_messages(header: h.SendMessageRequestHeader, body: bytes) -> list[Message]:

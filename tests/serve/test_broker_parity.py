@@ -16,7 +16,15 @@ import pytest
 
 from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
-from rocketspark.message.model import Message, MessageExt, TransactionState
+from rocketspark.message.model import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    Message,
+    MessageExt,
+    TransactionState,
+)
+from rocketspark.message.properties import properties_text
 from rocketspark.remoting.processors import serve
 from rocketspark.store.message_store import MessageStore
 
@@ -72,3 +80,27 @@ def test_a_check_back_carries_the_half_under_its_real_topic_and_queue(
     assert (remote.max_offset(q0), remote.max_offset(q1)) == (0, 1)
     assert store.open_transactions(group) == []
     assert [m.body for m in store.pull(topic, 1, 0, 10).messages] == [b"checked"]
+
+
+def test_a_delay_level_past_the_last_is_lowered_to_it(
+    remote: RemoteClient, store: MessageStore
+) -> None:
+    # (RocketMQ's transformDelayLevelMessage; our producer's retry of a message that
+    # failed 16 times asks for level 19: the embedded store refuses such a level)
+    topic = _name("late")
+    remote.create_topic(topic, queues=1)
+    (mq,) = remote.queues(topic)
+    remote.remoting.send(
+        mq,
+        b"late",
+        producer_group=_name("pg"),
+        properties=properties_text({PROPERTY_DELAY_TIME_LEVEL: "30"}),
+        born_timestamp=int(time.time() * 1000),
+    )
+    levels = len(store.config.delay_levels_ms())
+    (held,) = store.pull(SCHEDULE_TOPIC, levels - 1, 0, 10).messages  # the last level's
+    assert held.delay_level == levels and held.properties[PROPERTY_REAL_TOPIC] == topic
+    deadline = time.monotonic() + 20
+    while remote.max_offset(mq) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"late"]
