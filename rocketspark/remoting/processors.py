@@ -59,6 +59,7 @@ from rocketspark.message.model import (
     SysFlag,
     TopicInfo,
     TransactionState,
+    dlq_topic,
     retry_topic,
     transaction_type,
 )
@@ -92,6 +93,7 @@ MAX_PULL_BYTES = 4 * 1024 * 1024
 HOLD_CHECK_SECONDS = 0.001  # how often held pulls look for another process's puts
 DELAY_CHECK_SECONDS = 0.1  # how often due delayed messages are delivered (RocketMQ: 100 ms)
 CHECK_SECONDS = 1.0  # how often open halves are looked at for check-backs
+DLQ_QUEUES = 1  # a dead-letter topic's queues (RocketMQ: DLQ_NUMS_PER_GROUP)
 # What a prepare sets itself: taken out of a sent half's properties (a prepare refuses
 # them, and puts them last, where a commit drops them).
 _PREPARE_SETS = frozenset(
@@ -340,6 +342,8 @@ class BrokerProcessors:
                 messages = _batch_messages(header, body)
             else:
                 messages = [_message(header, body, header.properties or "", header.flag)]
+                if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    messages = [self._retry_or_dead(header, messages[0])]
             messages = _clamp_delay(messages, self.store)
             if prepared:
                 halves = self.store.prepare_batch(messages, producer_group=header.producer_group)
@@ -385,6 +389,21 @@ class BrokerProcessors:
                 queue_offset=first.queue_offset,
             ),
         )
+
+    def _retry_or_dead(self, header: h.SendMessageRequestHeader, message: Message) -> Message:
+        """A send to ``%RETRY%group`` reconsumed more than the group's retryMaxTimes (or the
+        header's maxReconsumeTimes) goes to ``%DLQ%group`` now, undelayed: RocketMQ's
+        SendMessageProcessor.handleRetryAndDLQ (a producer's send-back of a failed message)."""
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        most = header.max_reconsume_times
+        if most is None:
+            most = self.store.groups.retry_max_times(group)
+        if (header.reconsume_times or 0) <= most:
+            return message
+        dead = dlq_topic(group)
+        if not self.store.has_topic(dead):
+            self.store.create_topic(dead, DLQ_QUEUES)
+        return dataclasses.replace(message, topic=dead, queue_id=0, delay_level=0)
 
     # -- transactions --------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ from rocketspark.message.model import (
     Message,
     MessageExt,
     TransactionState,
+    dlq_topic,
+    retry_topic,
 )
 from rocketspark.message.properties import properties_text
 from rocketspark.remoting.processors import serve
@@ -104,3 +106,30 @@ def test_a_delay_level_past_the_last_is_lowered_to_it(
     while remote.max_offset(mq) == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"late"]
+
+
+def test_a_send_to_a_retry_topic_past_max_reconsume_times_goes_to_the_dlq(
+    remote: RemoteClient, store: MessageStore
+) -> None:
+    # (RocketMQ's handleRetryAndDLQ: our producer sends failed messages back to
+    # %RETRY%group itself, with their reconsume times, and the broker decides)
+    group = _name("g")
+    remote.ensure_group(group)
+    (mq,) = remote.queues(retry_topic(group))
+    now = int(time.time() * 1000)
+    for body, times in ((b"again", 16), (b"dead", 17)):
+        remote.remoting.send(
+            mq,
+            body,
+            producer_group=_name("pg"),
+            properties=properties_text({PROPERTY_DELAY_TIME_LEVEL: str(3 + times - 1)}),
+            born_timestamp=now,
+            reconsume_times=times,
+            max_reconsume_times=16,
+        )
+    (dead,) = store.pull(dlq_topic(group), 0, 0, 10).messages
+    assert (dead.body, dead.reconsume_times, dead.delay_level) == (b"dead", 17, 0)
+    deadline = time.monotonic() + 20
+    while remote.max_offset(mq) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [m.body for m in store.pull(retry_topic(group), 0, 0, 10).messages] == [b"again"]
