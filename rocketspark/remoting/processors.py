@@ -48,12 +48,15 @@ from rocketspark.errors import (
 from rocketspark.message.fastjson import loads_lenient
 from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
     Message,
     MessageExt,
     SysFlag,
@@ -64,7 +67,11 @@ from rocketspark.message.model import (
     transaction_type,
 )
 from rocketspark.message.names import SubscriptionExpression, validate_group
-from rocketspark.message.properties import decode_properties, encode_properties
+from rocketspark.message.properties import (
+    committed_properties,
+    decode_properties,
+    encode_properties,
+)
 from rocketspark.message.record import decode_record, decompress_body, encode_record
 from rocketspark.message.results import PullStatus, PutResult, PutStatus
 from rocketspark.remoting import headers as h
@@ -414,9 +421,20 @@ class BrokerProcessors:
         kind = header.commit_or_rollback
         try:
             if kind == SysFlag.TRANSACTION_COMMIT:
-                self.store.commit_transaction(header.tran_state_table_offset)
+                try:
+                    self.store.commit_transaction(header.tran_state_table_offset)
+                except TransactionError:
+                    if not self._commit_rolled_back(header):
+                        raise
             elif kind == SysFlag.TRANSACTION_ROLLBACK:
-                self.store.rollback_transaction(header.tran_state_table_offset)
+                try:
+                    self.store.rollback_transaction(header.tran_state_table_offset)
+                except TransactionError:
+                    # (the broker removes the half again: its committed copy stays)
+                    if self.store.transaction_status(header.tran_state_table_offset) != (
+                        "committed"
+                    ):
+                        raise
             else:
                 return _ok(request)  # TRANSACTION_NOT_TYPE: the producer does not know yet
         except (TransactionError, OffsetOutOfRangeError) as e:
@@ -430,6 +448,35 @@ class BrokerProcessors:
             return _answer(request, ResponseCode.SYSTEM_ERROR, str(e))
         self._checked.pop(header.tran_state_table_offset, None)
         return _ok(request)
+
+    def _commit_rolled_back(self, header: h.EndTransactionRequestHeader) -> bool:
+        """A COMMIT of a half rolled back already stores its committed copy all the same
+        (False if the half is not rolled back): RocketMQ's EndTransactionProcessor looks
+        at the half only, never at how it was ended, so a commit after a check-back's
+        rollback is delivered (and a second commit twice; a rollback after a commit
+        answers SUCCESS and leaves the committed copy)."""
+        offset = header.tran_state_table_offset
+        if self.store.transaction_status(offset) != "rolled_back":
+            return False
+        half = self.store.get_message(header.commit_log_offset)
+        topic, queue_id, props = committed_properties(half.properties)
+        if topic is None or half.topic != TRANS_HALF_TOPIC or half.queue_offset != offset:
+            return False
+        tags, keys = props.pop(PROPERTY_TAGS, None), props.pop(PROPERTY_KEYS, "")
+        self.store.put(
+            Message(
+                topic,
+                half.body,
+                tags=tags,
+                keys=tuple(k for k in keys.split(" ") if k),
+                properties=props,
+                flag=half.flag,
+                queue_id=int(queue_id),
+                born_timestamp=half.born_timestamp,
+                reconsume_times=half.reconsume_times,
+            )
+        )
+        return True
 
     def _check_transactions(self) -> None:
         """Ask a connected producer of each half's group about the halves open longer than

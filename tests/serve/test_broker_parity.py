@@ -18,15 +18,20 @@ from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
 from rocketspark.message.model import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
     Message,
     MessageExt,
+    SysFlag,
     TransactionState,
     dlq_topic,
     retry_topic,
 )
 from rocketspark.message.properties import properties_text
+from rocketspark.message.results import PutResult
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.codes import RequestCode
 from rocketspark.remoting.processors import serve
 from rocketspark.store.message_store import MessageStore
 
@@ -133,3 +138,46 @@ def test_a_send_to_a_retry_topic_past_max_reconsume_times_goes_to_the_dlq(
     while remote.max_offset(mq) == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [m.body for m in store.pull(retry_topic(group), 0, 0, 10).messages] == [b"again"]
+
+
+def test_a_commit_after_a_rollback_stores_the_committed_copy(
+    remote: RemoteClient, store: MessageStore
+) -> None:
+    # (RocketMQ's EndTransactionProcessor reads the half, not how it was ended: a
+    # producer's COMMIT after a check-back was answered ROLLBACK is delivered)
+    topic, group = _name("orders"), _name("pg")
+    remote.create_topic(topic, queues=2)
+    (half,) = store.prepare_batch(
+        [Message(topic, b"late", tags="t", keys=["k1", "k2"], queue_id=1)],
+        producer_group=group,
+    )
+    (addr,) = remote.remoting.brokers()[store.config.broker_name].values()
+
+    def end(half: PutResult, flag: int) -> None:
+        remote.remoting.invoke(
+            addr,
+            RequestCode.END_TRANSACTION,
+            h.EndTransactionRequestHeader(
+                topic=topic,
+                producer_group=group,
+                tran_state_table_offset=half.queue_offset,
+                commit_log_offset=half.commitlog_offset,
+                commit_or_rollback=flag,
+                msg_id=half.uniq_key,
+            ),
+        )
+
+    end(half, SysFlag.TRANSACTION_ROLLBACK)
+    assert store.transaction_status(half) == "rolled_back"
+    assert store.pull(topic, 1, 0, 10).messages == []
+    end(half, SysFlag.TRANSACTION_COMMIT)
+    (m,) = store.pull(topic, 1, 0, 10).messages
+    assert (m.body, m.tags, m.keys, m.uniq_key) == (b"late", "t", ["k1", "k2"], half.uniq_key)
+    assert m.properties[PROPERTY_PRODUCER_GROUP] == group
+    assert PROPERTY_REAL_TOPIC not in m.properties
+    # and the other way: a rollback after a commit is answered, the copy stays
+    (other,) = store.prepare_batch([Message(topic, b"kept", queue_id=0)], producer_group=group)
+    store.commit_transaction(other)
+    end(other, SysFlag.TRANSACTION_ROLLBACK)
+    assert store.transaction_status(other) == "committed"
+    assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"kept"]
