@@ -453,8 +453,8 @@ class BrokerProcessors:
         """A COMMIT of a half rolled back already stores its committed copy all the same
         (False if the half is not rolled back): RocketMQ's EndTransactionProcessor looks
         at the half only, never at how it was ended, so a commit after a check-back's
-        rollback is delivered (and a second commit twice; a rollback after a commit
-        answers SUCCESS and leaves the committed copy)."""
+        rollback is delivered. (A second COMMIT stays idempotent here, where a broker
+        stores the copy twice.)"""
         offset = header.tran_state_table_offset
         if self.store.transaction_status(offset) != "rolled_back":
             return False
