@@ -1,4 +1,5 @@
-"""Shared fixtures: a fake clock, one SparkSession and one RocketMQ cluster for the whole run."""
+"""Shared fixtures: a fake clock, and one SparkSession, one RocketMQ cluster and one
+``rocketspark serve`` for the whole run."""
 
 from __future__ import annotations
 
@@ -36,14 +37,28 @@ def pytest_configure(config: pytest.Config) -> None:
         "cluster: uses the real RocketMQ cluster of the run (rocketmq_cluster: JVMs; "
         "deselect with -m 'not cluster')",
     )
+    config.addinivalue_line(
+        "markers",
+        "not_on_serve: a long test run on the other backends, not on serve (CI time); "
+        "what it covers of a broker, a shorter test of the same file covers on serve",
+    )
+    config.addinivalue_line(
+        "markers",
+        "serve: uses the run's rocketspark serve (rocketspark_serve: a server process; "
+        "deselect with -m 'not serve')",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``cluster`` every test that uses the run's cluster (before ``-m`` selects)."""
+    """Mark ``cluster`` every test that uses the run's cluster, ``serve`` every one that
+    uses its server (before ``-m`` selects); a test run on the backends of
+    ``tests/helpers/backends.py`` gets its parameter's mark there."""
     for item in items:
         if "rocketmq_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        if "rocketspark_serve" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serve)
 
 
 @pytest.fixture
@@ -90,3 +105,18 @@ def rocketmq_cluster(rocketmq_java, tmp_path_factory):
     cluster = Cluster(rocketmq_java, tmp_path_factory.mktemp("rocketmq-cluster"))
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def rocketspark_serve(tmp_path_factory):
+    """``rocketspark serve`` for the whole run, over a store of its own on free loopback
+    ports, started when a test first asks for it and stopped (SIGTERM: it must exit 0,
+    flushed and checkpointed) when the run ends. See ``tests/helpers/serve.py``.
+    """
+    from tests.helpers.serve import ServeProcess
+
+    server = ServeProcess(tmp_path_factory.mktemp("rocketspark-serve"))
+    yield server
+    code = server.close()
+    if code != 0:
+        raise RuntimeError(f"rocketspark serve stopped with {code}:\n{server.tail()}")

@@ -2,8 +2,8 @@
 
 Only ``rocketspark.client`` is used inside the tests, so a backend joins by
 adding an entry to ``tests/helpers/backends.py``'s BACKENDS (which the data
-source's end-to-end tests share): "embedded" today; a remote client against our
-own server, and against a cluster named by ROCKETSPARK_NAMESRV, later.
+source's end-to-end tests share): "embedded", a store of the test's own; "cluster",
+a real RocketMQ; "serve", the remote client against our own server.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from rocketspark.errors import (
     TransactionError,
     UnknownTopicError,
 )
-from tests.helpers.backends import BACKENDS, FAST, make_backend
+from tests.helpers.backends import FAST, PARAMS, make_backend
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=PARAMS)
 def client(request, tmp_path):
     # FAST: a retry is due a second after it is sent back
     yield make_backend(request, tmp_path, FAST).client

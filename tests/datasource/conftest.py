@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from rocketspark.client import close_all
-from tests.helpers.backends import BACKENDS, make_backend
+from tests.helpers.backends import PARAMS, make_backend
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=PARAMS)
 def backend(request, tmp_path):
     yield make_backend(request, tmp_path, {})
     close_all()  # this process's handles; workers keep theirs until they exit

@@ -36,6 +36,10 @@ def _out(backend, out: str) -> list[tuple[int, str]]:
     return [(r["queueId"], r["body"].decode()) for r in backend.rows(out)]
 
 
+@pytest.mark.not_on_serve(
+    "two minutes of kills, run on the embedded store and the cluster; on serve, "
+    "test_sink_commit's crash tests cover the check-backs of a crashed commit's halves"
+)
 def test_killed_pipeline_restarts_without_loss_or_duplicates(backend, tmp_path):
     rng = random.Random(11)
     chk = str(tmp_path / "chk")

@@ -3,11 +3,13 @@
 ``BACKENDS`` maps a backend's name to a function that makes a :class:`Backend`
 (from a fresh directory and the broker settings a test needs); the ``client``
 fixture of ``tests/client`` and the ``backend`` fixtures of the data source's
-tests are parametrised over it, so a backend joins every suite by one entry
-here. Today: "embedded", a store directory made for the test.
+tests are parametrised over it (:data:`PARAMS`), so a backend joins every suite by
+one entry here. Today: "embedded", a store directory made for the test; "cluster",
+the run's real RocketMQ (marked ``cluster``); "serve", the run's ``rocketspark
+serve`` reached by its NameServer address as a real broker is (marked ``serve``).
 
-A cluster is shared across tests (and across runs): a test must not assume an
-empty RocketMQ. Tests take their topic, group and sink names from
+A cluster or a server is shared across tests (and a cluster across runs): a test
+must not assume an empty RocketMQ. Tests take their topic, group and sink names from
 :meth:`Backend.fresh_topic` / :meth:`Backend.fresh_name` (unique on every
 backend, so the embedded run checks that too) and seed and verify through
 :attr:`Backend.client` only. What the Client interface cannot tell (which
@@ -218,20 +220,82 @@ def _cluster_client(namesrv: str) -> Any:
     return ClientRef.cluster(namesrv).connect()
 
 
+def serve(directory: Path, settings: Mapping[str, str], server: Any = None) -> Backend:
+    """The run's ``rocketspark serve`` (``rocketspark_serve``), reached as a cluster is:
+    the remote client and the data source's ``nameServer`` option at its NameServer.
+
+    Shared by every test: ``own`` is False. It serves with FAST's delay levels and the
+    cluster's transactionTimeOut (``tests/helpers/serve.py``); other broker ``settings``
+    cannot apply to a running server, so a test that needs them is not run here.
+    """
+    if server is None:
+        raise RuntimeError("the serve backend needs the rocketspark_serve fixture")
+    server.check()
+    unusable = sorted(set(settings) - set(FAST))
+    if unusable:
+        import pytest
+
+        pytest.skip(f"broker settings {unusable} apply to an embedded store only")
+    namesrv = server.namesrv
+    return Backend(
+        "serve",
+        ClientRef.cluster(namesrv),
+        {"nameServer": namesrv},
+        {"name_server": namesrv},
+        False,
+        lambda: [],  # the remote client's batch jobs have no gate (client/remote_ledger.py)
+        lambda topics, group: [
+            h
+            for h in _cluster_client(namesrv).open_halves(group)
+            if h.properties.get(PROPERTY_REAL_TOPIC) in topics
+        ],
+        # check-backs of halves older than 3 s, looked for every second
+        settle=15.0,
+    )
+
+
 # The one list of backends; each takes a fresh directory and the broker settings.
-BACKENDS: dict[str, Callable[..., Backend]] = {"embedded": embedded, "cluster": cluster}
+BACKENDS: dict[str, Callable[..., Backend]] = {
+    "embedded": embedded,
+    "cluster": cluster,
+    "serve": serve,
+}
+# The session fixture each shared backend is made from.
+_SERVERS = {"cluster": "rocketmq_cluster", "serve": "rocketspark_serve"}
+
+
+def _params() -> list[Any]:
+    """BACKENDS' names as fixture parameters, a shared one marked with its name (its
+    session fixture's mark), so that ``-m 'not serve'`` leaves the run's server alone."""
+    import pytest
+
+    return [
+        pytest.param(name, marks=getattr(pytest.mark, name)) if name in _SERVERS else name
+        for name in sorted(BACKENDS)
+    ]
+
+
+# What a fixture run on every backend is parametrised with: @pytest.fixture(params=PARAMS)
+PARAMS = _params()
 
 
 def make_backend(request: Any, directory: Path, settings: Mapping[str, str]) -> Backend:
-    """The backend of a fixture parametrised over BACKENDS (the cluster from its fixture).
+    """The backend of a fixture parametrised over PARAMS (a shared one from its fixture).
 
-    A test marked ``embedded_only("why")`` is skipped on the other backends, saying why.
+    A test marked ``embedded_only("why")`` is skipped on the other backends, one marked
+    ``not_on_serve("why")`` on serve, saying why.
     """
     only = request.node.get_closest_marker("embedded_only")
     if only is not None and request.param != "embedded":
         import pytest
 
         pytest.skip(only.args[0] if only.args else "about the embedded store")
-    if request.param == "cluster":
-        return cluster(directory, settings, request.getfixturevalue("rocketmq_cluster"))
+    long = request.node.get_closest_marker("not_on_serve")
+    if long is not None and request.param == "serve":
+        import pytest
+
+        pytest.skip(long.args[0] if long.args else "run on the other backends")
+    if request.param in _SERVERS:
+        server = request.getfixturevalue(_SERVERS[request.param])
+        return BACKENDS[request.param](directory, settings, server)
     return BACKENDS[request.param](directory, settings)

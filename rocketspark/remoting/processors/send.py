@@ -3,6 +3,7 @@ halves, and a consumer's send-back to ``%RETRY%group`` / ``%DLQ%group``."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Sequence
 
@@ -25,8 +26,10 @@ from rocketspark.message.model import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
+    RETRY_GROUP_TOPIC_PREFIX,
     Message,
     SysFlag,
+    dlq_topic,
     transaction_type,
 )
 from rocketspark.message.properties import decode_properties
@@ -54,6 +57,7 @@ _PREPARE_SETS = frozenset(
 # MAGICCODE, BODYCRC, FLAG, BODYLEN; then BODY, PROPERTIESLENGTH:i16, PROPERTIES.
 BATCH_HEAD = struct.Struct(">iiiii")
 SHORT = struct.Struct(">h")
+DLQ_QUEUES = 1  # a dead-letter topic's queues (RocketMQ: DLQ_NUMS_PER_GROUP)
 
 
 def _put_code(results: Sequence[PutResult]) -> int:
@@ -92,6 +96,9 @@ class SendProcessor:
                 messages = _batch_messages(header, body)
             else:
                 messages = [_message(header, body, header.properties or "", header.flag)]
+                if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    messages = [self._retry_or_dead(header, messages[0])]
+            messages = _clamp_delay(messages, self.store)
             if prepared:
                 halves = self.store.prepare_batch(messages, producer_group=header.producer_group)
                 first = halves[0]
@@ -136,6 +143,20 @@ class SendProcessor:
                 queue_offset=first.queue_offset,
             ),
         )
+
+    def _retry_or_dead(self, header: h.SendMessageRequestHeader, message: Message) -> Message:
+        """A send to ``%RETRY%group`` reconsumed more than the group's retryMaxTimes (or the
+        header's maxReconsumeTimes) goes to ``%DLQ%group`` now, undelayed: RocketMQ's
+        SendMessageProcessor.handleRetryAndDLQ (a producer's send-back of a failed message)."""
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        most = header.max_reconsume_times
+        if most is None:
+            most = self.store.groups.retry_max_times(group)
+        if (header.reconsume_times or 0) <= most:
+            return message
+        dead = dlq_topic(group)
+        self.store.create_topic(dead, DLQ_QUEUES, if_absent=True)
+        return dataclasses.replace(message, topic=dead, queue_id=0, delay_level=0)
 
     def send_back(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: a message the group failed to consume goes to its retry
@@ -182,6 +203,15 @@ def _message(
         born_timestamp=header.born_timestamp,
         reconsume_times=header.reconsume_times or 0,
     )
+
+
+def _clamp_delay(messages: list[Message], store: MessageStore) -> list[Message]:
+    """Delay levels past the last one lowered to it, as the broker's
+    transformDelayLevelMessage does (a consumer's retry after 16 tries asks for 19)."""
+    if not any(m.delay_level for m in messages):
+        return messages
+    top = len(store.config.delay_levels_ms())
+    return [dataclasses.replace(m, delay_level=top) if m.delay_level > top else m for m in messages]
 
 
 def _batch_messages(header: h.SendMessageRequestHeader, body: bytes) -> list[Message]:

@@ -10,14 +10,19 @@ import time
 
 from rocketspark.errors import OffsetOutOfRangeError, StoreClosedError, TransactionError
 from rocketspark.message.model import (
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_ID,
+    TRANS_HALF_TOPIC,
+    Message,
     MessageExt,
     SysFlag,
     TransactionState,
 )
+from rocketspark.message.properties import committed_properties
 from rocketspark.message.record import (
     HEADERS,
     INT,
@@ -72,9 +77,20 @@ class TransactionProcessor:
         kind = header.commit_or_rollback
         try:
             if kind == SysFlag.TRANSACTION_COMMIT:
-                self.store.commit_transaction(header.tran_state_table_offset)
+                try:
+                    self.store.commit_transaction(header.tran_state_table_offset)
+                except TransactionError:
+                    if not self._commit_rolled_back(header):
+                        raise
             elif kind == SysFlag.TRANSACTION_ROLLBACK:
-                self.store.rollback_transaction(header.tran_state_table_offset)
+                try:
+                    self.store.rollback_transaction(header.tran_state_table_offset)
+                except TransactionError:
+                    # (the broker removes the half again: its committed copy stays)
+                    if self.store.transaction_status(header.tran_state_table_offset) != (
+                        "committed"
+                    ):
+                        raise
             else:
                 return ok(request)  # TRANSACTION_NOT_TYPE: the producer does not know yet
         except (TransactionError, OffsetOutOfRangeError) as e:
@@ -88,6 +104,35 @@ class TransactionProcessor:
             return answer(request, ResponseCode.SYSTEM_ERROR, str(e))
         self._checked.pop(header.tran_state_table_offset, None)
         return ok(request)
+
+    def _commit_rolled_back(self, header: h.EndTransactionRequestHeader) -> bool:
+        """A COMMIT of a half rolled back already stores its committed copy all the same
+        (False if the half is not rolled back): RocketMQ's EndTransactionProcessor looks
+        at the half only, never at how it was ended, so a commit after a check-back's
+        rollback is delivered. (A second COMMIT stays idempotent here, where a broker
+        stores the copy twice.)"""
+        offset = header.tran_state_table_offset
+        if self.store.transaction_status(offset) != "rolled_back":
+            return False
+        half = self.store.get_message(header.commit_log_offset)
+        topic, queue_id, props = committed_properties(half.properties)
+        if topic is None or half.topic != TRANS_HALF_TOPIC or half.queue_offset != offset:
+            return False
+        tags, keys = props.pop(PROPERTY_TAGS, None), props.pop(PROPERTY_KEYS, "")
+        self.store.put(
+            Message(
+                topic,
+                half.body,
+                tags=tags,
+                keys=tuple(k for k in keys.split(" ") if k),
+                properties=props,
+                flag=half.flag,
+                queue_id=int(queue_id),
+                born_timestamp=half.born_timestamp,
+                reconsume_times=half.reconsume_times,
+            )
+        )
+        return True
 
     def _check_transactions(self) -> None:
         """Ask a connected producer of each half's group about the halves open longer than
