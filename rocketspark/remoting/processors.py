@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocketspark.errors import (
+    ConfigError,
     DiskFullError,
     FlushTimeoutError,
     InvalidMessageError,
@@ -68,7 +69,14 @@ from rocketspark.message.results import PullStatus, PutResult, PutStatus
 from rocketspark.remoting import headers as h
 from rocketspark.remoting.codes import MQ_VERSION, PullSysFlag, RequestCode, ResponseCode
 from rocketspark.remoting.command import RemotingCommand
-from rocketspark.remoting.server import Channel, Processor, RemotingServer, Reply, WorkQueue
+from rocketspark.remoting.server import (
+    Channel,
+    Processor,
+    RemotingServer,
+    Reply,
+    WorkQueue,
+    is_wildcard,
+)
 from rocketspark.store.message_store import MessageStore
 
 __all__ = [
@@ -1221,14 +1229,19 @@ def serve(
 
     Port 0 picks a free one; the same port for both serves both on one socket.
     Routes name the broker ``store.config.broker_name`` of cluster
-    ``broker_cluster_name`` at ``advertised_host`` (default ``host``, or
-    127.0.0.1 when ``host`` is a wildcard) and the broker port.
+    ``broker_cluster_name`` at ``advertised_host`` (default ``host``) and the broker
+    port. A wildcard ``host`` (0.0.0.0, ::) needs ``advertised_host`` (ConfigError).
     """
+    shown = advertised_host or host
+    if is_wildcard(shown):
+        raise ConfigError(
+            f"the broker binds {host or 'every address'}: give the address clients reach it "
+            f"at as advertised_host"
+        )
     same = namesrv_port == broker_port and namesrv_port != 0
     broker_server = RemotingServer(host, broker_port, name="broker").start()
     try:
         namesrv = broker_server if same else RemotingServer(host, namesrv_port, name="namesrv")
-        shown = advertised_host or (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         identity = BrokerIdentity(
             store.config.broker_cluster_name,
             store.config.broker_name,

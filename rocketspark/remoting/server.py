@@ -30,6 +30,7 @@ transaction check-back), whose responses the reader matches by opaque.
 from __future__ import annotations
 
 import collections
+import ipaddress
 import itertools
 import logging
 import os
@@ -60,6 +61,7 @@ __all__ = [
     "RemotingServer",
     "Reply",
     "WorkQueue",
+    "is_wildcard",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,14 @@ _PREFIX_SIZE = LENGTH.size
 _CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
 _MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 _ACCEPT_POLL = 0.2  # seconds between checks of the stop flag while accepting
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` binds every address of the machine ("", 0.0.0.0, ::)."""
+    try:
+        return host == "" or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        return False
 
 
 @dataclass(frozen=True, slots=True)
