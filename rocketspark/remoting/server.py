@@ -431,13 +431,23 @@ class RemotingServer:
     def stop(self) -> None:
         """Stop accepting, close every connection, shut the work queues down (waiting for
         the tasks running). Stopping twice is harmless."""
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        if self._listener is not None:
-            self._listener.close()
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+        # In order: stop accepting, wait for the acceptor to leave accept(), then close the
+        # listener. A descriptor closed under a thread polling it may be reused by a socket
+        # opened meanwhile, which that thread would then accept from.
+        listener = self._listener
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes accept() at once (Linux)
+            except OSError:
+                pass  # elsewhere it returns within _ACCEPT_POLL
         if self._acceptor is not None:
             self._acceptor.join()
+        if listener is not None:
+            listener.close()
         for channel in self.channels:
             channel.close("server stopping")
         with self._lock:

@@ -6,6 +6,7 @@ for what no well-behaved client sends.
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -331,3 +332,43 @@ def test_a_client_that_does_not_read_stalls_nobody() -> None:
             for i in range(40):
                 answer = _read_frame(slow)
                 assert (answer.opaque, len(answer.body or b"")) == (i + 1, 1 << 20)
+
+
+def _server_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("rocketspark-serve-")}
+
+
+def test_stop_under_a_stream_of_connects(caplog: pytest.LogCaptureFixture) -> None:
+    """stop() while clients keep connecting: no error, and no thread of the server left."""
+    failures: list[threading.ExceptHookArgs] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = failures.append
+    before = _server_threads()
+    try:
+        for _ in range(10):
+            srv = RemotingServer(port=0).start()
+            srv.register(ECHO, echo)
+            done = threading.Event()
+
+            def connect(srv: RemotingServer = srv, done: threading.Event = done) -> None:
+                ping = RemotingCommand.request(ECHO, {"n": "s"}).with_opaque(1).to_bytes()
+                while not done.is_set():
+                    try:
+                        with socket.create_connection(("127.0.0.1", srv.port), timeout=0.2) as s:
+                            s.sendall(ping)
+                    except OSError:
+                        pass  # refused or reset: the server is stopping
+
+            connectors = [threading.Thread(target=connect) for _ in range(4)]
+            for t in connectors:
+                t.start()
+            time.sleep(0.05)
+            srv.stop()
+            done.set()
+            for t in connectors:
+                t.join(10)
+            assert _server_threads() - before == set()
+    finally:
+        threading.excepthook = previous_hook
+    assert failures == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
