@@ -20,9 +20,11 @@ code, on that processor's executor:
   never copied into one bytes object.
 
 A frame beyond 16 MiB, a malformed frame or a peer that disconnects mid-frame
-ends that connection only (logged), nobody else notices. Writes go under a
-per-connection lock with a send timeout: a client that stops reading is
-dropped after it, and stalls no other connection. The server can send
+ends that connection only (logged), nobody else notices. Writes never wait for
+a client: what its socket does not take at once waits in that connection's
+backlog, sent by a writer thread of its own as the client reads. A client that
+makes no progress for the send timeout, or lets more than ``max_backlog`` bytes
+of responses pile up, is dropped (logged once) and stalls no other connection. The server can send
 requests of its own to a connected client (:meth:`Channel.invoke`: the
 transaction check-back), whose responses the reader matches by opaque.
 """
@@ -68,6 +70,7 @@ log = logging.getLogger(__name__)
 
 BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds a write may make no progress before the peer is dropped
+DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # bytes of responses a client may leave unread
 _PREFIX_SIZE = LENGTH.size
 _CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
 _MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
@@ -149,8 +152,11 @@ class Channel:
         self._sock = sock
         self._write_lock = threading.Lock()
         self._writer: threading.Thread | None = None
-        # Frames waiting for the writer thread (None: no writer; send writes itself).
-        self._backlog: collections.deque[list[memoryview]] | None = None
+        # Frames waiting for the writer thread, with their sizes (None: no writer; send
+        # writes itself), and the bytes of them not sent yet (the one being sent included).
+        self._backlog: collections.deque[tuple[list[memoryview], int]] | None = None
+        self._backlog_bytes = 0
+        self._overflowed = False
         self._lock = threading.Lock()
         self._pending: dict[int, Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
@@ -204,28 +210,50 @@ class Channel:
         Never waits for a slow client: what the socket does not take at once is left
         to this connection's writer thread, which sends it (and every frame after
         it, in order) as the client reads, and drops the connection after
-        ``send_timeout`` without progress.
+        ``send_timeout`` without progress. A frame that would take the backlog
+        beyond the server's ``max_backlog`` bytes drops the connection instead.
         """
         if self._closed:
             return False
         try:
             with self._write_lock:
                 if self._backlog is not None:  # the writer is behind: after what it has
-                    self._backlog.append([memoryview(b).cast("B") for b in buffers])
-                    return True
-                rest = _send_now(self._sock, buffers)
-                if rest:
-                    self._backlog = collections.deque([rest])
+                    views = [memoryview(b).cast("B") for b in buffers]
+                    size = sum(map(len, views))
+                    if self._backlog_bytes + size <= self.server.max_backlog:
+                        self._backlog.append((views, size))
+                        self._backlog_bytes += size
+                        return True
+                    if self._overflowed:
+                        return False
+                    self._overflowed = True
+                    waiting = self._backlog_bytes
+                else:
+                    rest = _send_now(self._sock, buffers)
+                    if not rest:
+                        return True
+                    size = sum(map(len, rest))
+                    self._backlog = collections.deque([(rest, size)])
+                    self._backlog_bytes = size
                     self._writer = threading.Thread(
                         target=self._write_backlog,
                         name=f"rocketspark-serve-writer-{self.address}",
                         daemon=True,
                     )
                     self._writer.start()
+                    return True
         except OSError as e:
             self.close(f"write failed: {e}")
             return False
-        return True
+        reason = (
+            f"it does not read its responses: {waiting} bytes wait to be sent, another "
+            f"{size} would pass the {self.server.max_backlog} bytes a client may leave unread"
+        )
+        log.warning(
+            "%s: dropping the connection from %s: %s", self.server.name, self.address, reason
+        )
+        self.close(reason)
+        return False
 
     def _write_backlog(self) -> None:
         """Send the frames the socket did not take at once, in order, waiting for the client
@@ -236,8 +264,9 @@ class Channel:
                 backlog = self._backlog
                 if not backlog or self._closed:
                     self._backlog = None
+                    self._backlog_bytes = 0
                     return
-                views = backlog.popleft()
+                views, size = backlog.popleft()
             try:
                 # Outside the lock: others append meanwhile. Only this thread writes now
                 # (the backlog is not None), and _release waits for the lock it takes.
@@ -245,8 +274,11 @@ class Channel:
             except OSError as e:
                 with self._write_lock:
                     self._backlog = None
+                    self._backlog_bytes = 0
                 self.close(f"write failed: {e}")
                 return
+            with self._write_lock:
+                self._backlog_bytes -= size
 
     # -- the server's own requests ------------------------------------------------------
 
@@ -351,7 +383,9 @@ class RemotingServer:
 
     ``port`` 0 picks a free port (see :attr:`port` once started). Register
     processors before :meth:`start`; :meth:`stop` closes the listening socket,
-    every connection and every work queue.
+    every connection and every work queue. ``send_timeout`` (seconds without
+    progress) and ``max_backlog`` (bytes of responses left unread) bound what a
+    client that stops reading costs: past either, its connection is dropped.
     """
 
     def __init__(
@@ -361,6 +395,7 @@ class RemotingServer:
         *,
         name: str = "remoting",
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
         default_threads: int = 4,
         default_capacity: int = 10_000,
     ):
@@ -368,6 +403,9 @@ class RemotingServer:
         self.name = name
         self._requested_port = port
         self._send_timeout = send_timeout
+        if max_backlog <= 0:
+            raise ValueError(f"max_backlog must be positive, got {max_backlog}")
+        self.max_backlog = max_backlog
         self._default = (default_threads, default_capacity)
         self._queues: dict[str, WorkQueue] = {}
         self._processors: dict[int, tuple[Processor, WorkQueue]] = {}

@@ -372,3 +372,38 @@ def test_stop_under_a_stream_of_connects(caplog: pytest.LogCaptureFixture) -> No
         threading.excepthook = previous_hook
     assert failures == []
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_client_that_stops_reading_is_dropped_past_the_backlog_cap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that sends pulls and never reads their answers: once what waits for it
+    passes max_backlog, its connection is dropped (logged once); others are served."""
+    segment = memoryview(bytearray(b"m" * (1 << 20)))  # a mapped CommitLog segment's stand-in
+
+    def pull(request: RemotingCommand, channel: Channel) -> Reply:
+        return Reply(RemotingCommand.response_to(request, ResponseCode.SUCCESS), [segment])
+
+    with RemotingServer(port=0, max_backlog=4 << 20) as srv:
+        srv.register(PARTS, pull)
+        srv.register(ECHO, echo)
+        with Connection(srv.address) as bystander:
+            assert bystander.invoke(RemotingCommand.request(ECHO), 5).code == 0
+            others = set(srv.channels)
+            with _raw(srv) as slow:
+                slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+                for i in range(64):  # 64 MiB of answers it never reads
+                    try:
+                        slow.sendall(RemotingCommand.request(PARTS).with_opaque(i + 1).to_bytes())
+                    except OSError:
+                        break  # dropped already
+                deadline = time.monotonic() + 10
+                while set(srv.channels) != others and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert set(srv.channels) == others
+            assert bystander.invoke(RemotingCommand.request(ECHO, {"n": "y"}), 5).code == 0
+    dropped = [r for r in caplog.records if "does not read its responses" in r.getMessage()]
+    assert len(dropped) == 1
+    assert "4194304 bytes a client may leave unread" in dropped[0].getMessage()
+    writers = [t for t in threading.enumerate() if t.name.startswith("rocketspark-serve-writer")]
+    assert writers == []
