@@ -3,9 +3,10 @@
 Transport only (Apache RocketMQ's ``NettyRemotingServer`` + ``NettyRemotingAbstract``):
 what a request means is a processor's business (``processors.py``). One
 :class:`RemotingServer` listens on one port (127.0.0.1 unless told otherwise);
-every accepted connection gets a reader thread that cuts frames with the codec
-of ``command.py`` and hands each request to the processor registered for its
-code, on that processor's executor:
+every accepted connection gets a reader thread that cuts frames with
+``frames.read_commands`` (the client's reader does too) and hands each
+request to the processor registered for its code, on that processor's
+executor:
 
 - each group of codes runs on its own bounded :class:`WorkQueue` (RocketMQ's
   send, pull, query... thread pools with their queue capacities); when the
@@ -51,10 +52,9 @@ from rocketspark.remoting.command import (
     MAX_FRAME_SIZE,
     Body,
     RemotingCommand,
-    decode_payload,
     drop_sent,
-    frame_length,
 )
+from rocketspark.remoting.frames import read_commands
 
 __all__ = [
     "BUSY_REMARK",
@@ -72,8 +72,6 @@ BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds a write may make no progress before the peer is dropped
 DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # bytes of responses a client may leave unread
 _PREFIX_SIZE = LENGTH.size
-_CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
-_MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 _ACCEPT_POLL = 0.2  # seconds between checks of the stop flag while accepting
 
 
@@ -543,44 +541,12 @@ class RemotingServer:
     def _read_loop(self, channel: Channel, sock: socket.socket) -> None:
         reason = "closed by the client"
         try:
-            # Frames are cut out of chunks that each recv fills as far as it can; a chunk
-            # is never written again where a frame was cut from it (requests keep views of
-            # it while processors run). A frame that does not fit what is left of a chunk
-            # starts a new one, big enough for it.
-            buf = bytearray(_CHUNK_SIZE)
-            view = memoryview(buf)
-            start = end = 0
-            while True:
-                if end - start < _PREFIX_SIZE:
-                    if len(buf) - start < _MIN_ROOM:
-                        buf, view, start, end = _next_chunk(view, start, end, _CHUNK_SIZE)
-                    while end - start < _PREFIX_SIZE:
-                        n = _recv_some(channel, sock, view, end)
-                        if n == 0:
-                            if end == start:
-                                return
-                            raise ConnectionResetError(
-                                f"end of stream inside a frame ({end - start} bytes)"
-                            )
-                        end += n
-                size = _PREFIX_SIZE + frame_length(view[start : start + _PREFIX_SIZE])
-                stop = start + size
-                if stop > len(buf):
-                    buf, view, start, end = _next_chunk(view, start, end, max(_CHUNK_SIZE, size))
-                    stop = size
-                while end < stop:
-                    n = _recv_some(channel, sock, view, end)
-                    if n == 0:
-                        raise ConnectionResetError(
-                            f"end of stream inside a frame ({end - start}/{stop - start} bytes)"
-                        )
-                    end += n
-                cmd = decode_payload(view[start + _PREFIX_SIZE : stop])
-                start = stop
-                if cmd.is_response:
-                    channel._complete(cmd)
-                else:
-                    self._dispatch(cmd, channel)
+            read_commands(
+                sock.recv_into,
+                lambda: not channel.closed,
+                on_response=channel._complete,
+                on_request=lambda request: self._dispatch(request, channel),
+            )
         except RemotingFrameError as e:
             reason = f"malformed frame: {e}"
             log.warning("%s: dropping the connection from %s: %s", self.name, channel.address, e)
@@ -653,26 +619,6 @@ def _frame(cmd: RemotingCommand, parts: list[Body]) -> list[Body]:
     first = bytearray(head[0])
     LENGTH.pack_into(first, 0, length + extra)
     return [first, *(p for p in parts if len(p))]
-
-
-def _next_chunk(
-    view: memoryview, start: int, end: int, size: int
-) -> tuple[bytearray, memoryview, int, int]:
-    """A new chunk of ``size`` bytes holding ``view[start:end]`` (a frame's first bytes)."""
-    buf = bytearray(size)
-    buf[: end - start] = view[start:end]
-    return buf, memoryview(buf), 0, end - start
-
-
-def _recv_some(channel: Channel, sock: socket.socket, view: memoryview, at: int) -> int:
-    """Receive what there is into ``view[at:]``; 0 at the end of stream. Idle is not an
-    error: the socket's timeout bounds writes only."""
-    while True:
-        try:
-            return sock.recv_into(view[at:])
-        except TimeoutError:
-            if channel.closed:
-                raise ConnectionAbortedError("connection closed") from None
 
 
 def _send_now(sock: socket.socket, buffers: list[Body]) -> list[memoryview]:
