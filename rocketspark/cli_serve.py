@@ -1,10 +1,17 @@
 """``rocketspark serve``: a store directory as a RocketMQ NameServer and broker.
 
-    rocketspark serve --store DIR [--listen HOST:PORT] [--broker-port N] [--config broker.conf]
+    rocketspark serve --store DIR [--listen HOST:PORT] [--broker-port N] [--advertise HOST]
+                      [--config broker.conf]
 
 Binds 127.0.0.1 unless ``--listen`` names another host; the NameServer listens
 on ``--listen`` (default 127.0.0.1:9876), the broker on ``--broker-port``
-(default 10911) of the same host. Prints one line when both are up; SIGTERM or
+(default 10911) of the same host. Routes and cluster info tell clients to reach
+the broker at ``--advertise`` (RocketMQ's brokerIP1), by default the listen
+host; a wildcard listen host (0.0.0.0, ::) binds every address of the machine
+and names none, so it needs ``--advertise``: the server does not guess one
+(a guess, RocketMQ's first non-loopback address, is wrong on a machine with
+several, and clients then find the NameServer but time out on the broker).
+Prints one line when both are up; SIGTERM or
 SIGINT stops the servers and closes the store cleanly (flush, checkpoint).
 One server per store directory: a second one is refused (StoreLockedError);
 embedded readers and writers in other processes may use the store meanwhile.
@@ -25,19 +32,22 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 from rocketspark.errors import ConfigError, RocketSparkError, StoreLockedError
 from rocketspark.remoting.access import AccessControl, acl_path
 from rocketspark.remoting.connection import split_address
 from rocketspark.remoting.processors import serve
+from rocketspark.remoting.server import is_wildcard
 from rocketspark.store.message_store import MessageStore
 
 __all__ = ["build_parser", "main", "run"]
@@ -84,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         "port serves both)",
     )
     p.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address clients are told to reach the broker at, in routes and cluster "
+        "info (RocketMQ's brokerIP1); an IP address also becomes the store host of new "
+        "records and msgIds. Default: the --listen host. Required with --listen 0.0.0.0 or "
+        "[::]: give the address of this machine that clients reach",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -121,16 +139,29 @@ def run(
     broker_port: int,
     stop: threading.Event,
     out: TextIO,
+    advertise: str | None = None,
 ) -> None:
-    """Serve ``store`` until ``stop`` is set; the caller closes the store."""
+    """Serve ``store`` until ``stop`` is set; the caller closes the store.
+
+    Routes name the broker at ``advertise`` (default ``host``, which must then not be
+    a wildcard: ConfigError)."""
     with serve_lock(store.root):
         acl = AccessControl.for_store(store.root)  # a bad file stops serve before it listens
         with serve(
-            store, host=host, namesrv_port=namesrv_port, broker_port=broker_port, acl=acl
+            store,
+            host=host,
+            namesrv_port=namesrv_port,
+            broker_port=broker_port,
+            advertised_host=advertise,
+            acl=acl,
         ) as served:
+            advertised = served.broker.broker.address
+            listening = ""
+            if advertised != served.broker_address:
+                listening = f" (listening on {served.broker_address})"
             print(
                 f"serving {store.root}: NameServer {served.namesrv_address}, "
-                f"broker {store.config.broker_name} at {served.broker_address}",
+                f"broker {store.config.broker_name} at {advertised}{listening}",
                 file=out,
                 flush=True,
             )
@@ -165,6 +196,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             raise ConfigError(f"--broker-port must be 1..65535, got {args.broker_port}")
         if path is None and args.config is None:
             raise ConfigError("give the store directory with --store (or $ROCKETSPARK_STORE)")
+        overrides: dict[str, Any] = {"listenPort": args.broker_port}
+        advertise: str | None = None
+        if args.advertise is not None:
+            advertise = args.advertise.strip()
+            if advertise.startswith("[") and advertise.endswith("]"):
+                advertise = advertise[1:-1]
+            if not advertise or is_wildcard(advertise) or any(c.isspace() for c in advertise):
+                raise ConfigError(
+                    f"--advertise is the address clients reach the broker at, got "
+                    f"{args.advertise!r}"
+                )
+            if _is_ip(advertise):
+                overrides["brokerIP1"] = advertise
+        elif is_wildcard(host):
+            raise ConfigError(_needs_advertise(args.listen))
+        elif _is_ip(host):  # routes name the listen host: so do new msgIds
+            overrides["brokerIP1"] = host
         stop = threading.Event()
         previous = {
             sig: signal.signal(sig, lambda *_: stop.set())
@@ -172,10 +220,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         }
         try:
             # Records and msgIds name the store host brokerIP1:listenPort; clients reach a
-            # message's broker by its msgId, so that is the broker port.
-            with MessageStore.open(
-                path, config_file=args.config, listenPort=args.broker_port
-            ) as store:
+            # message's broker by its msgId, so that is the broker port (and the advertised
+            # address, when it is an IP).
+            with MessageStore.open(path, config_file=args.config, **overrides) as store:
                 run(
                     store,
                     host=host,
@@ -183,6 +230,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     broker_port=args.broker_port,
                     stop=stop,
                     out=out,
+                    advertise=advertise,
                 )
         finally:
             for sig, handler in previous.items():
@@ -191,6 +239,32 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"rocketspark serve: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _needs_advertise(listen: str) -> str:
+    """The error for a wildcard --listen without --advertise: what to do, with this
+    machine's addresses as candidates when it can name some."""
+    try:
+        found = {
+            str(info[4][0])
+            for info in socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)
+        }
+        candidates = sorted(a for a in found if not ipaddress.ip_address(a).is_loopback)
+    except (OSError, ValueError):
+        candidates = []
+    hint = f" (this machine's: {', '.join(candidates)})" if candidates else ""
+    return (
+        f"--listen {listen} binds every address of this machine, and routes must name one: "
+        f"give the address clients reach the broker at with --advertise HOST{hint}"
+    )
 
 
 if __name__ == "__main__":

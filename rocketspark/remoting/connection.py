@@ -15,11 +15,10 @@ connects again. A request unanswered in time fails with RemotingTimeoutError
 naming the address and the request. :class:`Connections` keeps one connection
 per address.
 
-The reader receives into chunks of 256 KiB (``recv_into``: as many small
-answers as have arrived, a call) and hands out each frame's body as a view of
-its chunk; a frame bigger than what is left of a chunk starts a chunk of its
-own size, so a body is copied once at most (its first bytes), and a pull answer
-of a few MiB never.
+The reader cuts frames with ``frames.read_commands`` (the server's reader
+does too): each frame's body is a view of a 256 KiB receive chunk, or of a
+chunk of its own size when it is bigger, so a body is copied once at most
+(its first bytes), and a pull answer of a few MiB never.
 """
 
 from __future__ import annotations
@@ -50,10 +49,9 @@ from rocketspark.remoting.command import (
     IOV_MAX,
     Body,
     RemotingCommand,
-    decode_payload,
     drop_sent,
-    frame_length,
 )
+from rocketspark.remoting.frames import read_commands
 
 __all__ = [
     "AwaitedResponse",
@@ -74,9 +72,6 @@ Handler = Callable[[RemotingCommand, "Connection"], RemotingCommand | None]
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds without progress before a send gives the connection up
 HANDLER_THREADS = 4
-_PREFIX_SIZE = 4
-_CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
-_MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 
 # A weak reference to a connection's expiry method: called, the method or None.
 _ExpireRef = Callable[[], Callable[[int], None] | None]
@@ -455,44 +450,12 @@ class Connection:
     def _read_loop(self, sock: socket.socket) -> None:
         reason = "closed by the server"
         try:
-            # Frames are cut out of chunks that each recv fills as far as it can (several
-            # small answers a call); a chunk is never written again where a frame was cut
-            # from it, as commands keep views of it. A frame that does not fit what is
-            # left of a chunk starts a new one, big enough for it.
-            buf = bytearray(_CHUNK_SIZE)
-            view = memoryview(buf)
-            start = end = 0  # buf[start:end]: received, not yet decoded
-            while True:
-                if end - start < _PREFIX_SIZE:
-                    if len(buf) - start < _MIN_ROOM:
-                        buf, view, start, end = _next_chunk(view, start, end, _CHUNK_SIZE)
-                    while end - start < _PREFIX_SIZE:
-                        n = self._recv_some(sock, view, end)
-                        if n == 0:
-                            if end == start:
-                                return
-                            raise ConnectionResetError(
-                                f"end of stream inside a frame ({end - start} bytes)"
-                            )
-                        end += n
-                frame = _PREFIX_SIZE + frame_length(view[start : start + _PREFIX_SIZE])
-                stop = start + frame
-                if stop > len(buf):
-                    buf, view, start, end = _next_chunk(view, start, end, max(_CHUNK_SIZE, frame))
-                    stop = frame
-                while end < stop:
-                    n = self._recv_some(sock, view, end)
-                    if n == 0:
-                        raise ConnectionResetError(
-                            f"end of stream inside a frame ({end - start}/{stop - start} bytes)"
-                        )
-                    end += n
-                cmd = decode_payload(view[start + _PREFIX_SIZE : stop])
-                start = stop
-                if cmd.is_response:
-                    self._complete(cmd)
-                else:
-                    self._serve_later(cmd, sock)
+            read_commands(
+                sock.recv_into,
+                lambda: self._sock is sock,
+                on_response=self._complete,
+                on_request=lambda request: self._serve_later(request, sock),
+            )
         except RemotingFrameError as e:
             reason = f"malformed frame: {e}"
             log.warning("closing the connection to %s: %s", self._address, reason)
@@ -503,15 +466,6 @@ class Connection:
             log.exception("closing the connection to %s", self._address)
         finally:
             self._drop(sock, reason, by_reader=True)
-
-    def _recv_some(self, sock: socket.socket, view: memoryview, at: int) -> int:
-        """Receive what there is (at least a byte) into ``view[at:]``; 0 at the end of stream."""
-        while True:
-            try:
-                return sock.recv_into(view[at:])
-            except TimeoutError:  # socket.timeout: idle, not an error for a reader
-                if self._sock is not sock:
-                    raise ConnectionAbortedError("connection given up") from None
 
     def _complete(self, response: RemotingCommand) -> None:
         with self._lock:
@@ -569,15 +523,6 @@ class Connection:
             self._send(sock, response.encode())
         except RemotingError as e:
             log.warning("%s: cannot answer %s: %s", self._address, request.code_name, e)
-
-
-def _next_chunk(
-    view: memoryview, start: int, end: int, size: int
-) -> tuple[bytearray, memoryview, int, int]:
-    """A new chunk of ``size`` bytes holding ``view[start:end]`` (a frame's first bytes)."""
-    buf = bytearray(size)
-    buf[: end - start] = view[start:end]
-    return buf, memoryview(buf), 0, end - start
 
 
 def _send_all(sock: socket.socket, buffers: list[Body]) -> None:

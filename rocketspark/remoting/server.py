@@ -3,9 +3,10 @@
 Transport only (Apache RocketMQ's ``NettyRemotingServer`` + ``NettyRemotingAbstract``):
 what a request means is a processor's business (``processors.py``). One
 :class:`RemotingServer` listens on one port (127.0.0.1 unless told otherwise);
-every accepted connection gets a reader thread that cuts frames with the codec
-of ``command.py`` and hands each request to the processor registered for its
-code, on that processor's executor:
+every accepted connection gets a reader thread that cuts frames with
+``frames.read_commands`` (the client's reader does too) and hands each
+request to the processor registered for its code, on that processor's
+executor:
 
 - each group of codes runs on its own bounded :class:`WorkQueue` (RocketMQ's
   send, pull, query... thread pools with their queue capacities); when the
@@ -22,9 +23,11 @@ code, on that processor's executor:
   never copied into one bytes object.
 
 A frame beyond 16 MiB, a malformed frame or a peer that disconnects mid-frame
-ends that connection only (logged), nobody else notices. Writes go under a
-per-connection lock with a send timeout: a client that stops reading is
-dropped after it, and stalls no other connection. The server can send
+ends that connection only (logged), nobody else notices. Writes never wait for
+a client: what its socket does not take at once waits in that connection's
+backlog, sent by a writer thread of its own as the client reads. A client that
+makes no progress for the send timeout, or lets more than ``max_backlog`` bytes
+of responses pile up, is dropped (logged once) and stalls no other connection. The server can send
 requests of its own to a connected client (:meth:`Channel.invoke`: the
 transaction check-back), whose responses the reader matches by opaque.
 """
@@ -32,6 +35,7 @@ transaction check-back), whose responses the reader matches by opaque.
 from __future__ import annotations
 
 import collections
+import ipaddress
 import itertools
 import logging
 import os
@@ -50,10 +54,9 @@ from rocketspark.remoting.command import (
     MAX_FRAME_SIZE,
     Body,
     RemotingCommand,
-    decode_payload,
     drop_sent,
-    frame_length,
 )
+from rocketspark.remoting.frames import read_commands
 
 __all__ = [
     "BUSY_REMARK",
@@ -63,16 +66,24 @@ __all__ = [
     "RemotingServer",
     "Reply",
     "WorkQueue",
+    "is_wildcard",
 ]
 
 log = logging.getLogger(__name__)
 
 BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 DEFAULT_SEND_TIMEOUT = 30.0  # seconds a write may make no progress before the peer is dropped
+DEFAULT_MAX_BACKLOG = 64 * 1024 * 1024  # bytes of responses a client may leave unread
 _PREFIX_SIZE = LENGTH.size
-_CHUNK_SIZE = 256 * 1024  # the reader's receive buffer (a bigger frame gets one of its size)
-_MIN_ROOM = 16 * 1024  # less room left in a chunk than this: the next frame starts a new one
 _ACCEPT_POLL = 0.2  # seconds between checks of the stop flag while accepting
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` binds every address of the machine ("", 0.0.0.0, ::)."""
+    try:
+        return host == "" or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +156,11 @@ class Channel:
         self._sock = sock
         self._write_lock = threading.Lock()
         self._writer: threading.Thread | None = None
-        # Frames waiting for the writer thread (None: no writer; send writes itself).
-        self._backlog: collections.deque[list[memoryview]] | None = None
+        # Frames waiting for the writer thread, with their sizes (None: no writer; send
+        # writes itself), and the bytes of them not sent yet (the one being sent included).
+        self._backlog: collections.deque[tuple[list[memoryview], int]] | None = None
+        self._backlog_bytes = 0
+        self._overflowed = False
         self._lock = threading.Lock()
         self._pending: dict[int, Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
@@ -200,28 +214,50 @@ class Channel:
         Never waits for a slow client: what the socket does not take at once is left
         to this connection's writer thread, which sends it (and every frame after
         it, in order) as the client reads, and drops the connection after
-        ``send_timeout`` without progress.
+        ``send_timeout`` without progress. A frame that would take the backlog
+        beyond the server's ``max_backlog`` bytes drops the connection instead.
         """
         if self._closed:
             return False
         try:
             with self._write_lock:
                 if self._backlog is not None:  # the writer is behind: after what it has
-                    self._backlog.append([memoryview(b).cast("B") for b in buffers])
-                    return True
-                rest = _send_now(self._sock, buffers)
-                if rest:
-                    self._backlog = collections.deque([rest])
+                    views = [memoryview(b).cast("B") for b in buffers]
+                    size = sum(map(len, views))
+                    if self._backlog_bytes + size <= self.server.max_backlog:
+                        self._backlog.append((views, size))
+                        self._backlog_bytes += size
+                        return True
+                    if self._overflowed:
+                        return False
+                    self._overflowed = True
+                    waiting = self._backlog_bytes
+                else:
+                    rest = _send_now(self._sock, buffers)
+                    if not rest:
+                        return True
+                    size = sum(map(len, rest))
+                    self._backlog = collections.deque([(rest, size)])
+                    self._backlog_bytes = size
                     self._writer = threading.Thread(
                         target=self._write_backlog,
                         name=f"rocketspark-serve-writer-{self.address}",
                         daemon=True,
                     )
                     self._writer.start()
+                    return True
         except OSError as e:
             self.close(f"write failed: {e}")
             return False
-        return True
+        reason = (
+            f"it does not read its responses: {waiting} bytes wait to be sent, another "
+            f"{size} would pass the {self.server.max_backlog} bytes a client may leave unread"
+        )
+        log.warning(
+            "%s: dropping the connection from %s: %s", self.server.name, self.address, reason
+        )
+        self.close(reason)
+        return False
 
     def _write_backlog(self) -> None:
         """Send the frames the socket did not take at once, in order, waiting for the client
@@ -232,8 +268,9 @@ class Channel:
                 backlog = self._backlog
                 if not backlog or self._closed:
                     self._backlog = None
+                    self._backlog_bytes = 0
                     return
-                views = backlog.popleft()
+                views, size = backlog.popleft()
             try:
                 # Outside the lock: others append meanwhile. Only this thread writes now
                 # (the backlog is not None), and _release waits for the lock it takes.
@@ -241,8 +278,11 @@ class Channel:
             except OSError as e:
                 with self._write_lock:
                     self._backlog = None
+                    self._backlog_bytes = 0
                 self.close(f"write failed: {e}")
                 return
+            with self._write_lock:
+                self._backlog_bytes -= size
 
     # -- the server's own requests ------------------------------------------------------
 
@@ -348,7 +388,9 @@ class RemotingServer:
     ``port`` 0 picks a free port (see :attr:`port` once started). ``access``, when
     given, checks every request with a processor before it is queued. Register
     processors before :meth:`start`; :meth:`stop` closes the listening socket,
-    every connection and every work queue.
+    every connection and every work queue. ``send_timeout`` (seconds without
+    progress) and ``max_backlog`` (bytes of responses left unread) bound what a
+    client that stops reading costs: past either, its connection is dropped.
     """
 
     def __init__(
@@ -358,6 +400,7 @@ class RemotingServer:
         *,
         name: str = "remoting",
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
         default_threads: int = 4,
         default_capacity: int = 10_000,
         access: Access | None = None,
@@ -367,6 +410,9 @@ class RemotingServer:
         self.name = name
         self._requested_port = port
         self._send_timeout = send_timeout
+        if max_backlog <= 0:
+            raise ValueError(f"max_backlog must be positive, got {max_backlog}")
+        self.max_backlog = max_backlog
         self._default = (default_threads, default_capacity)
         self._queues: dict[str, WorkQueue] = {}
         self._processors: dict[int, tuple[Processor, WorkQueue]] = {}
@@ -430,13 +476,23 @@ class RemotingServer:
     def stop(self) -> None:
         """Stop accepting, close every connection, shut the work queues down (waiting for
         the tasks running). Stopping twice is harmless."""
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        if self._listener is not None:
-            self._listener.close()
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+        # In order: stop accepting, wait for the acceptor to leave accept(), then close the
+        # listener. A descriptor closed under a thread polling it may be reused by a socket
+        # opened meanwhile, which that thread would then accept from.
+        listener = self._listener
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes accept() at once (Linux)
+            except OSError:
+                pass  # elsewhere it returns within _ACCEPT_POLL
         if self._acceptor is not None:
             self._acceptor.join()
+        if listener is not None:
+            listener.close()
         for channel in self.channels:
             channel.close("server stopping")
         with self._lock:
@@ -494,44 +550,12 @@ class RemotingServer:
     def _read_loop(self, channel: Channel, sock: socket.socket) -> None:
         reason = "closed by the client"
         try:
-            # Frames are cut out of chunks that each recv fills as far as it can; a chunk
-            # is never written again where a frame was cut from it (requests keep views of
-            # it while processors run). A frame that does not fit what is left of a chunk
-            # starts a new one, big enough for it.
-            buf = bytearray(_CHUNK_SIZE)
-            view = memoryview(buf)
-            start = end = 0
-            while True:
-                if end - start < _PREFIX_SIZE:
-                    if len(buf) - start < _MIN_ROOM:
-                        buf, view, start, end = _next_chunk(view, start, end, _CHUNK_SIZE)
-                    while end - start < _PREFIX_SIZE:
-                        n = _recv_some(channel, sock, view, end)
-                        if n == 0:
-                            if end == start:
-                                return
-                            raise ConnectionResetError(
-                                f"end of stream inside a frame ({end - start} bytes)"
-                            )
-                        end += n
-                size = _PREFIX_SIZE + frame_length(view[start : start + _PREFIX_SIZE])
-                stop = start + size
-                if stop > len(buf):
-                    buf, view, start, end = _next_chunk(view, start, end, max(_CHUNK_SIZE, size))
-                    stop = size
-                while end < stop:
-                    n = _recv_some(channel, sock, view, end)
-                    if n == 0:
-                        raise ConnectionResetError(
-                            f"end of stream inside a frame ({end - start}/{stop - start} bytes)"
-                        )
-                    end += n
-                cmd = decode_payload(view[start + _PREFIX_SIZE : stop])
-                start = stop
-                if cmd.is_response:
-                    channel._complete(cmd)
-                else:
-                    self._dispatch(cmd, channel)
+            read_commands(
+                sock.recv_into,
+                lambda: not channel.closed,
+                on_response=channel._complete,
+                on_request=lambda request: self._dispatch(request, channel),
+            )
         except RemotingFrameError as e:
             reason = f"malformed frame: {e}"
             log.warning("%s: dropping the connection from %s: %s", self.name, channel.address, e)
@@ -609,26 +633,6 @@ def _frame(cmd: RemotingCommand, parts: list[Body]) -> list[Body]:
     first = bytearray(head[0])
     LENGTH.pack_into(first, 0, length + extra)
     return [first, *(p for p in parts if len(p))]
-
-
-def _next_chunk(
-    view: memoryview, start: int, end: int, size: int
-) -> tuple[bytearray, memoryview, int, int]:
-    """A new chunk of ``size`` bytes holding ``view[start:end]`` (a frame's first bytes)."""
-    buf = bytearray(size)
-    buf[: end - start] = view[start:end]
-    return buf, memoryview(buf), 0, end - start
-
-
-def _recv_some(channel: Channel, sock: socket.socket, view: memoryview, at: int) -> int:
-    """Receive what there is into ``view[at:]``; 0 at the end of stream. Idle is not an
-    error: the socket's timeout bounds writes only."""
-    while True:
-        try:
-            return sock.recv_into(view[at:])
-        except TimeoutError:
-            if channel.closed:
-                raise ConnectionAbortedError("connection closed") from None
 
 
 def _send_now(sock: socket.socket, buffers: list[Body]) -> list[memoryview]:

@@ -219,3 +219,101 @@ def test_sigkill_loses_at_most_the_last_interval_of_consumer_offsets(server) -> 
     with MessageStore.open(str(store)) as s:
         # 4 unless a periodic write came between the commit and the kill
         assert s.committed_offset(group, topic, 0) in (2, 4)
+
+
+def test_wildcard_listen_needs_advertise(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from rocketspark import cli_serve
+
+    for listen in ("0.0.0.0:9876", "[::]:9876"):
+        assert cli_serve.main(["--store", str(tmp_path / "s"), "--listen", listen]) == 2
+        err = capsys.readouterr().err
+        assert "binds every address" in err and "--advertise HOST" in err
+    assert not (tmp_path / "s").exists()  # refused before the store is opened
+    assert cli_serve.main(["--store", str(tmp_path / "s"), "--advertise", "0.0.0.0"]) == 2
+    assert "--advertise" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_wildcard_host_without_advertised_host(tmp_path: Path) -> None:
+    from rocketspark.errors import ConfigError
+    from rocketspark.remoting.processors import serve
+
+    with MessageStore.open(str(tmp_path / "s")) as store:
+        with pytest.raises(ConfigError, match="advertised_host"):
+            serve(store, host="0.0.0.0", namesrv_port=0, broker_port=0)
+
+
+def test_advertised_name_is_the_broker_address_in_routes(tmp_path: Path) -> None:
+    from rocketspark.remoting.processors import serve
+
+    with MessageStore.open(str(tmp_path / "s")) as store:
+        with serve(store, namesrv_port=0, broker_port=0, advertised_host="localhost") as srv:
+            topic = f"adv-{uuid.uuid4().hex[:10]}"
+            store.create_topic(topic, 1)
+            broker = f"localhost:{srv.broker_server.port}"
+            client = RemoteClient(ClientRef("cluster", srv.namesrv_address))
+            try:
+                route = client.remoting.route(topic)
+                assert [dict(b.addrs) for b in route.broker_datas] == [{0: broker}]
+                assert client.remoting.brokers() == {store.config.broker_name: {0: broker}}
+                # Clients reach the broker by the advertised name.
+                client.put_batch([Message(topic, b"by name")])
+                assert [m.body for m in store.pull(topic, 0, 0, 10).messages] == [b"by name"]
+            finally:
+                client.close()
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "127.0.0.2"])
+def test_listen_on_every_address_advertise_one(tmp_path: Path, listen: str) -> None:
+    """--listen 0.0.0.0 --advertise 127.0.0.2: routes and new msgIds (brokerIP1) name
+    127.0.0.2, which reaches the wildcard listener (Linux routes 127/8 to loopback).
+    --listen 127.0.0.2 alone names it the same way: the listen host is advertised."""
+    store = tmp_path / "store"
+    ns, broker = _free_port(), _free_port()
+    advertise = ["--advertise", "127.0.0.2"] if listen == "0.0.0.0" else []
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rocketspark.cli_serve",
+            "--store",
+            str(store),
+            "--listen",
+            f"{listen}:{ns}",
+            "--broker-port",
+            str(broker),
+            *advertise,
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if listen == "0.0.0.0":
+            assert f"at 127.0.0.2:{broker} (listening on 0.0.0.0:{broker})" in line, line
+        else:
+            assert line.rstrip().endswith(f"at 127.0.0.2:{broker}"), line
+        topic = f"adv-{uuid.uuid4().hex[:10]}"
+        client = RemoteClient(
+            ClientRef("cluster", f"{listen.replace('0.0.0.0', '127.0.0.1')}:{ns}")
+        )
+        try:
+            client.create_topic(topic, queues=1)
+            route = client.remoting.route(topic)
+            assert [dict(b.addrs) for b in route.broker_datas] == [{0: f"127.0.0.2:{broker}"}]
+            client.put_batch([Message(topic, b"advertised")])
+        finally:
+            client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    with MessageStore.open(str(store)) as s:
+        (msg,) = s.pull(topic, 0, 0, 10).messages
+        assert str(msg.store_host) == f"127.0.0.2:{broker}"

@@ -2,56 +2,33 @@
 and DefaultMQPullConsumer out, over a store in ``tmp_path``.
 
 Uses ``tests/helpers/java/RocketClient.java`` (its ``send``, ``produce``, ``consume`` and
-``pull`` modes) with the jars of ``./dev`` (skipped without java or the jars).
+``pull`` modes) with the jars of ``./dev`` (skipped without java or the jars); the fixtures
+are tests/serve/conftest.py's.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from rocketspark.remoting.processors import Served, serve
 from rocketspark.store.message_store import MessageStore
-from tests.helpers.rocketmq import body, parse_lines
+from tests.helpers.rocketmq import body
 
 
 def _topic() -> str:
     return f"java-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    with MessageStore.open(str(tmp_path / "store")) as s:
-        yield s
-
-
-@pytest.fixture
-def served(store: MessageStore):
-    with serve(store, namesrv_port=0, broker_port=0) as srv:
-        yield srv
-
-
-def _java(rocketmq_java, served: Served, home: Path, *args: object, stdin: str | None = None):
-    cmd = rocketmq_java.client_command(served.namesrv_address, home, *args)
-    proc = subprocess.run(
-        cmd, input=stdin, capture_output=True, text=True, encoding="utf-8", timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return parse_lines(proc.stdout)
-
-
 def test_java_producer_then_lite_pull_consumer(
-    rocketmq_java, served: Served, store: MessageStore, tmp_path: Path
+    java_client, served: Served, store: MessageStore, tmp_path: Path
 ) -> None:
     topic = _topic()
     store.create_topic(topic, 4)
-    sent = _java(rocketmq_java, served, tmp_path / "home", "send", topic, 40, "k", 100, 2)
+    sent = java_client(served.namesrv_address, tmp_path / "home", "send", topic, 40, "k", 100, 2)
     assert len(sent) == 40
     assert {s.get("status") for s in sent} == {"SEND_OK"}, sent[:3]
     # Every queue's offsets are dense, and the store holds what was sent.
@@ -69,7 +46,7 @@ def test_java_producer_then_lite_pull_consumer(
     assert {s["offsetMsgId"] for s in sent} == offset_ids
 
     group = f"lite-{uuid.uuid4().hex[:8]}"
-    got = _java(rocketmq_java, served, tmp_path / "home", "consume", topic, group, 40)
+    got = java_client(served.namesrv_address, tmp_path / "home", "consume", topic, group, 40)
     assert len(got) == 40
     assert sorted(g["key"] for g in got) == sorted(s["key"] for s in sent)
     for g in got:
@@ -78,7 +55,7 @@ def test_java_producer_then_lite_pull_consumer(
 
 
 def test_java_batch_sends_and_pull_consumer(
-    rocketmq_java, served: Served, store: MessageStore, tmp_path: Path
+    java_client, served: Served, store: MessageStore, tmp_path: Path
 ) -> None:
     topic = _topic()
     store.create_topic(topic, 2)
@@ -92,16 +69,15 @@ def test_java_batch_sends_and_pull_consumer(
         for i in range(20)
     ]
     spec = {"topic": topic, "messages": messages, "batch": 5}
-    sent = _java(rocketmq_java, served, tmp_path / "home", "produce", stdin=json.dumps(spec))
+    sent = java_client(served.namesrv_address, tmp_path / "home", "produce", stdin=json.dumps(spec))
     assert len(sent) == 20
     assert all("error" not in s for s in sent), sent[:3]
     for q in (0, 1):
         stored = store.pull(topic, q, 0, 100).messages
         assert [m.body for m in stored] == [f"batch-{i}".encode() for i in range(q, 20, 2)]
         assert [list(m.keys) for m in stored] == [[f"bk{i}"] for i in range(q, 20, 2)]
-    pulled = _java(
-        rocketmq_java,
-        served,
+    pulled = java_client(
+        served.namesrv_address,
         tmp_path / "home",
         "pull",
         stdin=json.dumps({"topic": topic, "expected": 20, "tags": "TagB", "timeoutMs": 30000}),
@@ -109,7 +85,7 @@ def test_java_batch_sends_and_pull_consumer(
     assert len(pulled) == 20
 
 
-def test_java_transactional_producer(rocketmq_java, tmp_path: Path) -> None:
+def test_java_transactional_producer(java_client, tmp_path: Path) -> None:
     """A commit, a rollback and one left UNKNOW that the server's check-back resolves."""
     with MessageStore.open(str(tmp_path / "tx"), transactionTimeOut=1000) as store:
         with serve(store, namesrv_port=0, broker_port=0) as srv:
@@ -130,7 +106,9 @@ def test_java_transactional_producer(rocketmq_java, tmp_path: Path) -> None:
                 "waitChecks": 1,
                 "checkTimeoutMs": 60000,
             }
-            out = _java(rocketmq_java, srv, tmp_path / "home", "transact", stdin=json.dumps(spec))
+            out = java_client(
+                srv.namesrv_address, tmp_path / "home", "transact", stdin=json.dumps(spec)
+            )
             sent = [o for o in out if "index" in o]
             checks = [o for o in out if "check" in o]
             assert [s["status"] for s in sent] == ["SEND_OK"] * 3, sent

@@ -2,55 +2,23 @@
 rebalance over heartbeats, consumer offsets, send-back to the retry topic and, after
 maxReconsumeTimes, to the dead-letter topic; queue locks for the orderly listener.
 
-The consumer is ``tests/serve/java/ServePush.java``, compiled here with ``./dev``'s jars
-(skipped without java or the jars).
+The consumer is ``tests/serve/java/ServePush.java``, compiled with ``./dev``'s jars by the
+``java_program`` fixture of tests/serve/conftest.py (skipped without java or the jars).
 """
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from pathlib import Path
-
-import pytest
 
 from rocketspark.message.model import Message, dlq_topic
 from rocketspark.remoting.processors import serve
 from rocketspark.store.message_store import MessageStore
-from tests.helpers import jvm
-from tests.helpers.rocketmq import parse_lines
 
-JAVA = Path(__file__).resolve().parent / "java"
 FAST = " ".join(["1s"] * 18)
 
 
-@pytest.fixture(scope="module")
-def push_classes(rocketmq_java, tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("serve-java")
-    jvm.javac(sorted(JAVA.glob("*.java")), rocketmq_java.rocketmq_classpath, out)
-    return f"{out}:{rocketmq_java.rocketmq_classpath}"
-
-
-def _push(classpath: str, home: Path, namesrv: str, *args: object) -> list[dict]:
-    cmd = [
-        "java",
-        "-Xmx256m",
-        *jvm.FLAGS,
-        *jvm.QUIET,
-        f"-Duser.home={home}",
-        f"-Drocketmq.client.logRoot={home}",
-        "-cp",
-        classpath,
-        "ServePush",
-        namesrv,
-        *map(str, args),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return parse_lines(proc.stdout)
-
-
-def test_push_concurrently_with_retries_and_dead_letters(push_classes: str, tmp_path: Path) -> None:
+def test_push_concurrently_with_retries_and_dead_letters(java_program, tmp_path: Path) -> None:
     with MessageStore.open(str(tmp_path / "push"), messageDelayLevel=FAST) as store:
         with serve(store, namesrv_port=0, broker_port=0) as srv:
             topic = f"push-{uuid.uuid4().hex[:10]}"
@@ -58,8 +26,8 @@ def test_push_concurrently_with_retries_and_dead_letters(push_classes: str, tmp_
             store.create_topic(topic, 2)
             keys = [f"ok-{i}" for i in range(10)] + ["fail-0", "fail-1"]
             store.put_batch([Message(topic, k.encode(), keys=(k,)) for k in keys])
-            got = _push(
-                push_classes,
+            got = java_program(
+                "ServePush",
                 tmp_path / "home",
                 srv.namesrv_address,
                 topic,
@@ -83,7 +51,7 @@ def test_push_concurrently_with_retries_and_dead_letters(push_classes: str, tmp_
             assert sum(store.committed_offset(group, topic, q) or 0 for q in (0, 1)) == 12
 
 
-def test_push_orderly(push_classes: str, tmp_path: Path) -> None:
+def test_push_orderly(java_program, tmp_path: Path) -> None:
     with MessageStore.open(str(tmp_path / "orderly")) as store:
         with serve(store, namesrv_port=0, broker_port=0) as srv:
             topic = f"order-{uuid.uuid4().hex[:10]}"
@@ -96,8 +64,8 @@ def test_push_orderly(push_classes: str, tmp_path: Path) -> None:
                     for q in (0, 1)
                 ]
             )
-            got = _push(
-                push_classes,
+            got = java_program(
+                "ServePush",
                 tmp_path / "home",
                 srv.namesrv_address,
                 topic,

@@ -1,59 +1,15 @@
 """RocketMQ's ``mqadmin`` against ``serve``: the common commands on a store in ``tmp_path``.
 
-One JVM per command (MQAdminStartup from ``./dev``'s rocketmq-tools jar); skipped without
-java or the jars.
+One JVM per command (MQAdminStartup from ``./dev``'s rocketmq-tools jar: the ``mqadmin``
+fixture of tests/serve/conftest.py); skipped without java or the jars.
 """
 
 from __future__ import annotations
 
-import subprocess
 import uuid
-from pathlib import Path
 
-import pytest
-
-from rocketspark.remoting.processors import Served, serve
+from rocketspark.remoting.processors import Served
 from rocketspark.store.message_store import MessageStore
-from tests.helpers import jvm
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    with MessageStore.open(str(tmp_path / "store")) as s:
-        yield s
-
-
-@pytest.fixture
-def served(store: MessageStore):
-    with serve(store, namesrv_port=0, broker_port=0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def mqadmin(rocketmq_java, served: Served, tmp_path: Path):
-    classpath = rocketmq_java.classpath()
-
-    def run(command: str, *args: str) -> str:
-        cmd = [
-            "java",
-            "-Xmx256m",
-            *jvm.FLAGS,
-            *jvm.QUIET,
-            f"-Duser.home={tmp_path / 'home'}",
-            "-cp",
-            classpath,
-            "org.apache.rocketmq.tools.command.MQAdminStartup",
-            command,
-            "-n",
-            served.namesrv_address,
-            *args,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        out = proc.stdout + proc.stderr
-        assert "Exception" not in out, out[-3000:]
-        return proc.stdout
-
-    return run
 
 
 def test_mqadmin_commands(mqadmin, store: MessageStore, served: Served) -> None:

@@ -6,6 +6,7 @@ for what no well-behaved client sends.
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -331,3 +332,84 @@ def test_a_client_that_does_not_read_stalls_nobody() -> None:
             for i in range(40):
                 answer = _read_frame(slow)
                 assert (answer.opaque, len(answer.body or b"")) == (i + 1, 1 << 20)
+
+
+def _server_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("rocketspark-serve-")}
+
+
+def test_stop_under_a_stream_of_connects(caplog: pytest.LogCaptureFixture) -> None:
+    """stop() while clients keep connecting: no error, and no thread of the server left."""
+    failures: list[threading.ExceptHookArgs] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = failures.append
+    before = _server_threads()
+    try:
+        for _ in range(10):
+            srv = RemotingServer(port=0).start()
+            srv.register(ECHO, echo)
+            done = threading.Event()
+
+            def connect(srv: RemotingServer = srv, done: threading.Event = done) -> None:
+                ping = RemotingCommand.request(ECHO, {"n": "s"}).with_opaque(1).to_bytes()
+                while not done.is_set():
+                    try:
+                        with socket.create_connection(("127.0.0.1", srv.port), timeout=0.2) as s:
+                            s.sendall(ping)
+                    except OSError:
+                        pass  # refused or reset: the server is stopping
+
+            connectors = [threading.Thread(target=connect) for _ in range(4)]
+            for t in connectors:
+                t.start()
+            time.sleep(0.05)
+            srv.stop()
+            done.set()
+            for t in connectors:
+                t.join(10)
+            assert _server_threads() - before == set()
+    finally:
+        threading.excepthook = previous_hook
+    assert failures == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_client_that_stops_reading_is_dropped_past_the_backlog_cap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that sends pulls and never reads their answers: once what waits for it
+    passes max_backlog, its connection is dropped (logged once); others are served."""
+    segment = memoryview(bytearray(b"m" * (1 << 20)))  # a mapped CommitLog segment's stand-in
+
+    def pull(request: RemotingCommand, channel: Channel) -> Reply:
+        return Reply(RemotingCommand.response_to(request, ResponseCode.SUCCESS), [segment])
+
+    with RemotingServer(port=0, max_backlog=4 << 20) as srv:
+        srv.register(PARTS, pull)
+        srv.register(ECHO, echo)
+        with Connection(srv.address) as bystander:
+            assert bystander.invoke(RemotingCommand.request(ECHO), 5).code == 0
+            others = set(srv.channels)
+            with _raw(srv) as slow:
+                slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+                for i in range(64):  # 64 MiB of answers it never reads
+                    try:
+                        slow.sendall(RemotingCommand.request(PARTS).with_opaque(i + 1).to_bytes())
+                    except OSError:
+                        break  # dropped already
+                deadline = time.monotonic() + 10
+                while len(srv.channels) == len(others) and time.monotonic() < deadline:
+                    time.sleep(0.01)  # accepted yet?
+                while set(srv.channels) != others and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert set(srv.channels) == others
+            assert bystander.invoke(RemotingCommand.request(ECHO, {"n": "y"}), 5).code == 0
+    dropped = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "does not read its responses" in r.getMessage()
+    ]
+    assert len(dropped) == 1
+    assert "4194304 bytes a client may leave unread" in dropped[0].getMessage()
+    writers = [t for t in threading.enumerate() if t.name.startswith("rocketspark-serve-writer")]
+    assert writers == []

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from rocketspark.errors import ConfigError
 from rocketspark.remoting.command import RemotingCommand
 from rocketspark.remoting.processors.broker import BrokerProcessors
 from rocketspark.remoting.processors.common import BrokerIdentity
 from rocketspark.remoting.processors.namesrv import NameServerProcessors
-from rocketspark.remoting.server import Channel, RemotingServer
+from rocketspark.remoting.server import Channel, RemotingServer, is_wildcard
 from rocketspark.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -65,15 +66,20 @@ def serve(
 
     Port 0 picks a free one; the same port for both serves both on one socket.
     Routes name the broker ``store.config.broker_name`` of cluster
-    ``broker_cluster_name`` at ``advertised_host`` (default ``host``, or
-    127.0.0.1 when ``host`` is a wildcard) and the broker port. ``acl`` (an
+    ``broker_cluster_name`` at ``advertised_host`` (default ``host``) and the broker
+    port. A wildcard ``host`` (0.0.0.0, ::) needs ``advertised_host`` (ConfigError). ``acl`` (an
     ``access.AccessControl``) checks every request of the broker port first.
     """
+    shown = advertised_host or host
+    if is_wildcard(shown):
+        raise ConfigError(
+            f"the broker binds {host or 'every address'}: give the address clients reach it "
+            f"at as advertised_host"
+        )
     same = namesrv_port == broker_port and namesrv_port != 0
     broker_server = RemotingServer(host, broker_port, name="broker", access=acl).start()
     try:
         namesrv = broker_server if same else RemotingServer(host, namesrv_port, name="namesrv")
-        shown = advertised_host or (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         identity = BrokerIdentity(
             store.config.broker_cluster_name,
             store.config.broker_name,
