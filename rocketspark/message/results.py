@@ -127,6 +127,11 @@ class PutResults(Sequence[PutResult]):
             int(self.store_sizes[i]),
         )
 
+    def msg_ids(self) -> list[str]:
+        """Return the message id of each result (``PutResult.msg_id``), in order."""
+        host = self._host_hex
+        return [f"{host}{phy:016X}" for phy in self.commitlog_offsets.tolist()]
+
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self._one(j) for j in range(*i.indices(len(self)))]

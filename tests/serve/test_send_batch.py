@@ -1,0 +1,205 @@
+"""SEND_BATCH_MESSAGE's columnar path stores what the Message path stores.
+
+A batch send is decoded into columns (``_batch_rows``) and stored with
+``MessageStore.put_serialized``, without a Message per row. Two stores on one
+fixed clock, with the same UNIQ_KEY generator: one is sent the batch through
+``SendProcessor``, the other is given the batch's Messages (``_batch_messages``,
+the path a batch took before) through ``put_batch`` / ``prepare_batch``. Their
+CommitLogs must be byte for byte equal, and the answers alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+from pathlib import Path
+
+import pytest
+
+from rocketspark.message.model import SysFlag
+from rocketspark.message.record import MAX_PROPERTIES_LENGTH
+from rocketspark.remoting import headers as h
+from rocketspark.remoting.codes import RequestCode, ResponseCode
+from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.processors import send
+from rocketspark.remoting.processors.send import SendProcessor, _batch_messages, _batch_rows
+from rocketspark.store.message_store import MessageStore
+
+NOW = 1_700_000_000_000
+TOPIC = "orders"
+HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
+
+
+def _entry(body: bytes, props: str, flag: int = 0) -> bytes:
+    """One message of a batch body (MessageDecoder.encodeMessage)."""
+    raw = props.encode("utf-8")
+    total = HEAD.size + len(body) + 2 + len(raw)
+    return HEAD.pack(total, 0, 0, flag, len(body)) + body + len(raw).to_bytes(2, "big") + raw
+
+
+def _uniq(i: int) -> str:
+    return f"7F00000100002A9F0000{i:012X}"
+
+
+def _java_rows(n: int) -> list[tuple[bytes, str, int]]:
+    """Messages as Java's producer encodes them (properties in its HashMap's order: KEYS,
+    UNIQ_KEY, WAIT, TAGS), with user properties, keys, flags and odd cases between."""
+    rows = []
+    for i in range(n):
+        props = f"UNIQ_KEY\x01{_uniq(i)}\x02WAIT\x01true\x02TAGS\x01Tag{i % 3}\x02"
+        if i % 4 == 1:
+            props = f"KEYS\x01order-{i} id{i}\x02" + props
+        if i % 5 == 2:
+            props = f"color\x01blue\x02{props}size\x01{i}\x02"
+        rows.append((f"body-{i}".encode() * (1 + i % 3), props, i % 7))
+    rows[3] = (b"no own id", "WAIT\x01true\x02TAGS\x01A\x02", 0)  # the store makes a UNIQ_KEY
+    rows[4] = (b"no properties", "", 0)
+    rows[5] = (b"keys spaced", f"KEYS\x01 a  b \x02UNIQ_KEY\x01{_uniq(5)}\x02", 0)
+    rows[6] = (b"empty tag", f"TAGS\x01\x02UNIQ_KEY\x01{_uniq(6)}\x02", 0)
+    rows[7] = (b"non-ascii", "name\x01caf\u00e9 \u4e2d\x02TAGS\x01\u00e9t\u00e9\x02", 0)
+    rows[8] = (b"no last separator", f"UNIQ_KEY\x01{_uniq(8)}\x02TAGS\x01B", 0)
+    return rows
+
+
+def _request(
+    rows: list[tuple[bytes, str, int]],
+    *,
+    batch_props: str = "WAIT\x01true\x02",
+    queue_id: int = 1,
+    sys_flag: int = 0,
+) -> RemotingCommand:
+    header = h.SendMessageRequestHeaderV2(
+        producer_group="pg",
+        topic=TOPIC,
+        queue_id=queue_id,
+        sys_flag=sys_flag,
+        born_timestamp=NOW - 5,
+        properties=batch_props,
+        batch=True,
+    )
+    body = b"".join(_entry(b, p, f) for b, p, f in rows)
+    return RemotingCommand.request(
+        RequestCode.SEND_BATCH_MESSAGE, header.to_ext_fields(), body=body
+    )
+
+
+def _commit_log(root: Path) -> bytes:
+    """The start of the first CommitLog segment (sparse: what the tests write, then 0s;
+    none when nothing was written)."""
+    path = root / "commitlog" / f"{0:020d}"
+    if not path.exists():
+        return b""
+    with open(path, "rb") as f:
+        return f.read(1 << 20)
+
+
+def _both(tmp_path: Path, request: RemotingCommand) -> tuple[RemotingCommand, Exception | None]:
+    """Send ``request`` to one store, its Messages to another; compare the CommitLogs.
+
+    Returns the answer and what the Message path raised (None: it stored them).
+    """
+    header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
+    with (
+        MessageStore.open(str(tmp_path / "sent"), clock=lambda: NOW) as sent,
+        MessageStore.open(str(tmp_path / "put"), clock=lambda: NOW) as put,
+    ):
+        for s in (sent, put):
+            s.create_topic(TOPIC, 4)
+        put.encoder.ids = copy.copy(sent.encoder.ids)  # the same generated UNIQ_KEYs
+        answer = SendProcessor(sent).send(request, None)  # type: ignore[arg-type]
+        error = None
+        try:
+            messages = _batch_messages(header, bytes(request.body or b""))
+            if header.sys_flag & SysFlag.TRANSACTION_PREPARED:
+                put.prepare_batch(messages, producer_group=header.producer_group)
+            else:
+                put.put_batch(messages)
+        except Exception as e:
+            error = e
+        assert _commit_log(tmp_path / "sent") == _commit_log(tmp_path / "put")
+    return answer, error
+
+
+def test_a_java_batch_takes_the_columnar_path_and_stores_the_message_paths_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _java_rows(40)
+    request = _request(rows, batch_props="WAIT\x01true\x02batchOnly\x01x\x02")
+    header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
+    decoded = _batch_rows(header, bytes(request.body or b""))
+    assert decoded is not None and len(decoded.bodies) == 40
+    # the Message path is not taken
+    real = send._batch_messages
+    monkeypatch.setattr(send, "_batch_messages", lambda *a: pytest.fail("the Message path"))
+    with MessageStore.open(str(tmp_path / "probe"), clock=lambda: NOW) as probe:
+        probe.create_topic(TOPIC, 4)
+        assert SendProcessor(probe).send(request, None).code == ResponseCode.SUCCESS  # type: ignore[arg-type]
+    monkeypatch.setattr(send, "_batch_messages", real)
+    answer, error = _both(tmp_path, request)
+    assert error is None and answer.code == ResponseCode.SUCCESS
+    ids = answer.ext_fields["msgId"].split(",")
+    assert len(ids) == 40 and answer.ext_fields["queueId"] == "1"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "round robin",
+        "no batch properties",
+        "a batch property overrides a row's",
+        "a name twice",
+        "a delay level",
+        "a prepared transaction",
+        "a malformed property",
+        "an empty body",
+        "invalid utf-8",
+        "properties too long",
+        "a body too large",
+        "a queue out of range",
+        "one message",
+    ],
+)
+def test_every_batch_stores_what_the_message_path_stores(tmp_path: Path, case: str) -> None:
+    """Batches the columnar path takes or leaves to the Message path: the same bytes,
+    the same answer to a batch either refuses."""
+    rows = _java_rows(12)
+    kw: dict = {}
+    if case == "round robin":
+        kw["queue_id"] = -1
+    elif case == "no batch properties":
+        kw["batch_props"] = ""
+    elif case == "a batch property overrides a row's":
+        kw["batch_props"] = "WAIT\x01false\x02"
+    elif case == "a name twice":
+        rows[2] = (b"twice", "a\x011\x02b\x012\x02a\x013\x02", 0)
+    elif case == "a delay level":
+        rows[9] = (b"later", f"DELAY\x013\x02UNIQ_KEY\x01{_uniq(9)}\x02", 0)
+    elif case == "a prepared transaction":
+        kw["sys_flag"] = SysFlag.TRANSACTION_PREPARED
+    elif case == "a malformed property":
+        rows[2] = (b"bad", "a\x01b\x01c\x02", 0)
+    elif case == "an empty body":
+        rows[2] = (b"", "a\x01b\x02", 0)
+    elif case == "invalid utf-8":
+        rows[2] = (b"bad", "a\x01b\x02", 0)
+    elif case == "properties too long":
+        rows[10] = (b"long", f"big\x01{'x' * (MAX_PROPERTIES_LENGTH - 10)}\x02", 0)
+    elif case == "a body too large":
+        rows[10] = (b"x" * (4 * 1024 * 1024 + 1), "a\x01b\x02", 0)
+    elif case == "a queue out of range":
+        kw["queue_id"] = 9
+    elif case == "one message":
+        rows = rows[:1]
+    request = _request(rows, **kw)
+    if case == "invalid utf-8":
+        request = RemotingCommand.request(
+            request.code,
+            request.ext_fields,
+            body=bytes(request.body or b"").replace(b"a\x01b", b"a\x01\xff"),
+        )
+    answer, error = _both(tmp_path, request)
+    if error is None:
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+    else:
+        assert answer.code != ResponseCode.SUCCESS
+        assert answer.remark == str(error)
