@@ -61,10 +61,15 @@ def _java_rows(n: int) -> list[tuple[bytes, str, int]]:
     return rows
 
 
+# Java's producer gives the batch a UNIQ_KEY of its own (DefaultMQProducer.batch) and
+# WAIT; the batch's properties are added to each message's, their values win.
+JAVA_BATCH = f"UNIQ_KEY\x01{'B' * 32}\x02WAIT\x01true\x02"
+
+
 def _request(
     rows: list[tuple[bytes, str, int]],
     *,
-    batch_props: str = "WAIT\x01true\x02",
+    batch_props: str = JAVA_BATCH,
     queue_id: int = 1,
     sys_flag: int = 0,
 ) -> RemotingCommand:
@@ -124,7 +129,7 @@ def test_a_java_batch_takes_the_columnar_path_and_stores_the_message_paths_bytes
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows = _java_rows(40)
-    request = _request(rows, batch_props="WAIT\x01true\x02batchOnly\x01x\x02")
+    request = _request(rows, batch_props=JAVA_BATCH + "batchOnly\x01x\x02")
     header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
     decoded = _batch_rows(header, bytes(request.body or b""))
     assert decoded is not None and len(decoded.bodies) == 40
@@ -146,6 +151,7 @@ def test_a_java_batch_takes_the_columnar_path_and_stores_the_message_paths_bytes
     [
         "round robin",
         "no batch properties",
+        "batch properties without a UNIQ_KEY",
         "a batch property overrides a row's",
         "a name twice",
         "a delay level",
@@ -168,6 +174,8 @@ def test_every_batch_stores_what_the_message_path_stores(tmp_path: Path, case: s
         kw["queue_id"] = -1
     elif case == "no batch properties":
         kw["batch_props"] = ""
+    elif case == "batch properties without a UNIQ_KEY":
+        kw["batch_props"] = "WAIT\x01true\x02"
     elif case == "a batch property overrides a row's":
         kw["batch_props"] = "WAIT\x01false\x02"
     elif case == "a name twice":

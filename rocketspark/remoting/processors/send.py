@@ -259,12 +259,12 @@ def _items(raw: bytes) -> list[tuple[bytes, bytes]] | None:
 
 def _batch_rows(header: h.SendMessageRequestHeader, body: bytes) -> SerializedRows | None:
     """The messages of a SEND_BATCH_MESSAGE body as columns, with the properties each
-    stores (its own, then the batch's that it does not name, as ``_batch_messages``
-    gives them), without a Message per row.
+    stores (its own with the batch's values, then the batch's that it does not name, as
+    ``_batch_messages`` gives them), without a Message per row.
 
     None for a batch the Message path must take (which then reports what is wrong):
-    a malformed body or property, a name given twice or with another value than the
-    batch's, DELAY, a compressed or transactional batch, header values a Message
+    a malformed body or property, a name given twice, DELAY (or TAGS, KEYS in the
+    batch's properties), a compressed or transactional batch, header values a Message
     refuses, a message without a body.
     """
     # Hot path: every batch send of Java's producer; one loop turn per message.
@@ -277,13 +277,17 @@ def _batch_rows(header: h.SendMessageRequestHeader, body: bytes) -> SerializedRo
     batch_items = _items(batch_raw)
     if batch_items is None:
         return None
-    # the batch's items, each added to the rows that do not name it
+    # the batch's items: added to the rows that do not name them, their values put in
+    # place of a row's (Java's producer gives a batch a UNIQ_KEY of its own: it is
+    # every row's then)
     extra = [(k, v, b"%s\x01%s\x02" % (k, v)) for k, v in batch_items]
     named_batch = dict(batch_items)
     if len(named_batch) != len(batch_items) or any(
-        k in named_batch for k in (_TAGS, _KEYS, _UNIQ, *_SLOW_NAMES)
+        k in named_batch for k in (_TAGS, _KEYS, *_SLOW_NAMES)
     ):
         return None
+    batch_uniq = named_batch.get(_UNIQ)
+    every_uniq = batch_uniq.decode("utf-8") if batch_uniq is not None else None
     bodies: list[bytes] = []
     props: list[bytes] = []
     tags: list[str | None] = []
@@ -315,7 +319,8 @@ def _batch_rows(header: h.SendMessageRequestHeader, body: bytes) -> SerializedRo
             ):
                 return None
             pos = at
-            tag = key = own = None
+            tag = key = None
+            own = every_uniq
             if raw:
                 if raw[-1] != 2:  # the Message path reads the last item without it too
                     raw += b"\x02"
@@ -346,15 +351,18 @@ def _batch_rows(header: h.SendMessageRequestHeader, body: bytes) -> SerializedRo
                         tag = t.decode("utf-8")
                     if k:
                         key = " ".join([s for s in k.decode("utf-8").split(" ") if s]) or None
-                u = named.get(_UNIQ)
-                if u is not None:
-                    own = u.decode("utf-8")
+                if own is None:
+                    u = named.get(_UNIQ)
+                    if u is not None:
+                        own = u.decode("utf-8")
                 for name, value, item in extra:
                     given = named.get(name)
                     if given is None:
                         raw += item
-                    elif given != value:  # the batch's value in the row's place
-                        return None
+                    elif given != value:  # the batch's value in the row's item's place
+                        raw = (b"\x02" + raw).replace(
+                            b"\x02%s\x01%s\x02" % (name, given), b"\x02" + item, 1
+                        )[1:]
             elif extra:
                 raw = batch_raw
             bodies.append(msg_body)
