@@ -211,3 +211,71 @@ def test_every_batch_stores_what_the_message_path_stores(tmp_path: Path, case: s
     else:
         assert answer.code != ResponseCode.SUCCESS
         assert answer.remark == str(error)
+
+
+def _uniform_rows(n: int, keys: str = "k{i:04d}") -> list[tuple[bytes, str, int]]:
+    """Like messages of one shape (the same sizes and property names), as a Java
+    producer's batch of them is."""
+    return [
+        (
+            f"body {i:06d}".encode() * 8,
+            f"KEYS\x01{keys.format(i=i % 10)}\x02UNIQ_KEY\x01{_uniq(i)}\x02WAIT\x01true\x02"
+            f"TAGS\x01T{i % 3}\x02",
+            -(i % 3),
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "same_shape"),
+    [
+        ("java", True),
+        ("own ids", True),
+        ("a batch property overrides a row's", True),
+        ("keys with spaces", True),
+        ("only UNIQ_KEY and WAIT", True),
+        ("a body of another length", False),
+        ("a separator in a value", False),
+        ("a non-ascii value", False),
+        ("another name", False),
+    ],
+)
+def test_a_batch_of_one_shape_stores_what_the_message_path_stores(
+    tmp_path: Path, case: str, same_shape: bool
+) -> None:
+    """Batches decoded as one byte matrix (``_same_shape``), and ones that look alike
+    but are not (the row loop or the Message path takes them): the same bytes."""
+    rows = _uniform_rows(64, " {i}  z " if case == "keys with spaces" else "k{i:04d}")
+    batch_props = JAVA_BATCH
+    if case == "own ids":
+        batch_props = "WAIT\x01true\x02"
+    elif case == "a batch property overrides a row's":
+        batch_props = "WAIT\x01false\x02more\x01y\x02"
+    elif case == "only UNIQ_KEY and WAIT":
+        rows = [
+            (b, f"UNIQ_KEY\x01{_uniq(i)}\x02WAIT\x01true\x02", 0)
+            for i, (b, _, _) in enumerate(rows)
+        ]
+    elif case == "a body of another length":
+        body, props, flag = rows[9]
+        rows[9] = (body[:-1], props.replace("TAGS\x01T0", "TAGS\x01T0x"), flag)
+    elif case == "a separator in a value":
+        body, props, flag = rows[9]
+        rows[9] = (body, props.replace("TAGS\x01T0", "TAGS\x01\x020"), flag)
+    elif case == "a non-ascii value":
+        body, props, flag = rows[9]
+        rows[9] = (body[:-1], props.replace("TAGS\x01T0", "TAGS\x01\u00e9"), flag)
+    elif case == "another name":
+        body, props, flag = rows[9]
+        rows[9] = (body, props.replace("WAIT", "WAIt"), flag)
+    request = _request(rows, batch_props=batch_props)
+    header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
+    named = dict(p.split("\x01") for p in batch_props.split("\x02") if p)
+    extra = [(k.encode(), v.encode(), f"{k}\x01{v}\x02".encode()) for k, v in named.items()]
+    decoded = send._same_shape(
+        bytes(request.body or b""), extra, named.get("UNIQ_KEY"), header.born_timestamp, 0
+    )
+    assert (decoded is not None) == same_shape
+    answer, error = _both(tmp_path, request)
+    assert error is None and answer.code == ResponseCode.SUCCESS, answer.remark

@@ -7,6 +7,8 @@ import re
 import struct
 from collections.abc import Sequence
 
+import numpy as np
+
 from rocketspark.errors import (
     DiskFullError,
     FlushTimeoutError,
@@ -288,6 +290,9 @@ def _batch_rows(header: h.SendMessageRequestHeader, body: bytes) -> SerializedRo
         return None
     batch_uniq = named_batch.get(_UNIQ)
     every_uniq = batch_uniq.decode("utf-8") if batch_uniq is not None else None
+    same = _same_shape(body, extra, every_uniq, born, times)
+    if same is not None:
+        return same
     bodies: list[bytes] = []
     props: list[bytes] = []
     tags: list[str | None] = []
@@ -393,3 +398,114 @@ def _utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+SAME_SHAPE_MIN = 16  # messages from which a batch of one shape is decoded with numpy
+
+
+def _same_shape(
+    body: bytes,
+    extra: list[tuple[bytes, bytes, bytes]],
+    every_uniq: str | None,
+    born: int,
+    times: int,
+) -> SerializedRows | None:
+    """``_batch_rows`` of a batch whose messages have one shape (a Java producer's of
+    like messages): one size, one body length, the same property names at the same
+    places, ASCII values without separators. None for any other batch.
+
+    The messages as rows of a byte matrix: the first one's properties are parsed,
+    the others checked against its layout, and every row's stored properties are the
+    same column slices (with the batch's items) of the matrix.
+    """
+    # Hot path: numpy over the whole batch, Python per property item, not per message.
+    size = len(body)
+    head = BATCH_HEAD.size
+    if size < head:
+        return None
+    total, _magic, _crc, _flag, body_len = BATCH_HEAD.unpack_from(body, 0)
+    if body_len <= 0 or total <= head + body_len + 2 or size % total:
+        return None
+    n = size // total
+    at = head + body_len  # PROPERTIESLENGTH
+    if n < SAME_SHAPE_MIN or int.from_bytes(body[at : at + 2], "big") != total - at - 2:
+        return None
+    raw = body[at + 2 : total]
+    pairs = _items(raw)
+    if not pairs or len(dict(pairs)) != len(pairs) or not raw.isascii():
+        return None
+    matrix = np.frombuffer(body, dtype=np.uint8).reshape(n, total)
+    # the layout: TOTALSIZE, BODYLEN, PROPERTIESLENGTH, the names and separators are
+    # the first message's; the values hold no separator and are ASCII
+    fixed = [np.arange(0, 4), np.arange(16, 20), np.arange(at, at + 2)]
+    values = []
+    spans: dict[bytes, tuple[int, int, int]] = {}  # name -> item start, value start, end
+    pos = at + 2
+    for name, value in pairs:
+        if name in _SLOW_NAMES:
+            return None
+        start, v = pos, pos + len(name) + 1
+        fixed.append(np.arange(start, v))
+        fixed.append(np.arange(v + len(value), v + len(value) + 1))
+        values.append(np.arange(v, v + len(value)))
+        spans[name] = (start, v, v + len(value) + 1)
+        pos = v + len(value) + 1
+    cols = np.concatenate(fixed)
+    if not (matrix[:, cols] == matrix[0, cols]).all():
+        return None
+    if values:
+        vals = matrix[:, np.concatenate(values)]
+        if ((vals == 1) | (vals == 2) | (vals >= 0x80)).any():
+            return None
+    flags = matrix[:, 12:16].copy().view(">i4").ravel()
+
+    def column(start: int, end: int) -> list[str]:
+        """Each row's bytes [start, end) as text."""
+        width = end - start
+        text = matrix[:, start:end].tobytes().decode("ascii")
+        return [text[i : i + width] for i in range(0, n * width, width)]
+
+    tags: list[str | None] | None = None
+    keys: list[str | None] | None = None
+    uniq: list[str | None] | None = None
+    if _TAGS in spans:
+        _, v, end = spans[_TAGS]
+        if end - 1 > v:
+            tags = list(column(v, end - 1))
+    if _KEYS in spans:
+        _, v, end = spans[_KEYS]
+        if end - 1 > v:
+            keys = [" ".join([s for s in k.split(" ") if s]) or None for k in column(v, end - 1)]
+    if every_uniq is not None:
+        uniq = [every_uniq] * n
+    elif _UNIQ in spans:
+        _, v, end = spans[_UNIQ]
+        uniq = list(column(v, end - 1))
+    # the stored properties: the items but TAGS and KEYS, a batch's value in place of
+    # a row's, then the batch's items the rows do not name
+    pieces: list[np.ndarray] = []
+    batch = {name: item for name, _value, item in extra}
+    for name, _value in pairs:
+        if name == _TAGS or name == _KEYS:
+            continue
+        item = batch.pop(name, None)
+        start, _v, end = spans[name]
+        if item is None:
+            pieces.append(matrix[:, start:end])
+        else:
+            pieces.append(np.broadcast_to(np.frombuffer(item, dtype=np.uint8), (n, len(item))))
+    for item in batch.values():
+        pieces.append(np.broadcast_to(np.frombuffer(item, dtype=np.uint8), (n, len(item))))
+    width = sum(p.shape[1] for p in pieces)
+    stored = np.concatenate(pieces, axis=1).tobytes() if pieces else b""
+    props = [stored[i : i + width] for i in range(0, n * width, width)] if width else [b""] * n
+    return SerializedRows(
+        [body[s : s + body_len] for s in range(head, size, total)],
+        props,
+        tags,
+        keys if keys is None or any(keys) else None,
+        uniq,
+        flags.tolist() if flags.any() else None,
+        born,
+        times,
+    )
