@@ -735,13 +735,14 @@ class Encoder:
         queue_id: int | None,
         rows: SerializedRows,
         now: int,
-    ) -> EncodedColumns:
+    ) -> tuple[EncodedColumns, np.ndarray | None]:
         """Encode rows of one topic whose user properties come already in the PROPERTIES
         field's form (a SEND_BATCH_MESSAGE's, see :class:`SerializedRows`).
 
         Writes the bytes :meth:`columns` writes for the same messages (user
         properties as given, then TAGS, KEYS, and UNIQ_KEY unless a row has its
-        own), with its checks of the queue id and the sizes and its errors.
+        own), with its checks of the queue id and the sizes and its errors. Returns
+        the encoded columns and, when it has them, the rows' topic#UNIQ_KEY hashCodes.
         """
         # Hot path: batch sends of a served store; one lean loop per message.
         bodies, props, tags, keys, uniqs = (
@@ -772,6 +773,41 @@ class Encoder:
             first = self._round_robin.get(topic, -1) + 1
             queue_ids = ((first + np.arange(n, dtype=np.int64)) % write_queues).astype(np.int32)
         max_body = self.config.max_message_size
+        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+        flags = np.asarray(rows.flags, dtype=np.int64) if rows.flags is not None else 0
+        born_ts = rows.born_timestamp or now
+        own = uniqs[0] if uniqs is not None else None
+        if (
+            own is not None
+            and keys is None
+            and uniqs.count(own) == n  # type: ignore[union-attr]
+            and props.count(props[0]) == n
+            and (tags is None or tags.count(tags[0]) == n)
+        ):
+            # Every row stores the same properties (a Java producer's batch of like
+            # messages, whose UNIQ_KEY is the batch's): one PROPERTIES field for all.
+            tag = tags[0] if tags is not None else None
+            field = props[0] + (f"{TAGS_PREFIX}{tag}{PROPERTY_SEPARATOR}".encode() if tag else b"")
+            if len(field) <= 32767 and max(map(len, bodies)) <= max_body:  # else: the loop
+                if queue_id is None:
+                    self._round_robin[topic] = first + n - 1
+                code = tags_code(tag) if tag else 0
+                batch = ColumnBatch(
+                    topics=topic,
+                    queue_ids=queue_ids,
+                    bodies=bodies,
+                    rests=Pieces.repeated(topic_part + len(field).to_bytes(2, "big") + field, n),
+                    crcs=crcs,
+                    magics=magic,
+                    tags_codes=np.full(n, code, dtype=np.int64),
+                    born_host=self.born_host,
+                    born_ts=born_ts,
+                    flags=flags,
+                    reconsume=rows.reconsume_times,
+                )
+                hashes = np.full(n, java_string_hash(f"{topic}#{own}"), dtype=np.int32)
+                given = dict.fromkeys(range(n), own)
+                return (batch, uniq_prefix, uniq_start, given, [], []), hashes
         rests: list[bytes] = [b""] * n
         codes = [0] * n
         uniq_given: dict[int, str] = {}
@@ -813,7 +849,6 @@ class Encoder:
             rests[i] = b"".join((topic_part, size.to_bytes(2, "big"), p))
         if queue_id is None:
             self._round_robin[topic] = first + n - 1
-        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
         batch = ColumnBatch(
             topics=topic,
             queue_ids=queue_ids,
@@ -823,11 +858,11 @@ class Encoder:
             magics=magic,
             tags_codes=np.asarray(codes, dtype=np.int64),
             born_host=self.born_host,
-            born_ts=rows.born_timestamp or now,
-            flags=np.asarray(rows.flags, dtype=np.int64) if rows.flags is not None else 0,
+            born_ts=born_ts,
+            flags=flags,
             reconsume=rows.reconsume_times,
         )
-        return batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+        return (batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings), None
 
     def topic_info(self, topic: str) -> TopicWriteInfo:
         """What the records of a topic to put to need (created if allowed, see _topic_for_put)."""

@@ -341,9 +341,8 @@ class MessageStore:
         if not self.encoder.columnar:
             return self.put_batch(rows.messages(topic, queue_id))
         now = self.clock()
-        return self.appender.append_columns(
-            self.encoder.serialized(topic, queue_id, rows, now), now
-        )
+        encoded, uniq_hashes = self.encoder.serialized(topic, queue_id, rows, now)
+        return self.appender.append_columns(encoded, now, uniq_hashes)
 
     def prepare_columns(
         self,

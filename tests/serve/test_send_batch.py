@@ -27,6 +27,7 @@ from rocketspark.store.message_store import MessageStore
 
 NOW = 1_700_000_000_000
 TOPIC = "orders"
+SMALL = {"maxHashSlotNum": 64, "maxIndexNum": 4096}  # index files small enough to compare
 HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 
 
@@ -98,6 +99,18 @@ def _commit_log(root: Path) -> bytes:
         return f.read(1 << 20)
 
 
+def _queues_and_index(root: Path) -> list[tuple[str, bytes]]:
+    """The ConsumeQueue files by path, and the index files' bytes in name order (names
+    are times of day)."""
+    queues = sorted(
+        (str(p.relative_to(root)), p.read_bytes())
+        for p in (root / "consumequeue").rglob("*")
+        if p.is_file()
+    )
+    index = [("index", p.read_bytes()) for p in sorted((root / "index").glob("*"))]
+    return queues + index
+
+
 def _both(tmp_path: Path, request: RemotingCommand) -> tuple[RemotingCommand, Exception | None]:
     """Send ``request`` to one store, its Messages to another; compare the CommitLogs.
 
@@ -105,8 +118,8 @@ def _both(tmp_path: Path, request: RemotingCommand) -> tuple[RemotingCommand, Ex
     """
     header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
     with (
-        MessageStore.open(str(tmp_path / "sent"), clock=lambda: NOW) as sent,
-        MessageStore.open(str(tmp_path / "put"), clock=lambda: NOW) as put,
+        MessageStore.open(str(tmp_path / "sent"), clock=lambda: NOW, **SMALL) as sent,
+        MessageStore.open(str(tmp_path / "put"), clock=lambda: NOW, **SMALL) as put,
     ):
         for s in (sent, put):
             s.create_topic(TOPIC, 4)
@@ -122,6 +135,9 @@ def _both(tmp_path: Path, request: RemotingCommand) -> tuple[RemotingCommand, Ex
         except Exception as e:
             error = e
         assert _commit_log(tmp_path / "sent") == _commit_log(tmp_path / "put")
+        sent.flush()
+        put.flush()
+        assert _queues_and_index(tmp_path / "sent") == _queues_and_index(tmp_path / "put")
     return answer, error
 
 

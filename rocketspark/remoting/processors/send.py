@@ -81,7 +81,7 @@ def _sent(request: RemotingCommand, results: Sequence[PutResult]) -> RemotingCom
     id (comma-separated, as SendMessageProcessor answers a batch)."""
     first = results[0]
     if isinstance(results, PutResults):
-        msg_id = ",".join(results.msg_ids())
+        msg_id = results.joined_msg_ids()
     else:
         msg_id = ",".join(r.msg_id for r in results) if len(results) > 1 else first.msg_id
     return answer(
