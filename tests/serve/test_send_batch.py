@@ -111,15 +111,17 @@ def _queues_and_index(root: Path) -> list[tuple[str, bytes]]:
     return queues + index
 
 
-def _both(tmp_path: Path, request: RemotingCommand) -> tuple[RemotingCommand, Exception | None]:
+def _both(
+    tmp_path: Path, request: RemotingCommand, **config: object
+) -> tuple[RemotingCommand, Exception | None]:
     """Send ``request`` to one store, its Messages to another; compare the CommitLogs.
 
     Returns the answer and what the Message path raised (None: it stored them).
     """
     header = h.SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields)
     with (
-        MessageStore.open(str(tmp_path / "sent"), clock=lambda: NOW, **SMALL) as sent,
-        MessageStore.open(str(tmp_path / "put"), clock=lambda: NOW, **SMALL) as put,
+        MessageStore.open(str(tmp_path / "sent"), clock=lambda: NOW, **SMALL, **config) as sent,
+        MessageStore.open(str(tmp_path / "put"), clock=lambda: NOW, **SMALL, **config) as put,
     ):
         for s in (sent, put):
             s.create_topic(TOPIC, 4)
@@ -294,4 +296,12 @@ def test_a_batch_of_one_shape_stores_what_the_message_path_stores(
     )
     assert (decoded is not None) == same_shape
     answer, error = _both(tmp_path, request)
+    assert error is None and answer.code == ResponseCode.SUCCESS, answer.remark
+
+
+@pytest.mark.parametrize("rows", [_java_rows(20), _uniform_rows(20)], ids=["mixed", "one shape"])
+def test_an_ipv6_store_stores_a_batch_per_record(tmp_path: Path, rows: list) -> None:
+    """A store with an IPv6 host has no columnar path: put_serialized gives the rows
+    to put_batch as Messages, the same bytes as the Message path."""
+    answer, error = _both(tmp_path, _request(rows), brokerIP1="::1")
     assert error is None and answer.code == ResponseCode.SUCCESS, answer.remark
