@@ -4,7 +4,8 @@ Everything a put can do without the lock runs here: validation, the topic's
 write info, queue selection, UNIQ_KEY ids and the bytes of each record but
 its position-dependent header fields (queue offset, physical offset, store
 time), which the appender fills in under the lock. The columnar paths
-(:meth:`Encoder.columns`, :meth:`Encoder._uniform_batch`) and the single put
+(:meth:`Encoder.columns`, :meth:`Encoder._uniform_batch`, and
+:meth:`Encoder.serialized` for a served batch send) and the single put
 (:meth:`Encoder.one`) are hot paths, written for speed on purpose.
 
 The module is over the ~700 lines the layout aims at because of those two batch

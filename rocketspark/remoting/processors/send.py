@@ -250,7 +250,7 @@ _SLOW_NAMES = (PROPERTY_DELAY_TIME_LEVEL.encode(),)
 
 def _items(raw: bytes) -> list[tuple[bytes, bytes]] | None:
     """The (name, value) items of a properties field, None unless it is exactly
-    NAME\\x01VALUE\\x02 items (names not empty, none twice)."""
+    NAME\\x01VALUE\\x02 items with names not empty (a name twice: the caller's to see)."""
     pairs = _ITEM.findall(raw)
     m = len(pairs)
     if raw and (raw[-1] != 2 or raw.count(1) != m or raw.count(2) != m):
