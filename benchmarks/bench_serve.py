@@ -1,6 +1,7 @@
 """Serve benchmark: ``rocketspark serve`` against a real RocketMQ broker, one Java client.
 
     ./dev bench-serve            # or: python benchmarks/bench_serve.py [--quick] [--rounds N]
+    ./dev bench-serve --only batch   # one measurement (repeat --only for more)
 
 Starts ``rocketspark serve`` on a fresh store directory (the ``rocketspark`` command, as a
 user starts it, in a process of its own) and Apache RocketMQ 5.3.1 (a NameServer and a
@@ -69,6 +70,7 @@ BROKER = "broker-a"  # the real broker's name, and serve's (the store's default 
 PULL_TOPIC = "bench"
 SEND_TOPIC = "send"
 SIDES = ("serve", "real")
+STEPS = ("single", "batch", "pull32", "pull1024", "wake")
 
 
 class Serve:
@@ -148,7 +150,14 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=10_000, help="single sends per round")
     ap.add_argument("--batch", type=int, default=1024, help="messages per batch send")
     ap.add_argument("--wake", type=int, default=300, help="long-poll wake-ups per round")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=STEPS,
+        help="run only this measurement (repeatable; default: all)",
+    )
     args = ap.parse_args()
+    only = set(args.only or STEPS)
     n, n_single, n_wake, rounds = args.n, args.single, args.wake, args.rounds
     if args.quick:
         n, n_single, n_wake, rounds = 40_000, 1_000, 50, 1
@@ -176,11 +185,12 @@ def main() -> None:
             wait_brokers(admin, {BROKER})
             for topic in (PULL_TOPIC, SEND_TOPIC, *wake_topics[side]):
                 admin.remoting.create_topic(topic, {BROKER: QUEUES})
-            fill(client(ns[side], 1024), PULL_TOPIC, n)
+            if only & {"pull32", "pull1024"}:
+                fill(client(ns[side], 1024), PULL_TOPIC, n)
         java = JavaBench(classpath, rocketmq.addr, run_dir / "java-home")
         print(
-            f"serve ({serve.addr}) and RocketMQ ({rocketmq.addr}) up; {n:,} messages in "
-            f"{PULL_TOPIC!r} on each",
+            f"serve ({serve.addr}) and RocketMQ ({rocketmq.addr}) up; "
+            f"{n if only & {'pull32', 'pull1024'} else 0:,} messages in {PULL_TOPIC!r} on each",
             flush=True,
         )
 
@@ -191,6 +201,7 @@ def main() -> None:
             ("pull1024", "pull", {"topic": PULL_TOPIC, "n": n, "batch": 1024}),
             ("wake", "wake", {"n": n_wake, "gapMs": 20}),
         ]
+        steps = [step for step in steps if step[0] in only]
 
         for r in range(rounds + 1):  # round 0 warms up (JIT, page cache, connections)
             order = SIDES if r % 2 else SIDES[::-1]

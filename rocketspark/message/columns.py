@@ -9,13 +9,16 @@ would, and the helpers here raise the same InvalidMessageError a Message would.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rocketspark.errors import ConfigError, InvalidMessageError
 from rocketspark.message.model import Message, check_utf8
+from rocketspark.message.properties import decode_properties
 
 __all__ = [
     "Columns",
+    "SerializedRows",
     "check_property",
     "check_utf8_fields",
     "encodes_utf8",
@@ -246,3 +249,52 @@ class Columns:
                 )
             )
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class SerializedRows:
+    """Messages of one topic whose user properties are already in the PROPERTIES field's
+    form (``NAME\\x01VALUE\\x02``..., UTF-8): a SEND_BATCH_MESSAGE's, decoded without a
+    Message per row.
+
+    The caller has checked what a Message would: each ``properties`` entry is
+    well-formed, names no property twice and none of TAGS, KEYS or DELAY (those
+    are ``tags`` and ``keys``, a key string as Message joins its keys); ``uniq``
+    is the UNIQ_KEY a row's properties name (None: the store generates one);
+    bodies are non-empty. None for a column: no row sets it.
+    """
+
+    bodies: list[bytes]
+    properties: list[bytes]
+    tags: list[str | None] | None
+    keys: list[str | None] | None
+    uniq: list[str | None] | None
+    flags: list[int] | None  # FLAG of each row (None: all 0)
+    born_timestamp: int  # of every row (0: the store time)
+    reconsume_times: int
+
+    def messages(self, topic: str, queue_id: int | None) -> list[Message]:
+        """The rows as Messages (what the per-record put paths take)."""
+        n = len(self.bodies)
+        none: list[Any] = [None] * n
+        return [
+            Message(
+                topic,
+                body,
+                tags=tag,
+                keys=key or (),
+                properties=decode_properties(props),
+                flag=flag or 0,
+                queue_id=queue_id,
+                born_timestamp=self.born_timestamp,
+                reconsume_times=self.reconsume_times,
+            )
+            for body, props, tag, key, flag in zip(
+                self.bodies,
+                self.properties,
+                self.tags if self.tags is not None else none,
+                self.keys if self.keys is not None else none,
+                self.flags if self.flags is not None else none,
+                strict=True,
+            )
+        ]

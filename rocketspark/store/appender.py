@@ -361,12 +361,22 @@ class Appender:
             results = append.records(prepared, now)
         return self.after(results)
 
-    def append_columns(self, encoded: EncodedColumns, now: int) -> PutResults:
-        """Append a columnar put (``Encoder.columns``) as one append under the write lock."""
+    def append_columns(
+        self, encoded: EncodedColumns, now: int, uniq_hashes: np.ndarray | None = None
+    ) -> PutResults:
+        """Append a columnar put (``Encoder.columns``) as one append under the write lock
+        (``uniq_hashes``: the records' topic#UNIQ_KEY hashCodes, when the caller has them)."""
         batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings = encoded
         with self._append as append:
             results, _ = append.columns(
-                batch, now, uniq_prefix, uniq_start, uniq_given, keyed, key_strings
+                batch,
+                now,
+                uniq_prefix,
+                uniq_start,
+                uniq_given,
+                keyed,
+                key_strings,
+                uniq_hashes=uniq_hashes,
             )
         return self.after(results)
 

@@ -4,7 +4,8 @@ Everything a put can do without the lock runs here: validation, the topic's
 write info, queue selection, UNIQ_KEY ids and the bytes of each record but
 its position-dependent header fields (queue offset, physical offset, store
 time), which the appender fills in under the lock. The columnar paths
-(:meth:`Encoder.columns`, :meth:`Encoder._uniform_batch`) and the single put
+(:meth:`Encoder.columns`, :meth:`Encoder._uniform_batch`, and
+:meth:`Encoder.serialized` for a served batch send) and the single put
 (:meth:`Encoder.one`) are hot paths, written for speed on purpose.
 
 The module is over the ~700 lines the layout aims at because of those two batch
@@ -32,6 +33,7 @@ from rocketspark.errors import (
 from rocketspark.message.byte_gather import Pieces
 from rocketspark.message.columns import (
     Columns,
+    SerializedRows,
     check_property,
     check_utf8_fields,
     encodes_utf8,
@@ -727,6 +729,141 @@ class Encoder:
             born_ts=now,
         )
         return half_batch, keyed, key_strings  # halves are indexed by key too, as RocketMQ does
+
+    def serialized(
+        self,
+        topic: str,
+        queue_id: int | None,
+        rows: SerializedRows,
+        now: int,
+    ) -> tuple[EncodedColumns, np.ndarray | None]:
+        """Encode rows of one topic whose user properties come already in the PROPERTIES
+        field's form (a SEND_BATCH_MESSAGE's, see :class:`SerializedRows`).
+
+        Writes the bytes :meth:`columns` writes for the same messages (user
+        properties as given, then TAGS, KEYS, and UNIQ_KEY unless a row has its
+        own), with its checks of the queue id and the sizes and its errors. Returns
+        the encoded columns and, when it has them, the rows' topic#UNIQ_KEY hashCodes.
+        """
+        # Hot path: batch sends of a served store; one lean loop per message.
+        bodies, props, tags, keys, uniqs = (
+            rows.bodies,
+            rows.properties,
+            rows.tags,
+            rows.keys,
+            rows.uniq,
+        )
+        n = len(bodies)
+        uniq_prefix, uniq_start = self.ids.next_block(n, now)
+        mono = time.monotonic()
+        if mono > self._topic_cache_until:
+            self._topic_cache.clear()
+            self._topic_cache_until = mono + 1.0
+        info = self._topic_cache.get(topic)
+        if info is None:
+            info = self._topic_cache[topic] = self.topic_info(topic)
+        write_queues, topic_part, magic = info.write_queues, info.topic_field, info.magic
+        if queue_id is not None:
+            if not 0 <= queue_id < write_queues:
+                raise OffsetOutOfRangeError(
+                    f"queue_id {queue_id} is out of range for topic {topic!r} "
+                    f"with {write_queues} write queues"
+                )
+            queue_ids = np.full(n, queue_id, dtype=np.int32)
+        else:  # round robin, as the row loop takes it
+            first = self._round_robin.get(topic, -1) + 1
+            queue_ids = ((first + np.arange(n, dtype=np.int64)) % write_queues).astype(np.int32)
+        max_body = self.config.max_message_size
+        crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+        flags = np.asarray(rows.flags, dtype=np.int64) if rows.flags is not None else 0
+        born_ts = rows.born_timestamp or now
+        own = uniqs[0] if uniqs is not None else None
+        if (
+            own is not None
+            and keys is None
+            and uniqs.count(own) == n  # type: ignore[union-attr]
+            and props.count(props[0]) == n
+            and (tags is None or tags.count(tags[0]) == n)
+        ):
+            # Every row stores the same properties (a Java producer's batch of like
+            # messages, whose UNIQ_KEY is the batch's): one PROPERTIES field for all.
+            tag = tags[0] if tags is not None else None
+            field = props[0] + (f"{TAGS_PREFIX}{tag}{PROPERTY_SEPARATOR}".encode() if tag else b"")
+            if len(field) <= 32767 and max(map(len, bodies)) <= max_body:  # else: the loop
+                if queue_id is None:
+                    self._round_robin[topic] = first + n - 1
+                code = tags_code(tag) if tag else 0
+                batch = ColumnBatch(
+                    topics=topic,
+                    queue_ids=queue_ids,
+                    bodies=bodies,
+                    rests=Pieces.repeated(topic_part + len(field).to_bytes(2, "big") + field, n),
+                    crcs=crcs,
+                    magics=magic,
+                    tags_codes=np.full(n, code, dtype=np.int64),
+                    born_host=self.born_host,
+                    born_ts=born_ts,
+                    flags=flags,
+                    reconsume=rows.reconsume_times,
+                )
+                hashes = np.full(n, java_string_hash(f"{topic}#{own}"), dtype=np.int32)
+                given = dict.fromkeys(range(n), own)
+                return (batch, uniq_prefix, uniq_start, given, [], []), hashes
+        rests: list[bytes] = [b""] * n
+        codes = [0] * n
+        uniq_given: dict[int, str] = {}
+        keyed: list[int] = []
+        key_strings: list[str] = []
+        tag_items: dict[str, tuple[bytes, int]] = {}  # a tag's TAGS item and tags code
+        hex4 = _HEX4
+        uniq_head = f"{UNIQ_KEY_PREFIX}{uniq_prefix}"
+        end = PROPERTY_SEPARATOR
+        keys_prefix = KEYS_PREFIX
+        for i in range(n):
+            p = props[i]
+            tag = tags[i] if tags is not None else None
+            if tag:
+                item = tag_items.get(tag)
+                if item is None:
+                    item = tag_items[tag] = (
+                        f"{TAGS_PREFIX}{tag}{end}".encode(),
+                        tags_code(tag),
+                    )
+                p += item[0]
+                codes[i] = item[1]
+            key = keys[i] if keys is not None else None
+            if key:
+                p += f"{keys_prefix}{key}{end}".encode()
+                keyed.append(i)
+                key_strings.append(key)
+            own = uniqs[i] if uniqs is not None else None
+            if own is None:
+                p += f"{uniq_head}{hex4[(uniq_start + i) & 0xFFFF]}{end}".encode()
+            else:
+                uniq_given[i] = own
+            body = bodies[i]
+            size = len(p)
+            if size > 32767 or len(body) > max_body:
+                if queue_id is None:  # the row loop has taken the queues of rows 0..i
+                    self._round_robin[topic] = first + i
+                check_sizes(topic, len(body), size, max_body)
+            rests[i] = b"".join((topic_part, size.to_bytes(2, "big"), p))
+        if queue_id is None:
+            self._round_robin[topic] = first + n - 1
+        batch = ColumnBatch(
+            topics=topic,
+            queue_ids=queue_ids,
+            bodies=bodies,
+            rests=rests,
+            crcs=crcs,
+            magics=magic,
+            tags_codes=np.asarray(codes, dtype=np.int64),
+            born_host=self.born_host,
+            born_ts=born_ts,
+            flags=flags,
+            reconsume=rows.reconsume_times,
+        )
+        return (batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings), None
 
     def topic_info(self, topic: str) -> TopicWriteInfo:
         """What the records of a topic to put to need (created if allowed, see _topic_for_put)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rocketspark.errors import ConfigError, StoreClosedError
-from rocketspark.message.columns import Columns
+from rocketspark.message.columns import Columns, SerializedRows
 from rocketspark.message.model import (
     TRANS_HALF_TOPIC,
     Message,
@@ -327,6 +327,22 @@ class MessageStore:
         if not self.encoder.columnar:
             return self.put_batch(cols.messages())  # type: ignore[return-value]
         return self._put_columns(cols, self.clock())
+
+    def put_serialized(
+        self, topic: str, rows: SerializedRows, *, queue_id: int | None = None
+    ) -> Sequence[PutResult]:
+        """Store messages of ``topic`` whose properties come serialized (a served batch
+        send): the bytes, checks and errors of :meth:`put_batch` given the same
+        messages, without a Message per row. ``queue_id`` None: round robin.
+        """
+        self._check_open()
+        if not rows.bodies:
+            return no_results(self.store_host)
+        if not self.encoder.columnar:
+            return self.put_batch(rows.messages(topic, queue_id))
+        now = self.clock()
+        encoded, uniq_hashes = self.encoder.serialized(topic, queue_id, rows, now)
+        return self.appender.append_columns(encoded, now, uniq_hashes)
 
     def prepare_columns(
         self,

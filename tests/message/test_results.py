@@ -117,3 +117,14 @@ def test_a_pull_result_carries_its_status_messages_and_offsets():
         "OFFSET_ILLEGAL",
     }
     assert {s.value for s in PutStatus} == {"PUT_OK", "FLUSH_DISK_TIMEOUT"}
+
+
+def test_joined_msg_ids_are_each_results_msg_id():
+    """A batch send's answer: every msgId, comma-separated, formatted with numpy."""
+    offsets = np.array([0, 123_456_789, 2**40 + 5, 2**63 - 1], dtype=np.int64)
+    host = HostAddress(bytes([10, 0, 0, 7]), 10911)
+    results = PutResults(
+        PutStatus.PUT_OK, "t", np.zeros(4, np.int32), offsets, offsets, offsets, 0, host, "X", 0, {}
+    )
+    assert results.joined_msg_ids() == ",".join(r.msg_id for r in results)
+    assert results.joined_msg_ids().split(",")[1] == message_id(host, 123_456_789)
