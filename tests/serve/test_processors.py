@@ -727,3 +727,60 @@ def test_a_pull_whose_segment_retention_deleted_is_told_the_offset_moved(small_s
         r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
     assert r.code == ResponseCode.PULL_OFFSET_MOVED, r.remark
     assert int(r.ext_fields["nextBeginOffset"]) == store.min_offset("t", 0) > 0
+
+
+_KILLED_CLIENT = """
+import socket, sys, time
+frames = open(sys.argv[2], "rb").read()
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+sock.sendall(frames)
+sock.recv(65536)  # the first answer has begun
+print("pulling", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_client_killed_mid_pull_troubles_nobody(
+    store: MessageStore, served: Served, tmp_path: Path
+) -> None:
+    """A client process SIGKILLed while the broker writes it 8 pull answers of ~4 MiB:
+    its connection goes, its unsent answers with it, and the next client is served."""
+    import signal
+    import subprocess
+    import sys
+
+    topic = _topic()
+    store.create_topic(topic, 1)
+    store.put_columns([b"x" * 4000] * 1024, topic=topic, queue_ids=[0] * 1024)
+    frames = tmp_path / "pulls.bin"
+    frames.write_bytes(
+        b"".join(
+            _pull_request(topic, 0, 0, max_nums=1024).with_opaque(i + 1).to_bytes()
+            for i in range(8)  # 32 MiB: under the backlog cap, the kill ends it
+        )
+    )
+    before = len(served.broker_server.channels)
+    port = int(served.broker_address.rsplit(":", 1)[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CLIENT, str(port), str(frames)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "pulling"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store.put(Message(topic, b"after", queue_id=0))
+    with Connection(served.broker_address) as again:
+        answer = again.invoke(_pull_request(topic, 0, 1024), 10)
+        assert answer.code == ResponseCode.SUCCESS
+        assert [r.body for r in _records(answer.body)] == [b"after"]
+    deadline = time.monotonic() + 10  # both connections gone: the killed one's and again's
+    while len(served.broker_server.channels) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(served.broker_server.channels) == before
