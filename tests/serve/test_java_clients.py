@@ -127,7 +127,7 @@ def test_java_transactional_producer(java_client, tmp_path: Path) -> None:
             assert store.open_transactions() == []
 
 
-def test_java_check_back_names_the_real_topic_and_queue(rocketmq_java, tmp_path: Path) -> None:
+def test_java_check_back_names_the_real_topic_and_queue(java_client, tmp_path: Path) -> None:
     """The message a check-back hands the producer's check listener carries the topic and
     queue it was sent to (REAL_TOPIC / REAL_QID restored), not the half topic's."""
     with MessageStore.open(str(tmp_path / "tx"), transactionTimeOut=1000) as store:
@@ -148,7 +148,9 @@ def test_java_check_back_names_the_real_topic_and_queue(rocketmq_java, tmp_path:
                 "waitChecks": 3,
                 "checkTimeoutMs": 60000,
             }
-            out = _java(rocketmq_java, srv, tmp_path / "home", "transact", stdin=json.dumps(spec))
+            out = java_client(
+                srv.namesrv_address, tmp_path / "home", "transact", stdin=json.dumps(spec)
+            )
             sent = {o["index"]: o for o in out if "index" in o}
             checks = [o for o in out if "check" in o]
             assert {c["check"] for c in checks} == {0, 1, 2}, checks
