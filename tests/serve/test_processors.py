@@ -19,6 +19,7 @@ import pytest
 
 from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
+from rocketspark.errors import RemotingFrameError
 from rocketspark.message.model import Message, MessageQueue
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.record import decode_record
@@ -727,3 +728,62 @@ def test_a_pull_whose_segment_retention_deleted_is_told_the_offset_moved(small_s
         r = conn.invoke(_pull_request("t", 0, 0, max_nums=5), 5)
     assert r.code == ResponseCode.PULL_OFFSET_MOVED, r.remark
     assert int(r.ext_fields["nextBeginOffset"]) == store.min_offset("t", 0) > 0
+
+
+@pytest.mark.parametrize("opaque", [0, 7, 2**31 - 1, -(2**31)])
+def test_a_found_pull_is_answered_with_the_bytes_of_the_generic_encoding(
+    store: MessageStore, served: Served, opaque: int
+) -> None:
+    """A found pull's answer has a header formatted from a template: the same bytes as
+    the response ok() makes, encoded."""
+    topic = _topic()
+    store.create_topic(topic, 1)
+    store.put_batch([Message(topic, b"m%d" % i) for i in range(40)])
+    request = _pull_request(topic, 0, 3, max_nums=32).with_opaque(opaque)
+    reply = served.broker.pulls.pull(request, None)  # type: ignore[arg-type]
+    assert isinstance(reply, Reply) and reply.head is not None
+    body = b"".join(bytes(p) for p in reply.parts)
+    header = h.PullMessageResponseHeader(
+        suggest_which_broker_id=0, next_begin_offset=35, min_offset=0, max_offset=40
+    )
+    expected = RemotingCommand.response_to(
+        request, ResponseCode.SUCCESS, None, header.to_ext_fields(), body=body
+    )
+    assert reply.head + body == expected.to_bytes()
+    assert [m.body for m in _records(body)] == [b"m%d" % i for i in range(3, 35)]
+
+
+def test_a_pull_header_missing_a_field_is_answered_as_the_header_parse_says(
+    served: Served,
+) -> None:
+    request = _pull_request(_topic(), 0, 0)
+    fields = dict(request.ext_fields)
+    del fields["subVersion"]
+    with pytest.raises(RemotingFrameError) as parse:
+        h.PullMessageRequestHeader.from_ext_fields(fields)
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields), 5)
+        bad = conn.invoke(
+            RemotingCommand.request(RequestCode.PULL_MESSAGE, {**fields, "subVersion": "x"}), 5
+        )
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    assert r.remark == f"{type(parse.value).__name__}: {parse.value}"
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "'subVersion'" in (bad.remark or "")
+
+
+def test_held_pulls_of_a_connection_go_when_it_closes(store: MessageStore, served: Served):
+    """Without a put: the hold service does not keep them (polling) until their deadline."""
+    topic = _topic()
+    store.create_topic(topic, 2)
+    conn = Connection(served.broker_address)
+    for queue_id in (0, 1):
+        conn.invoke_async(_pull_request(topic, queue_id, 0, suspend_ms=20_000), 30)
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert served.broker.holds.held == 2
+    conn.close()
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert served.broker.holds.held == 0
