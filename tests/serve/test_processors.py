@@ -787,3 +787,34 @@ def test_held_pulls_of_a_connection_go_when_it_closes(store: MessageStore, serve
     while served.broker.holds.held and time.monotonic() < deadline:
         time.sleep(0.005)
     assert served.broker.holds.held == 0
+
+
+def test_read_raw_answers_adjacent_records_as_one_view(tmp_path: Path) -> None:
+    """Records that follow each other in one segment are one view; gaps, a segment's end
+    and the byte limit cut them, and every answer holds the records of the range."""
+    with MessageStore.open(str(tmp_path / "s"), mappedFileSizeCommitLog=8192) as s:
+        s.create_topic("t", 2)
+        for i in range(0, 60, 6):  # runs of 3 records of a queue, the other's between
+            s.put_batch(
+                [Message("t", b"x" * 200 + b"%03d" % (i + k), queue_id=0) for k in range(3)]
+            )
+            s.put_batch([Message("t", b"y%d" % (i + k), queue_id=1) for k in range(3)])
+        bodies = [m.body for m in s.pull("t", 0, 0, 100).messages]
+        size = s.pull("t", 0, 0, 1).messages[0].store_size
+        for offset in range(30):
+            for max_msgs in (1, 2, 3, 5, 32):
+                for max_bytes in (1, size, 2 * size + 1, 1 << 20):
+                    read = s.read_raw("t", 0, offset, max_msgs, max_bytes)
+                    n = min(max_msgs, max(1, max_bytes // size), 30 - offset)
+                    got = [m.body for m in _records(b"".join(read.parts))]
+                    assert got == bodies[offset : offset + n], (offset, max_msgs, max_bytes)
+                    assert (read.count, read.size, read.next_offset) == (n, n * size, offset + n)
+                    assert all(isinstance(p.obj, mmap.mmap) for p in read.parts)
+        one_run = s.read_raw("t", 0, 0, 3, 1 << 20)
+        assert len(one_run.parts) == 1
+        assert len(s.read_raw("t", 0, 0, 6, 1 << 20).parts) == 2  # the other queue between
+        segments = {
+            s.commit_log.segment(m.commitlog_offset).start_offset
+            for m in s.pull("t", 0, 0, 30).messages
+        }
+        assert len(segments) > 1
