@@ -818,3 +818,22 @@ def test_read_raw_answers_adjacent_records_as_one_view(tmp_path: Path) -> None:
             for m in s.pull("t", 0, 0, 30).messages
         }
         assert len(segments) > 1
+
+
+def test_a_pull_of_an_unknown_topic_is_answered_topic_not_exist_first(served: Served) -> None:
+    """Before the expression's type or text is looked at, and nothing is committed."""
+    missing = _topic("missing")
+    plain = _pull_request(missing, 0, 0)
+    committing = dict(plain.ext_fields, sysFlag=str(PullSysFlag.COMMIT_OFFSET), commitOffset="3")
+    with Connection(served.broker_address) as conn:
+        for fields in (
+            plain.ext_fields,
+            committing,
+            dict(plain.ext_fields, expressionType="SQL92", subscription="a > 1"),
+            dict(plain.ext_fields, subscription="||"),
+        ):
+            r = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields), 5)
+            assert (r.code, r.remark) == (
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{missing}] not exist, apply first please!",
+            )

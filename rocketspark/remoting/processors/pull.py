@@ -7,7 +7,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, RocketSparkError
+from rocketspark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    RocketSparkError,
+    UnknownTopicError,
+)
 from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.results import PullStatus
@@ -80,27 +86,33 @@ class PullProcessor:
         store = self.store
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not store.has_topic(topic):
             self.clients.ensure_group(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
-        if not store.has_topic(topic):
-            return answer(
-                request,
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please!",
-            )
+        # The consumer's offset rides on the pull, committed once: not when a held pull
+        # runs again (may_suspend False), by when the group may have committed further
+        # (RocketMQ commits only when the broker may suspend).
+        commit = may_suspend and sys_flag & _COMMIT_OFFSET and commit_offset >= 0
+        # An unknown topic is answered TOPIC_NOT_EXIST before anything else. The read
+        # looks the topic up anyway (UnknownTopicError): before it, only when something
+        # comes first.
+        if (commit or expression_type not in (None, "TAG")) and not store.has_topic(topic):
+            return _no_topic(request, topic)
         if expression_type not in (None, "TAG"):
             return answer(
                 request,
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                 f"expression type {expression_type} is not supported (TAG only)",
             )
-        sub = SubscriptionExpression(subscription or "*")
+        try:
+            sub = SubscriptionExpression(subscription or "*")
+        except ConfigError:
+            if not store.has_topic(topic):
+                return _no_topic(request, topic)
+            raise
         codes = None if sub.matches_all else sub.codes
         max_msgs = max(1, min(max_msg_nums, MAX_PULL_MESSAGES))
         max_bytes = min(max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
-        # The consumer's offset rides on the pull, committed once: not when a held pull
-        # runs again (may_suspend False), by when the group may have committed further
-        # (RocketMQ commits only when the broker may suspend). A commit that fails does
-        # not fail the pull: the consumer commits again with its next one.
-        if may_suspend and sys_flag & _COMMIT_OFFSET and commit_offset >= 0:
+        # A commit that fails does not fail the pull: the consumer commits again with
+        # its next one.
+        if commit:
             try:
                 store.commit_offset(consumer_group, topic, queue_id, commit_offset, deferred=True)
             except RocketSparkError as e:
@@ -120,6 +132,8 @@ class PullProcessor:
                 # queue's min offset and of the segment: read again, which sees the new
                 # min offset and answers PULL_OFFSET_MOVED (damage raises again).
                 read = store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+        except UnknownTopicError:
+            return _no_topic(request, topic)
         except OffsetOutOfRangeError as e:
             return answer(
                 request, ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal: {e}"
@@ -167,6 +181,12 @@ class PullProcessor:
         queue = self.queue
         if queue is None or not queue.try_submit(run):
             run()
+
+
+def _no_topic(request: RemotingCommand, topic: str) -> RemotingCommand:
+    return answer(
+        request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+    )
 
 
 # What a Reply with a formatted head names (its command is not encoded).
