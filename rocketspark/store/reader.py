@@ -230,10 +230,10 @@ class Reader:
                 and min(sizes) > 0
                 and phys[1:] == list(map(operator.add, phys[:-1], sizes[:-1]))
             ):
-                f = segment(first)
-                rel = first - f.start_offset
-                if 0 <= rel and rel + total <= f.size:
-                    view = memoryview(f.mm)[rel : rel + total]
+                seg = segment(first)
+                rel = first - seg.start_offset
+                if 0 <= rel and rel + total <= seg.size:
+                    view = memoryview(seg.mm)[rel : rel + total]
                     return RawRead(PullStatus.FOUND, [view], n, total, offset + n, lo, hi)
         parts: list[memoryview] = []
         f = None
