@@ -11,6 +11,8 @@ code, on that processor's executor:
   send, pull, query... thread pools with their queue capacities); when the
   queue is full the request is answered SYSTEM_BUSY at once
   (``[OVERLOAD]system busy, start flow control for a while``), as RocketMQ does;
+- a code registered ``inline`` is served on the reader thread itself, without a
+  hand-off to a queue (pulls: a processor that never waits);
 - a code no processor serves is answered REQUEST_CODE_NOT_SUPPORTED;
 - with ``access`` (the ACL), each request is checked first: one it refuses is
   answered with what the check returned (NO_PERMISSION) and never dispatched;
