@@ -1,7 +1,7 @@
 """Serve benchmark: ``rocketspark serve`` against a real RocketMQ broker, one Java client.
 
     ./dev bench-serve            # or: python benchmarks/bench_serve.py [--quick] [--rounds N]
-    ./dev bench-serve --only batch   # one measurement (repeat --only for more)
+    ./dev bench-serve --only pull32,pull1024     # some measurements only (here: the pulls)
 
 Starts ``rocketspark serve`` on a fresh store directory (the ``rocketspark`` command, as a
 user starts it, in a process of its own) and Apache RocketMQ 5.3.1 (a NameServer and a
@@ -70,7 +70,7 @@ BROKER = "broker-a"  # the real broker's name, and serve's (the store's default 
 PULL_TOPIC = "bench"
 SEND_TOPIC = "send"
 SIDES = ("serve", "real")
-STEPS = ("single", "batch", "pull32", "pull1024", "wake")
+STEPS = ("single", "batch", "pull32", "pull1024", "wake")  # the measurements, in order
 
 
 class Serve:
@@ -152,12 +152,14 @@ def main() -> None:
     ap.add_argument("--wake", type=int, default=300, help="long-poll wake-ups per round")
     ap.add_argument(
         "--only",
-        action="append",
-        choices=STEPS,
-        help="run only this measurement (repeatable; default: all)",
+        default=",".join(STEPS),
+        help=f"measurements to run, comma-separated (default all: {','.join(STEPS)}; "
+        "'pull32,pull1024': the pulls only)",
     )
     args = ap.parse_args()
-    only = set(args.only or STEPS)
+    only = {key.strip() for key in args.only.split(",") if key.strip()}
+    if not only or set(only) - set(STEPS):
+        ap.error(f"--only takes some of {','.join(STEPS)}")
     n, n_single, n_wake, rounds = args.n, args.single, args.wake, args.rounds
     if args.quick:
         n, n_single, n_wake, rounds = 40_000, 1_000, 50, 1

@@ -333,9 +333,18 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+_JSON_DECODER = json.JSONDecoder()
+_STR_ONLY = frozenset((str,))
+
+
 def _decode_json_header(header: memoryview) -> dict[str, Any]:
     try:
-        obj = json.loads(bytes(header))
+        if len(header) >= 2 and header[0] == 0x7B and header[1]:
+            # What json.loads does with bytes starting so ('{', no BOM, not UTF-16/32),
+            # without its detection of the encoding: a header every request has.
+            obj = _JSON_DECODER.decode(str(header, "utf-8", "surrogatepass"))
+        else:
+            obj = json.loads(bytes(header))
     except (UnicodeDecodeError, ValueError) as e:
         raise RemotingFrameError(f"JSON header does not parse: {e}") from None
     if not isinstance(obj, dict):
@@ -352,9 +361,11 @@ def _decode_json_header(header: memoryview) -> dict[str, Any]:
             "opaque": _json_int(obj, "opaque"),
             "flag": _json_int(obj, "flag"),
             "remark": None if remark is None else str(remark),
-            "ext_fields": {
-                str(key): _json_string(value) for key, value in ext.items() if value is not None
-            },
+            # JSON keys are strings; values are too, but for a client that writes them
+            # as numbers, booleans or null.
+            "ext_fields": ext
+            if set(map(type, ext.values())) <= _STR_ONLY
+            else {str(key): _json_string(value) for key, value in ext.items() if value is not None},
         }
     except (TypeError, ValueError) as e:
         raise RemotingFrameError(f"JSON header is malformed: {e}") from None

@@ -12,6 +12,8 @@ executor:
   send, pull, query... thread pools with their queue capacities); when the
   queue is full the request is answered SYSTEM_BUSY at once
   (``[OVERLOAD]system busy, start flow control for a while``), as RocketMQ does;
+- a code registered ``inline`` is served on the reader thread itself, without a
+  hand-off to a queue (pulls: a processor that never waits);
 - a code no processor serves is answered REQUEST_CODE_NOT_SUPPORTED;
 - with ``access`` (the ACL), each request is checked first: one it refuses is
   answered with what the check returned (NO_PERMISSION) and never dispatched;
@@ -91,11 +93,16 @@ class Reply:
     """A response whose body is several buffers, sent in order without joining them.
 
     ``command`` carries the header (its own body, if any, is ignored); ``parts``
-    are bytes or memoryviews, e.g. views of mapped CommitLog segments.
+    are bytes or memoryviews, e.g. views of mapped CommitLog segments. ``head``,
+    when given, is the frame's start (length, marker, header) as the processor
+    formatted it for its request (the request's opaque and serialize type, the
+    response flag; the length counting ``parts``): sent as it is, ``command`` not
+    encoded (a pull's answer, whose header only changes in a few numbers).
     """
 
     command: RemotingCommand
     parts: Sequence[Body]
+    head: bytes | None = None
 
 
 # Serves one request that came on ``channel``: a response, a Reply, or None (one-way, or
@@ -190,6 +197,8 @@ class Channel:
         if request.is_oneway:
             return False
         if isinstance(response, Reply):
+            if response.head is not None:
+                return self.send([response.head, *response.parts])
             cmd, parts = response.command, list(response.parts)
         else:
             cmd, parts = response, []
@@ -416,6 +425,7 @@ class RemotingServer:
         self._default = (default_threads, default_capacity)
         self._queues: dict[str, WorkQueue] = {}
         self._processors: dict[int, tuple[Processor, WorkQueue]] = {}
+        self._inline: set[int] = set()  # codes served on the reader thread (register)
         self._channels: set[Channel] = set()
         self._readers: set[threading.Thread] = set()
         self._lock = threading.Lock()
@@ -444,14 +454,28 @@ class RemotingServer:
             return queue
 
     def register(
-        self, codes: int | Iterable[int], processor: Processor, queue: WorkQueue | None = None
+        self,
+        codes: int | Iterable[int],
+        processor: Processor,
+        queue: WorkQueue | None = None,
+        *,
+        inline: bool = False,
     ) -> None:
-        """Serve requests of ``codes`` with ``processor`` on ``queue`` (default: a shared one)."""
+        """Serve requests of ``codes`` with ``processor`` on ``queue`` (default: a shared one).
+
+        ``inline``: run it on the connection's reader thread instead, without the hand-off
+        to a queue's thread, for a processor that never waits (on a lock another client
+        may hold, on a socket: :meth:`Channel.send` never waits), such as a pull.
+        """
         if queue is None:
             threads, capacity = self._default
             queue = self.work_queue("default", threads=threads, capacity=capacity)
         for code in [codes] if isinstance(codes, int) else codes:
             self._processors[int(code)] = (processor, queue)
+            if inline:
+                self._inline.add(int(code))
+            else:
+                self._inline.discard(int(code))
 
     def register_all(self, table: Mapping[int, tuple[Processor, WorkQueue]]) -> None:
         """:meth:`register` each ``code: (processor, queue)`` of ``table``."""
@@ -590,6 +614,9 @@ class RemotingServer:
             if refused is not None:
                 channel.respond(request, refused)
                 return
+        if request.code in self._inline:
+            self._serve(processor, request, channel)
+            return
         if not queue.try_submit(self._serve, processor, request, channel):
             log.warning(
                 "%s: %s queue full, %s from %s answered SYSTEM_BUSY",

@@ -62,6 +62,8 @@ class ConsumeQueue:
             self.directory, file_size, writable=writable, chunk=CONSUME_QUEUE_CHUNK
         )
         self._max = -1  # cached next logical offset; -1 until first looked up
+        # min_offset's last scan for a CommitLog min: (first file, CommitLog min, result).
+        self._min_found: tuple[MappedFile, int, int] | None = None
 
     # -- positions ---------------------------------------------------------------
 
@@ -160,12 +162,24 @@ class ConsumeQueue:
         Entries whose record lies below ``commitlog_min`` (deleted CommitLog
         segments) do not count.
         """
-        self.files.refresh()
-        files = list(self.files.files)
+        # Hot path (every pull answers it): the first file decides, and only a clean (of
+        # this process or another) changes which it is. Re-list the directory when it is
+        # gone, not every time.
+        files = self.files.files
+        if not files or not os.path.exists(files[0].path):
+            self.files.refresh()
+            files = self.files.files
         if not files:
             return 0
         if commitlog_min <= 0:
             return files[0].start_offset // CQ_STORE_UNIT_SIZE
+        found = self._min_found
+        if found is not None and found[0] is files[0] and found[1] == commitlog_min:
+            return found[2]  # written entries do not change: the scan would find it again
+        self.files.refresh()
+        files = list(self.files.files)
+        if not files:
+            return 0
         # Entries point into the CommitLog in rising order: the first one at or above
         # its start is the queue's first readable. Usually in the first file; later
         # ones when whole files still point below (a clean that stopped half way, or
@@ -176,6 +190,7 @@ class ConsumeQueue:
             written = entries["size"] > 0
             ok = np.flatnonzero((entries["offset"] >= commitlog_min) & written)
             if len(ok):
+                self._min_found = (files[0], commitlog_min, base + int(ok[0]))
                 return base + int(ok[0])
             count = int(np.count_nonzero(written))
             if count < self.entries_per_file or k == len(files) - 1:

@@ -8,6 +8,7 @@ written.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from dataclasses import dataclass
@@ -216,8 +217,25 @@ class Reader:
         sizes = entries["size"].tolist()
         keep = codes if codes is not None else frozenset()
         tags = entries["tags"].tolist() if codes is not None else None
-        parts: list[memoryview] = []
         segment = self.commit_log.segment
+        if tags is None and phys:
+            # The usual answer: records that follow each other in one segment (a batch
+            # of one queue), answered as one view without a step per record. Any other
+            # case (gaps, another segment, the byte limit) is the loop's below.
+            n = len(phys)  # at most max_msgs: what was scanned
+            first = phys[0]
+            total = phys[-1] + sizes[-1] - first
+            if (
+                (total <= max_bytes or n == 1)
+                and min(sizes) > 0
+                and phys[1:] == list(map(operator.add, phys[:-1], sizes[:-1]))
+            ):
+                seg = segment(first)
+                rel = first - seg.start_offset
+                if 0 <= rel and rel + total <= seg.size:
+                    view = memoryview(seg.mm)[rel : rel + total]
+                    return RawRead(PullStatus.FOUND, [view], n, total, offset + n, lo, hi)
+        parts: list[memoryview] = []
         f = None
         run_start = run_end = -1  # the current run of adjacent records, file positions
         count = total = 0

@@ -259,6 +259,7 @@ def test_unknown_serialize_type():
     [
         (b"{", "does not parse"),
         (b"\xff{}", "does not parse"),
+        (b'{"remark":"\xff"}', "does not parse"),
         (b"[1]", "is a list, not an object"),
         (b'{"code":"x"}', "malformed"),
         (b'{"code":true}', "malformed"),
@@ -289,6 +290,9 @@ def test_json_header_decode_is_lenient_like_fastjson():
     assert bare.code == 0 and bare.language == LanguageCode.JAVA and dict(bare.ext_fields) == {}
     numbered = decode_payload(struct.pack(">i", 14) + b'{"language":3}')
     assert numbered.language == LanguageCode.PYTHON
+    wide = '{"code":12,"extFields":{"a":"é"}}'.encode("utf-16-le")  # as json.loads reads
+    utf16 = decode_payload(struct.pack(">i", len(wide)) + wide)
+    assert utf16.code == 12 and dict(utf16.ext_fields) == {"a": "é"}
 
 
 def binary_payload(header: bytes) -> bytes:

@@ -19,6 +19,7 @@ import pytest
 
 from rocketspark.client import ClientRef
 from rocketspark.client.remote import RemoteClient
+from rocketspark.errors import RemotingFrameError
 from rocketspark.message.model import Message, MessageQueue
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.record import decode_record
@@ -784,3 +785,112 @@ def test_a_client_killed_mid_pull_troubles_nobody(
     while len(served.broker_server.channels) > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(served.broker_server.channels) == before
+
+
+@pytest.mark.parametrize("opaque", [0, 7, 2**31 - 1, -(2**31)])
+def test_a_found_pull_is_answered_with_the_bytes_of_the_generic_encoding(
+    store: MessageStore, served: Served, opaque: int
+) -> None:
+    """A found pull's answer has a header formatted from a template: the same bytes as
+    the response ok() makes, encoded."""
+    topic = _topic()
+    store.create_topic(topic, 1)
+    store.put_batch([Message(topic, b"m%d" % i) for i in range(40)])
+    request = _pull_request(topic, 0, 3, max_nums=32).with_opaque(opaque)
+    reply = served.broker.pulls.pull(request, None)  # type: ignore[arg-type]
+    assert isinstance(reply, Reply) and reply.head is not None
+    body = b"".join(bytes(p) for p in reply.parts)
+    header = h.PullMessageResponseHeader(
+        suggest_which_broker_id=0, next_begin_offset=35, min_offset=0, max_offset=40
+    )
+    expected = RemotingCommand.response_to(
+        request, ResponseCode.SUCCESS, None, header.to_ext_fields(), body=body
+    )
+    assert reply.head + body == expected.to_bytes()
+    assert [m.body for m in _records(body)] == [b"m%d" % i for i in range(3, 35)]
+
+
+def test_a_pull_header_missing_a_field_is_answered_as_the_header_parse_says(
+    served: Served,
+) -> None:
+    request = _pull_request(_topic(), 0, 0)
+    fields = dict(request.ext_fields)
+    del fields["subVersion"]
+    with pytest.raises(RemotingFrameError) as parse:
+        h.PullMessageRequestHeader.from_ext_fields(fields)
+    with Connection(served.broker_address) as conn:
+        r = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields), 5)
+        bad = conn.invoke(
+            RemotingCommand.request(RequestCode.PULL_MESSAGE, {**fields, "subVersion": "x"}), 5
+        )
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    assert r.remark == f"{type(parse.value).__name__}: {parse.value}"
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "'subVersion'" in (bad.remark or "")
+
+
+def test_held_pulls_of_a_connection_go_when_it_closes(store: MessageStore, served: Served):
+    """Without a put: the hold service does not keep them (polling) until their deadline."""
+    topic = _topic()
+    store.create_topic(topic, 2)
+    conn = Connection(served.broker_address)
+    for queue_id in (0, 1):
+        conn.invoke_async(_pull_request(topic, queue_id, 0, suspend_ms=20_000), 30)
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert served.broker.holds.held == 2
+    conn.close()
+    deadline = time.monotonic() + 5
+    while served.broker.holds.held and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert served.broker.holds.held == 0
+
+
+def test_read_raw_answers_adjacent_records_as_one_view(tmp_path: Path) -> None:
+    """Records that follow each other in one segment are one view; gaps, a segment's end
+    and the byte limit cut them, and every answer holds the records of the range."""
+    with MessageStore.open(str(tmp_path / "s"), mappedFileSizeCommitLog=8192) as s:
+        s.create_topic("t", 2)
+        for i in range(0, 60, 6):  # runs of 3 records of a queue, the other's between
+            s.put_batch(
+                [Message("t", b"x" * 200 + b"%03d" % (i + k), queue_id=0) for k in range(3)]
+            )
+            s.put_batch([Message("t", b"y%d" % (i + k), queue_id=1) for k in range(3)])
+        bodies = [m.body for m in s.pull("t", 0, 0, 100).messages]
+        size = s.pull("t", 0, 0, 1).messages[0].store_size
+        for offset in range(30):
+            for max_msgs in (1, 2, 3, 5, 32):
+                for max_bytes in (1, size, 2 * size + 1, 1 << 20):
+                    read = s.read_raw("t", 0, offset, max_msgs, max_bytes)
+                    n = min(max_msgs, max(1, max_bytes // size), 30 - offset)
+                    got = [m.body for m in _records(b"".join(read.parts))]
+                    assert got == bodies[offset : offset + n], (offset, max_msgs, max_bytes)
+                    assert (read.count, read.size, read.next_offset) == (n, n * size, offset + n)
+                    assert all(isinstance(p.obj, mmap.mmap) for p in read.parts)
+        one_run = s.read_raw("t", 0, 0, 3, 1 << 20)
+        assert len(one_run.parts) == 1
+        assert len(s.read_raw("t", 0, 0, 6, 1 << 20).parts) == 2  # the other queue between
+        segments = {
+            s.commit_log.segment(m.commitlog_offset).start_offset
+            for m in s.pull("t", 0, 0, 30).messages
+        }
+        assert len(segments) > 1
+
+
+def test_a_pull_of_an_unknown_topic_is_answered_topic_not_exist_first(served: Served) -> None:
+    """Before the expression's type or text is looked at, and nothing is committed."""
+    missing = _topic("missing")
+    plain = _pull_request(missing, 0, 0)
+    committing = dict(plain.ext_fields, sysFlag=str(PullSysFlag.COMMIT_OFFSET), commitOffset="3")
+    with Connection(served.broker_address) as conn:
+        for fields in (
+            plain.ext_fields,
+            committing,
+            dict(plain.ext_fields, expressionType="SQL92", subscription="a > 1"),
+            dict(plain.ext_fields, subscription="||"),
+        ):
+            r = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields), 5)
+            assert (r.code, r.remark) == (
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{missing}] not exist, apply first please!",
+            )

@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -413,3 +414,36 @@ def test_a_client_that_stops_reading_is_dropped_past_the_backlog_cap(
     assert "4194304 bytes a client may leave unread" in dropped[0].getMessage()
     writers = [t for t in threading.enumerate() if t.name.startswith("rocketspark-serve-writer")]
     assert writers == []
+
+
+def test_an_inline_processor_runs_on_the_reader_without_a_queue_slot() -> None:
+    """``inline``: served on the connection's reader thread, so a full queue does not
+    answer it SYSTEM_BUSY; its own Reply may carry a head the processor formatted."""
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    threads: list[str] = []
+
+    def slow(request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        started.release()
+        release.wait(10)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    def inline(request: RemotingCommand, channel: Channel) -> Reply:
+        threads.append(threading.current_thread().name)
+        head = RemotingCommand.response_to(request, ResponseCode.SUCCESS, "formatted")
+        frame = b"".join(replace(head, flag=1, body=b"ab").encode())
+        return Reply(RemotingCommand(0), [frame[-2:]], frame[:-2])
+
+    with RemotingServer(port=0, name="inline") as srv:
+        queue = srv.work_queue("one", threads=1, capacity=1)
+        srv.register(SLOW, slow, queue)
+        srv.register(PARTS, inline, queue, inline=True)
+        with Connection(srv.address) as conn:
+            held = conn.invoke_async(RemotingCommand.request(SLOW), 10)
+            assert started.acquire(timeout=5)
+            assert conn.invoke(RemotingCommand.request(SLOW), 5).code == ResponseCode.SYSTEM_BUSY
+            r = conn.invoke(RemotingCommand.request(PARTS), 5)
+            assert (r.code, r.remark, bytes(r.body or b"")) == (0, "formatted", b"ab")
+            release.set()
+            assert held.result(10).code == 0
+    assert len(threads) == 1 and threads[0].startswith("rocketspark-serve-inline-127.0.0.1:")

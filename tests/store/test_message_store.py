@@ -547,3 +547,32 @@ def test_deferred_offset_commits_are_written_by_close(tmp_path):
             assert other.committed_offset("g", "t", 0) is None
     with MessageStore.open(path) as store:
         assert store.committed_offset("g", "t", 0) == 1
+
+
+def test_the_min_offset_moves_when_another_instance_cleaned(tmp_path):
+    """A store sees the ConsumeQueue files and segments another instance (process)
+    deleted: its queue's min offset moves, and reads start there."""
+    small = dict(SMALL, mappedFileSizeConsumeQueue=20 * 8)
+    with MessageStore.open(tmp_path, **small) as a, MessageStore.open(tmp_path, **small) as b:
+        a.create_topic("orders", queues=1)
+        for _ in range(60):
+            a.put(Message("orders", os.urandom(200)))
+        a.flush()
+        assert a.min_offset("orders", 0) == 0
+        assert a.read_raw("orders", 0, 0, 4, 1 << 20).count == 4
+        segs = sorted(os.listdir(tmp_path / "commitlog"))
+        for name in segs[:2]:
+            path = tmp_path / "commitlog" / name
+            t = os.stat(path).st_mtime - 7200
+            os.utime(path, (t, t))
+        done = b.delete_expired(reserved_hours=1)
+        assert done["commitlog"] == 2 and done["consumequeue"] >= 1
+        lo = b.min_offset("orders", 0)
+        assert lo > 0 and a.min_offset("orders", 0) == lo
+        moved = a.read_raw("orders", 0, 0, 4, 1 << 20)
+        assert (moved.status, moved.next_offset, moved.min_offset) == (
+            PullStatus.OFFSET_ILLEGAL,
+            lo,
+            lo,
+        )
+        assert a.read_raw("orders", 0, lo, 4, 1 << 20).count == 4

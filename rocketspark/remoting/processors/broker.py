@@ -68,7 +68,11 @@ class BrokerProcessors:
             sends.send,
             send,
         )
-        server.register((RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE), pulls.pull, pull)
+        # Pulls run on the reader thread (a pull never waits: one that finds nothing is
+        # parked in the hold service); held pulls run again on the pull queue.
+        server.register(
+            (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE), pulls.pull, pull, inline=True
+        )
         server.register(RequestCode.END_TRANSACTION, tx.end_transaction, end_transaction)
         server.register(RequestCode.GET_MAX_OFFSET, adm.max_offset, admin)
         server.register(RequestCode.GET_MIN_OFFSET, adm.min_offset, admin)

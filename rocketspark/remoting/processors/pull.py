@@ -5,14 +5,28 @@ segments; a pull that finds nothing and may be suspended is parked in the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from rocketspark.errors import CorruptRecordError, OffsetOutOfRangeError, RocketSparkError
+from rocketspark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    RocketSparkError,
+    UnknownTopicError,
+)
 from rocketspark.message.model import RETRY_GROUP_TOPIC_PREFIX
 from rocketspark.message.names import SubscriptionExpression
 from rocketspark.message.results import PullStatus
 from rocketspark.remoting import headers as h
-from rocketspark.remoting.codes import PullSysFlag, ResponseCode
-from rocketspark.remoting.command import RemotingCommand
+from rocketspark.remoting.codes import (
+    MQ_VERSION,
+    LanguageCode,
+    PullSysFlag,
+    ResponseCode,
+    RpcFlag,
+    SerializeType,
+)
+from rocketspark.remoting.command import MAX_FRAME_SIZE, PREFIX, RemotingCommand
 from rocketspark.remoting.processors.clients import ClientRegistry
 from rocketspark.remoting.processors.common import MASTER_ID, answer, ok
 from rocketspark.remoting.processors.pull_hold import PullHoldService
@@ -27,6 +41,19 @@ log = logging.getLogger(__name__)
 MAX_PULL_MESSAGES = 1024
 MAX_PULL_BYTES = 4 * 1024 * 1024
 
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_JSON = SerializeType.JSON
+# The JSON header of a found pull's answer, as RemotingCommand.encode writes the response
+# ok() makes (tests/serve/test_processors.py checks they agree): only the offsets and the
+# opaque change from pull to pull, so it is formatted, not built and encoded.
+_FOUND_JSON = (
+    f'{{"code":{int(ResponseCode.SUCCESS)},"extFields":{{"suggestWhichBrokerId":"{MASTER_ID}",'
+    '"nextBeginOffset":"%d","minOffset":"%d","maxOffset":"%d"},'
+    f'"flag":{int(RpcFlag.RESPONSE)},"language":"{LanguageCode.PYTHON.name}","opaque":%d,'
+    f'"serializeTypeCurrentRPC":"{SerializeType.JSON.name}","version":{int(MQ_VERSION)}}}'
+)
+
 
 class PullProcessor:
     """PULL_MESSAGE and LITE_PULL_MESSAGE; held pulls run again on ``queue`` when woken."""
@@ -40,61 +67,85 @@ class PullProcessor:
     def pull(
         self, request: RemotingCommand, channel: Channel, *, may_suspend: bool = True
     ) -> RemotingCommand | Reply | None:
-        header = h.PullMessageRequestHeader.from_ext_fields(request.ext_fields)
-        topic, queue_id, offset = header.topic, header.queue_id, header.queue_offset
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not self.store.has_topic(topic):
+        # Hot path: every pull. The header's fields are read straight from ext_fields
+        # (PullMessageRequestHeader.from_ext_fields parses them all, and is the fallback
+        # that names what is missing or malformed).
+        (
+            topic,
+            queue_id,
+            offset,
+            max_msg_nums,
+            sys_flag,
+            commit_offset,
+            suspend_timeout_millis,
+            subscription,
+            expression_type,
+            max_msg_bytes,
+            consumer_group,
+        ) = _request_fields(request.ext_fields)
+        store = self.store
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not store.has_topic(topic):
             self.clients.ensure_group(topic[len(RETRY_GROUP_TOPIC_PREFIX) :])
-        if not self.store.has_topic(topic):
-            return answer(
-                request,
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please!",
-            )
-        if header.expression_type not in (None, "TAG"):
+        # The consumer's offset rides on the pull, committed once: not when a held pull
+        # runs again (may_suspend False), by when the group may have committed further
+        # (RocketMQ commits only when the broker may suspend).
+        commit = may_suspend and sys_flag & _COMMIT_OFFSET and commit_offset >= 0
+        # An unknown topic is answered TOPIC_NOT_EXIST before anything else. The read
+        # looks the topic up anyway (UnknownTopicError): before it, only when something
+        # comes first.
+        if (commit or expression_type not in (None, "TAG")) and not store.has_topic(topic):
+            return _no_topic(request, topic)
+        if expression_type not in (None, "TAG"):
             return answer(
                 request,
                 ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                f"expression type {header.expression_type} is not supported (TAG only)",
+                f"expression type {expression_type} is not supported (TAG only)",
             )
-        sub = SubscriptionExpression(header.subscription or "*")
+        try:
+            sub = SubscriptionExpression(subscription or "*")
+        except ConfigError:
+            if not store.has_topic(topic):
+                return _no_topic(request, topic)
+            raise
         codes = None if sub.matches_all else sub.codes
-        max_msgs = max(1, min(header.max_msg_nums, MAX_PULL_MESSAGES))
-        max_bytes = min(header.max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
-        # The consumer's offset rides on the pull, committed once: not when a held pull
-        # runs again (may_suspend False), by when the group may have committed further
-        # (RocketMQ commits only when the broker may suspend). A commit that fails does
-        # not fail the pull: the consumer commits again with its next one.
-        if (
-            may_suspend
-            and header.sys_flag & PullSysFlag.COMMIT_OFFSET
-            and header.commit_offset >= 0
-        ):
+        max_msgs = max(1, min(max_msg_nums, MAX_PULL_MESSAGES))
+        max_bytes = min(max_msg_bytes or MAX_PULL_BYTES, MAX_PULL_BYTES)
+        # A commit that fails does not fail the pull: the consumer commits again with
+        # its next one.
+        if commit:
             try:
-                self.store.commit_offset(
-                    header.consumer_group, topic, queue_id, header.commit_offset, deferred=True
-                )
+                store.commit_offset(consumer_group, topic, queue_id, commit_offset, deferred=True)
             except RocketSparkError as e:
                 log.warning(
                     "pull of %s/%d: the offset %d of group %s riding on it was not committed: %s",
                     topic,
                     queue_id,
-                    header.commit_offset,
-                    header.consumer_group,
+                    commit_offset,
+                    consumer_group,
                     e,
                 )
         try:
             try:
-                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+                read = store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
             except CorruptRecordError:
                 # Retention deleted the segment of these entries between the read of the
                 # queue's min offset and of the segment: read again, which sees the new
                 # min offset and answers PULL_OFFSET_MOVED (damage raises again).
-                read = self.store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+                read = store.read_raw(topic, queue_id, offset, max_msgs, max_bytes, codes)
+        except UnknownTopicError:
+            return _no_topic(request, topic)
         except OffsetOutOfRangeError as e:
             return answer(
                 request, ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal: {e}"
             )
         status, next_offset = read.status, read.next_offset
+        if status is PullStatus.FOUND and request.serialize_type is _JSON:
+            head = (
+                _FOUND_JSON % (next_offset, read.min_offset, read.max_offset, request.opaque)
+            ).encode()
+            length = PREFIX.size + len(head) + read.size
+            if length <= MAX_FRAME_SIZE:  # else: the generic path answers the error
+                return Reply(_FOUND, read.parts, PREFIX.pack(length - 4, len(head)) + head)
         if read.max_offset == 0 and status is PullStatus.OFFSET_ILLEGAL:
             status, next_offset = PullStatus.NO_NEW_MSG, 0  # NO_MESSAGE_IN_QUEUE
         response_header = h.PullMessageResponseHeader(
@@ -106,11 +157,9 @@ class PullProcessor:
         if status is PullStatus.FOUND:
             return Reply(ok(request, response_header), read.parts)
         if status is PullStatus.NO_NEW_MSG:
-            suspend = header.sys_flag & PullSysFlag.SUSPEND and header.suspend_timeout_millis > 0
+            suspend = sys_flag & _SUSPEND and suspend_timeout_millis > 0
             if may_suspend and suspend:
-                self.holds.hold(
-                    request, channel, topic, queue_id, offset, header.suspend_timeout_millis
-                )
+                self.holds.hold(request, channel, topic, queue_id, offset, suspend_timeout_millis)
                 return None
             return answer(request, ResponseCode.PULL_NOT_FOUND, None, response_header)
         if status is PullStatus.NO_MATCHED_MSG:
@@ -132,3 +181,56 @@ class PullProcessor:
         queue = self.queue
         if queue is None or not queue.try_submit(run):
             run()
+
+
+def _no_topic(request: RemotingCommand, topic: str) -> RemotingCommand:
+    return answer(
+        request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+    )
+
+
+# What a Reply with a formatted head names (its command is not encoded).
+_FOUND = RemotingCommand(ResponseCode.SUCCESS, flag=RpcFlag.RESPONSE)
+
+
+def _request_fields(
+    fields: Mapping[str, str],
+) -> tuple[str, int, int, int, int, int, int, str | None, str | None, int | None, str]:
+    """The fields of a PullMessageRequestHeader a pull uses: topic, queue id, queue offset,
+    max messages, sys flag, commit offset, suspend timeout, subscription, expression type,
+    max bytes, consumer group. Raises RemotingFrameError as
+    ``PullMessageRequestHeader.from_ext_fields`` does."""
+    try:
+        max_msg_bytes = fields.get("maxMsgBytes")
+        request_source = fields.get("requestSource")
+        if request_source is not None:
+            int(request_source)  # checked as the header's parse checks it
+        int(fields["subVersion"])
+        return (
+            fields["topic"],
+            int(fields["queueId"]),
+            int(fields["queueOffset"]),
+            int(fields["maxMsgNums"]),
+            int(fields["sysFlag"]),
+            int(fields["commitOffset"]),
+            int(fields["suspendTimeoutMillis"]),
+            fields.get("subscription"),
+            fields.get("expressionType"),
+            None if max_msg_bytes is None else int(max_msg_bytes),
+            fields["consumerGroup"],
+        )
+    except (KeyError, ValueError):
+        header = h.PullMessageRequestHeader.from_ext_fields(fields)  # raises, naming the field
+        return (
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            header.max_msg_nums,
+            header.sys_flag,
+            header.commit_offset,
+            header.suspend_timeout_millis,
+            header.subscription,
+            header.expression_type,
+            header.max_msg_bytes,
+            header.consumer_group,
+        )

@@ -50,6 +50,8 @@ class PullHoldService:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_due = math.inf  # the earliest deadline of a held pull
+        # The key of a channel's attributes set once its close drops its held pulls here.
+        self._attribute = f"pull-hold-{id(self)}"
 
     @property
     def held(self) -> int:
@@ -86,6 +88,12 @@ class PullHoldService:
             if held.deadline < self._next_due:
                 self._next_due = held.deadline
         self._added.set()
+        # Once per connection: when it ends, its held pulls go at once (not at their
+        # deadline, polling the store until then). After the append: a connection
+        # closed already calls back at once.
+        token = object()
+        if channel.attributes.setdefault(self._attribute, token) is token:
+            channel.on_close(self._forget)
         # A put between the pull's read and now would have been missed: look once more.
         try:
             moved = self.store.max_offset(topic, queue_id) > offset
@@ -93,6 +101,18 @@ class PullHoldService:
             moved = True
         if moved:
             self._release((topic, queue_id), lambda h: h is held)
+
+    def _forget(self, channel: Channel) -> None:
+        """Drop the held pulls of ``channel``, whose connection ended (nobody to answer)."""
+        with self._lock:
+            for key in [
+                k for k, entries in self._held.items() if any(e.channel is channel for e in entries)
+            ]:
+                rest = [e for e in self._held[key] if e.channel is not channel]
+                if rest:
+                    self._held[key] = rest
+                else:
+                    del self._held[key]
 
     def _release(self, key: tuple[str, int], which: Callable[[_Held], bool]) -> None:
         with self._lock:
