@@ -591,9 +591,9 @@ def _replay_lock(client: Client, group: str) -> Any:
 def _replay(
     spark: Any, client: Client, dlq_table: str, group: str, condition: str, force: bool
 ) -> int:
-    from delta.tables import DeltaTable
 
-    _finish_interrupted(spark, client, dlq_table, group)
+    replays = _ReplayAnswer(lambda: _recorded_replays(spark, dlq_table))
+    _finish_interrupted(client, group, replays)
     table = spark.read.format("delta").load(dlq_table)
     try:
         selected = table.where(condition)
@@ -624,6 +624,27 @@ def _replay(
         msgs.append(
             Message(r.originTopic, bytes(r.body), tags=r.tags, keys=r.keys or (), properties=props)
         )
+    replays.replaying.add(replay_id)  # until it ends, a check-back of its halves: UNKNOWN
+    try:
+        _prepare_record_commit(spark, client, dlq_table, group, msgs, rows, replay_id, replays)
+    finally:
+        replays.replaying.discard(replay_id)
+    return len(msgs)
+
+
+def _prepare_record_commit(
+    spark: Any,
+    client: Client,
+    dlq_table: str,
+    group: str,
+    msgs: list[Message],
+    rows: list[Any],
+    replay_id: str,
+    replays: _ReplayAnswer,
+) -> None:
+    """A replay's halves prepared, its rows stamped in the table (MERGE), then committed."""
+    from delta.tables import DeltaTable
+
     halves = client.halves(client.prepare_batch(msgs, producer_group=group), producer_group=group)
     # By msgId alone: a dead letter in the table twice (two days) is stamped twice.
     ids = spark.createDataFrame([(r.msgId,) for r in rows], "msgId string")
@@ -640,34 +661,59 @@ def _replay(
             ),
             f"replay into {dlq_table}",
         )
+    replays.recorded.add(replay_id)  # the MERGE ran: a check-back from now on commits
     client.end_transactions(halves, commit=True)
-    return len(msgs)
 
 
-def _finish_interrupted(spark: Any, client: Client, dlq_table: str, group: str) -> None:
-    """Resolve halves of a replay of this table that stopped between prepare and commit.
+def _recorded_replays(spark: Any, dlq_table: str) -> set[str]:
+    """The replay ids the table recorded (each replay's MERGE stamps its rows)."""
+    return {
+        r.replayId
+        for r in spark.read.format("delta")
+        .load(dlq_table)
+        .where("replayId IS NOT NULL")
+        .select("replayId")
+        .distinct()
+        .collect()
+    }
 
-    The answer to each open half of the table's group: COMMIT if the table
-    recorded its replay id (the MERGE ran), ROLLBACK otherwise.
-    """
-    recorded: set[str] | None = None
 
-    def answer(half: Any) -> TransactionState:
-        nonlocal recorded
-        if recorded is None:  # read once, and only when a half is open
-            recorded = {
-                r.replayId
-                for r in spark.read.format("delta")
-                .load(dlq_table)
-                .where("replayId IS NOT NULL")
-                .select("replayId")
-                .distinct()
-                .collect()
-            }
-        if half.properties.get(PROPERTY_REPLAY_ID, "") in recorded:
+class _ReplayAnswer:
+    """The answer to a check-back of a replay's half (registered for the table's group
+    for as long as the client lives, so it also answers the broker's check-backs while
+    this process replays): UNKNOWN for a replay of this process still between its
+    prepare and its commit (``replaying``), COMMIT if the table recorded the half's
+    replay id (the MERGE ran), ROLLBACK otherwise. The table is read when a half is not
+    known to be recorded, at most once per ``REREAD_SECONDS`` (a pass over many halves
+    of one lost replay reads it once); a replay of this process adds its id to
+    ``recorded`` itself once its MERGE ran."""
+
+    REREAD_SECONDS = 5.0
+
+    def __init__(self, read: Callable[[], set[str]], clock: Callable[[], float] = time.monotonic):
+        self.read, self.clock = read, clock
+        self.recorded: set[str] = set()
+        self.replaying: set[str] = set()
+        self._read_at: float | None = None
+
+    def __call__(self, half: Any) -> TransactionState:
+        replay_id = half.properties.get(PROPERTY_REPLAY_ID, "")
+        if replay_id in self.replaying:
+            return TransactionState.UNKNOWN
+        if replay_id not in self.recorded:
+            now = self.clock()
+            if self._read_at is None or now - self._read_at >= self.REREAD_SECONDS:
+                self.recorded |= self.read()
+                self._read_at = now
+        if replay_id in self.recorded:
             return TransactionState.COMMIT
         return TransactionState.ROLLBACK
 
+
+def _finish_interrupted(client: Client, group: str, answer: _ReplayAnswer) -> None:
+    """Resolve halves of a replay of this table that stopped between prepare and commit
+    (COMMIT if the table recorded their replay id, ROLLBACK otherwise), and answer the
+    brokers' check-backs of the group's halves from now on with ``answer``."""
     counts = client.check_transactions(group, answer)
     if counts["commit"]:
         log.warning(

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocketspark.client import Message, close_all
+from rocketspark.client import Message, TransactionState, close_all
 from rocketspark.deadletter import RetryPipeline, materialize, replay
 from rocketspark.errors import ConfigError
 from tests.helpers.backends import FAST, PARAMS, make_backend
@@ -463,3 +463,39 @@ def test_a_failed_row_that_names_no_message_is_refused():
         "msgId",
         "AB",
     )
+
+
+def test_a_replays_check_back_answer_waits_for_its_own_replay_and_rereads_the_table():
+    """The answer registered for the brokers' check-backs: UNKNOWN for this process's
+    replay between prepare and commit (not ROLLBACK: its MERGE may be running), COMMIT
+    once its MERGE ran or the table recorded it since, ROLLBACK for a lost one."""
+    from types import SimpleNamespace
+
+    from rocketspark.deadletter import PROPERTY_REPLAY_ID, _ReplayAnswer
+
+    table = {"old"}
+    reads: list[float] = []
+    now = [100.0]
+
+    def read() -> set[str]:
+        reads.append(now[0])
+        return set(table)
+
+    answer = _ReplayAnswer(read, clock=lambda: now[0])
+
+    def half(replay_id: str):
+        return SimpleNamespace(properties={PROPERTY_REPLAY_ID: replay_id})
+
+    assert answer(half("old")) is TransactionState.COMMIT
+    assert answer(half("lost")) is TransactionState.ROLLBACK
+    assert answer(half("lost")) is TransactionState.ROLLBACK
+    assert reads == [100.0]  # one read for a pass over many halves
+    answer.replaying.add("mine")
+    assert answer(half("mine")) is TransactionState.UNKNOWN
+    answer.recorded.add("mine")  # its MERGE ran
+    answer.replaying.discard("mine")
+    assert answer(half("mine")) is TransactionState.COMMIT
+    table.add("theirs")  # another process's replay recorded since the last read
+    now[0] += _ReplayAnswer.REREAD_SECONDS
+    assert answer(half("theirs")) is TransactionState.COMMIT
+    assert reads == [100.0, 100.0 + _ReplayAnswer.REREAD_SECONDS]
