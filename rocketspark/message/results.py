@@ -5,7 +5,7 @@ broker over the wire) return.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +57,27 @@ class PutResult:
     broker: str = ""  # the broker that stored it ("": the embedded store's)
 
 
+class SameForEach(Mapping[int, str]):
+    """``value`` for each index 0 .. n-1: the UNIQ_KEY every record of a batch was given
+    (a Java producer's batch), without a dict of n items."""
+
+    __slots__ = ("_n", "_value")
+
+    def __init__(self, n: int, value: str):
+        self._n, self._value = n, value
+
+    def __getitem__(self, i: int) -> str:
+        if not 0 <= i < self._n:
+            raise KeyError(i)
+        return self._value
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._n))
+
+
 class PutResults(Sequence[PutResult]):
     """The results of a columnar put_batch: built lazily, one PutResult per index.
 
@@ -92,7 +113,7 @@ class PutResults(Sequence[PutResult]):
         store_host: HostAddress,
         uniq_prefix: str,
         uniq_start: int,
-        uniq_given: dict[int, str],
+        uniq_given: Mapping[int, str],
     ):
         self.status = status
         self.topics = topics
@@ -137,7 +158,7 @@ class PutResults(Sequence[PutResult]):
         out = np.empty((n, at + 17), dtype=np.uint8)
         out[:, :at] = np.frombuffer(host, dtype=np.uint8)
         digits = np.asarray(self.commitlog_offsets, dtype=">u8").view(np.uint8).reshape(n, 8)
-        out[:, at : at + 16] = _HEX_PAIRS[digits].reshape(n, 16)
+        out[:, at : at + 16] = _HEX_PAIR16[digits].view(np.uint8)  # a 2-byte item each
         out[:, -1] = ord(",")
         return out.tobytes()[:-1].decode("ascii")
 
@@ -163,10 +184,9 @@ class PutResults(Sequence[PutResult]):
         return f"PutResults({len(self)} messages, {self.status.name})"
 
 
-# Each byte value's two upper-case hex digits (ASCII), for joined_msg_ids.
-_HEX_PAIRS = np.frombuffer(bytes(range(256)).hex().upper().encode("ascii"), dtype=np.uint8).reshape(
-    256, 2
-)
+# Each byte value's two upper-case hex digits (ASCII) as one 2-byte item, for
+# joined_msg_ids (a gather of 2-byte items is faster than of rows of a (256, 2) table).
+_HEX_PAIR16 = np.frombuffer(bytes(range(256)).hex().upper().encode("ascii"), dtype=np.uint16)
 
 
 @dataclass(frozen=True, slots=True)

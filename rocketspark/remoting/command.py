@@ -315,22 +315,45 @@ def _encode_header(cmd: RemotingCommand) -> bytes:
     return _encode_json_header(cmd)
 
 
+# What JSON escapes in an ASCII text (controls, quote, backslash) mapped to NUL, the rest
+# to themselves: one translate finds them.
+_ESCAPED_TO_NUL = bytes(0 if b < 0x20 or b in b'"\\' else b for b in range(256))
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as a JSON string, as ``json.dumps(value, ensure_ascii=False)`` writes it.
+
+    An ASCII text with nothing to escape is quoted as it is: found with one
+    translate, where json's loop per character costs ~0.1 ms on a batch send's
+    answer (1024 message ids in one field).
+    """
+    if (
+        type(value) is str
+        and value.isascii()
+        and b"\0" not in value.encode("ascii").translate(_ESCAPED_TO_NUL)
+    ):
+        return f'"{value}"'
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # fastjson's order: properties sorted by name; null ones and an empty map left out.
-    header: dict[str, Any] = {"code": cmd.code}
-    if cmd.ext_fields:
-        header["extFields"] = dict(cmd.ext_fields)
-    header["flag"] = cmd.flag
+    # Written by hand (what json.dumps writes with separators "," and ":"): each text
+    # through _json_text.
     try:
-        header["language"] = LanguageCode(cmd.language).name
+        language = LanguageCode(cmd.language).name
     except ValueError:
         raise RemotingFrameError(f"language {cmd.language} has no name for a JSON header") from None
-    header["opaque"] = cmd.opaque
+    text = _json_text
+    parts = [f'{{"code":{int(cmd.code)}']
+    if cmd.ext_fields:
+        fields = ",".join(f"{text(k)}:{text(v)}" for k, v in cmd.ext_fields.items())
+        parts.append(f',"extFields":{{{fields}}}')
+    parts.append(f',"flag":{int(cmd.flag)},"language":"{language}","opaque":{int(cmd.opaque)}')
     if cmd.remark is not None:
-        header["remark"] = cmd.remark
-    header["serializeTypeCurrentRPC"] = SerializeType.JSON.name
-    header["version"] = cmd.version
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        parts.append(f',"remark":{text(cmd.remark)}')
+    parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{int(cmd.version)}}}')
+    return "".join(parts).encode("utf-8")
 
 
 _JSON_DECODER = json.JSONDecoder()

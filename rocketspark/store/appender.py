@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,7 +132,7 @@ class Append:
         now: int,
         uniq_prefix: str,
         uniq_start: int,
-        uniq_given: dict[int, str],
+        uniq_given: Mapping[int, str],
         keyed: list[int],
         key_strings: list[str],
         *,
@@ -380,6 +380,14 @@ class Appender:
             )
         return self.after(results)
 
+    def warm_ahead(self) -> None:
+        """Prefill some of the CommitLog's next bytes (CommitLog.warm_ahead), under the
+        write lock: no other writer appends meanwhile, what is past the end is no data."""
+        if not self.commit_log.needs_warming(self.known_commit_pos):
+            return  # (as this process last saw the end: the lock is taken only to prefill)
+        with self._append:
+            self.commit_log.warm_ahead(self.state.commit_pos)
+
     # -- queue offsets ---------------------------------------------------------
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
@@ -488,7 +496,7 @@ class Appender:
         store_ts: int,
         uniq_prefix: str,
         uniq_start: int,
-        uniq_given: dict[int, str],
+        uniq_given: Mapping[int, str],
         keyed: list[int],
         key_strings: list[str],
         uniq_hashes: np.ndarray | None,

@@ -95,6 +95,7 @@ SMALL_BATCH = 8
 # From this many records a batch's bytes are gathered (byte_gather) rather than joined.
 GATHER_MIN = 2048
 WARM_AHEAD = 8 << 20  # bytes prefilled past an append's end (CommitLog.warm)
+WARM_STEP = 256 << 10  # bytes prefilled by one call between appends (warm_ahead)
 
 
 def _rest_list(rests: Pieces | tuple[Pieces, ...]) -> list[bytes]:
@@ -175,6 +176,9 @@ class CommitLog:
         )
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
         self._warm = warm
+        # bytes an append prefills past its end (0: the writer calls warm_ahead between
+        # appends instead, see MessageStore.warm_between_puts)
+        self.ahead = WARM_AHEAD
 
     @property
     def min_offset(self) -> int:
@@ -265,7 +269,7 @@ class CommitLog:
         return placed, pos
 
     def warm(self, start: int, end: int) -> None:
-        """Prefill [start, end) and WARM_AHEAD bytes past it with zeros (see prefill).
+        """Prefill [start, end) and :attr:`ahead` bytes past it with zeros (see prefill).
 
         Called by the writer holding the write lock, before it copies an append
         into [start, end): nothing at or past ``start`` (the CommitLog's end) is
@@ -273,8 +277,25 @@ class CommitLog:
         """
         if end <= self._warm_end or not self._warm:
             return
-        pos = max(start, self._warm_end)
-        target = end + WARM_AHEAD
+        self._prefill(max(start, self._warm_end), end, end + self.ahead)
+
+    def needs_warming(self, end: int) -> bool:
+        """Whether less than WARM_AHEAD - WARM_STEP bytes past ``end`` are prefilled."""
+        return self._warm and end > 0 and self._warm_end - end < WARM_AHEAD - WARM_STEP
+
+    def warm_ahead(self, end: int) -> None:
+        """Between appends, ``end`` the CommitLog's end (the write lock held): prefill
+        up to WARM_AHEAD bytes past it, at most WARM_STEP at a time, in its segment;
+        nothing while more than WARM_AHEAD - WARM_STEP are (the prefills come in steps
+        of WARM_STEP, not one after each small put)."""
+        if not self.needs_warming(end):
+            return
+        pos = max(end, self._warm_end)
+        self._prefill(pos, end, min(end + WARM_AHEAD, pos + WARM_STEP))
+
+    def _prefill(self, pos: int, end: int, target: int) -> None:
+        """Prefill [pos, target), past the CommitLog's end ``end``; segments past the one
+        holding ``end - 1`` are prefilled only as far as [pos, end) reaches into them."""
         f = None
         while pos < target:
             if pos < end or f is None:  # segments in order, as the write creates them

@@ -11,7 +11,7 @@ rebuilt queues hold the same bytes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -150,7 +150,7 @@ class Dispatcher:
         store_ts: int,
         uniq_prefix: str,
         uniq_start: int,
-        uniq_given: dict[int, str],
+        uniq_given: Mapping[int, str],
         keyed: list[int],
         key_strings: list[str],
         uniq_hashes: np.ndarray | None = None,
@@ -181,7 +181,7 @@ class Dispatcher:
         store_ts: int,
         uniq_prefix: str,
         uniq_start: int,
-        uniq_given: dict[int, str],
+        uniq_given: Mapping[int, str],
         keyed: list[int],
         key_strings: list[str],
         uniq_hashes: np.ndarray | None = None,

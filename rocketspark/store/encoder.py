@@ -88,13 +88,14 @@ from rocketspark.message.record import (
     UniqueIdGenerator,
     check_sizes,
 )
+from rocketspark.message.results import SameForEach
 from rocketspark.store.commit_log import ColumnBatch, PreparedRecord
 from rocketspark.store.config import MessageStoreConfig
 from rocketspark.store.topic_config import TopicConfigTable, unknown_topic
 
 # A columnar put encoded: the batch, the UNIQ_KEY prefix and first counter, the rows
 # that have their own UNIQ_KEY (row -> key), the rows with keys and their KEYS text.
-EncodedColumns = tuple[ColumnBatch, str, int, dict[int, str], list[int], list[str]]
+EncodedColumns = tuple[ColumnBatch, str, int, Mapping[int, str], list[int], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -807,7 +808,7 @@ class Encoder:
                     reconsume=rows.reconsume_times,
                 )
                 hashes = np.full(n, java_string_hash(f"{topic}#{own}"), dtype=np.int32)
-                given = dict.fromkeys(range(n), own)
+                given = SameForEach(n, own)
                 return (batch, uniq_prefix, uniq_start, given, [], []), hashes
         rests: list[bytes] = [b""] * n
         codes = [0] * n

@@ -374,3 +374,49 @@ def test_repr_hides_secrets_and_bodies():
     text = repr(cmd)
     assert "s3cr3t" not in text and "k3y" not in text and "payload-bytes" not in text
     assert "'ak'" in text and "'t'" in text and "<13 bytes>" in text and "PULL_MESSAGE" in text
+
+
+def _dumps_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header as json.dumps writes it (fastjson's order), the reference."""
+    header: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = dict(cmd.ext_fields)
+    header["flag"] = cmd.flag
+    header["language"] = LanguageCode(cmd.language).name
+    header["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = cmd.version
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",)) | st.sampled_from('"\\\x00\x1f\x7f\u2028/')
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.dictionaries(_TEXT, _TEXT, max_size=5),
+    remark=st.none() | _TEXT,
+    code=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+)
+def test_the_json_header_is_what_json_dumps_writes(
+    fields: dict[str, str], remark: str | None, code: int, opaque: int
+) -> None:
+    """The hand-written JSON header (texts without escapes copied as they are) has the
+    bytes json.dumps gives, for any texts: quotes, backslashes, controls, non-ASCII."""
+    cmd = RemotingCommand(code=code, ext_fields=fields, remark=remark, opaque=opaque)
+    frame = cmd.to_bytes()
+    (header_length,) = struct.unpack_from(">i", frame, 4)
+    assert frame[8 : 8 + (header_length & 0xFFFFFF)] == _dumps_header(cmd)
+
+
+def test_a_batch_answer_s_message_ids_are_written_as_they_are() -> None:
+    ids = ",".join(f"0A01020300002A9F{i:016X}" for i in range(1024))
+    cmd = RemotingCommand(code=0, ext_fields={"msgId": ids, "queueId": "1"}, opaque=7)
+    frame = cmd.to_bytes()
+    (header_length,) = struct.unpack_from(">i", frame, 4)
+    assert frame[8 : 8 + (header_length & 0xFFFFFF)] == _dumps_header(cmd)

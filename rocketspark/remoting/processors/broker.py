@@ -65,9 +65,10 @@ class BrokerProcessors:
                 RequestCode.SEND_MESSAGE_V2,
                 RequestCode.SEND_BATCH_MESSAGE,
             ),
-            sends.send,
+            sends.send_then_warm,
             send,
         )
+        self.store.warm_between_puts()  # send_then_warm prefills between puts
         # Pulls run on the reader thread (a pull never waits: one that finds nothing is
         # parked in the hold service); held pulls run again on the pull queue.
         server.register(

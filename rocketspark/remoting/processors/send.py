@@ -4,6 +4,7 @@ halves, and a consumer's send-back to ``%RETRY%group`` / ``%DLQ%group``."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import struct
 from collections.abc import Sequence
@@ -65,6 +66,8 @@ BATCH_HEAD = struct.Struct(">iiiii")
 SHORT = struct.Struct(">h")
 DLQ_QUEUES = 1  # a dead-letter topic's queues (RocketMQ: DLQ_NUMS_PER_GROUP)
 
+log = logging.getLogger(__name__)
+
 
 def _put_code(results: Sequence[PutResult]) -> int:
     """SUCCESS, or FLUSH_DISK_TIMEOUT when a SYNC_FLUSH put was stored but its flush timed
@@ -103,6 +106,18 @@ class SendProcessor:
 
     def __init__(self, store: MessageStore):
         self.store = store
+
+    def send_then_warm(self, request: RemotingCommand, channel: Channel) -> None:
+        """:meth:`send`, answered at once; then the CommitLog's next pages are prefilled
+        (``MessageStore.warm_ahead``) while the client reads the answer and sends its
+        next request, where a put would otherwise prefill them before its answer."""
+        channel.respond(request, self.send(request, channel))
+        try:
+            self.store.warm_ahead()
+        except (OSError, RocketSparkError) as e:
+            # Only a head start: the next put prefills what it needs, and meets (and
+            # answers) the same fault if it lasts.
+            log.debug("prefilling the CommitLog after a send failed: %s", e)
 
     def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         header: h.SendMessageRequestHeader
@@ -489,9 +504,15 @@ def _same_shape(
             return None
     flags = matrix[:, 12:16].copy().view(">i4").ravel()
 
+    def same(start: int, end: int) -> bool:
+        """Whether every row's bytes [start, end) are the first row's."""
+        return bool((matrix[:, start:end] == matrix[0, start:end]).all())
+
     def column(start: int, end: int) -> list[str]:
-        """Each row's bytes [start, end) as text."""
+        """Each row's bytes [start, end) as text (one str n times when they are alike)."""
         width = end - start
+        if same(start, end):
+            return [matrix[0, start:end].tobytes().decode("ascii")] * n
         text = matrix[:, start:end].tobytes().decode("ascii")
         return [text[i : i + width] for i in range(0, n * width, width)]
 
@@ -513,7 +534,10 @@ def _same_shape(
         uniq = list(column(v, end - 1))
     # the stored properties: the items but TAGS and KEYS, a batch's value in place of
     # a row's, then the batch's items the rows do not name
+    # (one bytes object n times when every row's are alike: a Java producer's batch of
+    # like messages, whose UNIQ_KEY is the batch's; the store then encodes it once)
     pieces: list[np.ndarray] = []
+    alike = True
     batch = {name: item for name, _value, item in extra}
     for name, _value in pairs:
         if name == _TAGS or name == _KEYS:
@@ -522,13 +546,19 @@ def _same_shape(
         start, _v, end = spans[name]
         if item is None:
             pieces.append(matrix[:, start:end])
+            alike = alike and same(start, end)
         else:
             pieces.append(np.broadcast_to(np.frombuffer(item, dtype=np.uint8), (n, len(item))))
     for item in batch.values():
         pieces.append(np.broadcast_to(np.frombuffer(item, dtype=np.uint8), (n, len(item))))
     width = sum(p.shape[1] for p in pieces)
-    stored = np.concatenate(pieces, axis=1).tobytes() if pieces else b""
-    props = [stored[i : i + width] for i in range(0, n * width, width)] if width else [b""] * n
+    if not width:
+        props = [b""] * n
+    elif alike:
+        props = [b"".join(p[0].tobytes() for p in pieces)] * n
+    else:
+        stored = np.concatenate(pieces, axis=1).tobytes()
+        props = [stored[i : i + width] for i in range(0, n * width, width)]
     return SerializedRows(
         [body[s : s + body_len] for s in range(head, size, total)],
         props,
