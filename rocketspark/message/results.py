@@ -67,7 +67,7 @@ class SameForEach(Mapping[int, str]):
         self._n, self._value = n, value
 
     def __getitem__(self, i: int) -> str:
-        if not 0 <= i < self._n:
+        if not (isinstance(i, int) and 0 <= i < self._n):
             raise KeyError(i)
         return self._value
 

@@ -339,21 +339,43 @@ def _json_text(value: Any) -> str:
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # fastjson's order: properties sorted by name; null ones and an empty map left out.
     # Written by hand (what json.dumps writes with separators "," and ":"): each text
-    # through _json_text.
+    # through _json_text. Fields of other types than declared: json.dumps itself.
     try:
         language = LanguageCode(cmd.language).name
     except ValueError:
         raise RemotingFrameError(f"language {cmd.language} has no name for a JSON header") from None
+    numbers = (cmd.code, cmd.flag, cmd.opaque, cmd.version)
+    ext = cmd.ext_fields
+    if not (
+        all(isinstance(v, int) and not isinstance(v, bool) for v in numbers)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in ext.items())
+        and (cmd.remark is None or isinstance(cmd.remark, str))
+    ):
+        return _dumps_json_header(cmd, language)  # what json.dumps makes of other types
     text = _json_text
     parts = [f'{{"code":{int(cmd.code)}']
-    if cmd.ext_fields:
-        fields = ",".join(f"{text(k)}:{text(v)}" for k, v in cmd.ext_fields.items())
+    if ext:
+        fields = ",".join(f"{text(k)}:{text(v)}" for k, v in ext.items())
         parts.append(f',"extFields":{{{fields}}}')
     parts.append(f',"flag":{int(cmd.flag)},"language":"{language}","opaque":{int(cmd.opaque)}')
     if cmd.remark is not None:
         parts.append(f',"remark":{text(cmd.remark)}')
     parts.append(f',"serializeTypeCurrentRPC":"JSON","version":{int(cmd.version)}}}')
     return "".join(parts).encode("utf-8")
+
+
+def _dumps_json_header(cmd: RemotingCommand, language: str) -> bytes:
+    header: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = dict(cmd.ext_fields)
+    header["flag"] = cmd.flag
+    header["language"] = language
+    header["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = SerializeType.JSON.name
+    header["version"] = cmd.version
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 _JSON_DECODER = json.JSONDecoder()

@@ -176,6 +176,7 @@ class CommitLog:
         )
         self._warm_end = 0  # prefilled with zeros up to here (by this process)
         self._warm = warm
+        self._warm_file: MappedFile | None = None  # the segment prefilled last
         # bytes an append prefills past its end (0: the writer calls warm_ahead between
         # appends instead, see MessageStore.warm_between_puts)
         self.ahead = WARM_AHEAD
@@ -280,8 +281,16 @@ class CommitLog:
         self._prefill(max(start, self._warm_end), end, end + self.ahead)
 
     def needs_warming(self, end: int) -> bool:
-        """Whether less than WARM_AHEAD - WARM_STEP bytes past ``end`` are prefilled."""
-        return self._warm and end > 0 and self._warm_end - end < WARM_AHEAD - WARM_STEP
+        """Whether less than WARM_AHEAD - WARM_STEP bytes past ``end`` are prefilled, short
+        of where a prefill stops (the end or the reserved blocks of the segment holding
+        ``end - 1``, when it is the one prefilled last): past that, nothing to do."""
+        if not self._warm or end <= 0:
+            return False
+        target = end + WARM_AHEAD - WARM_STEP
+        f = self._warm_file
+        if f is not None and f.start_offset < end <= f.end_offset:
+            target = min(target, f.end_offset, f.start_offset + f.reserved)
+        return self._warm_end < target
 
     def warm_ahead(self, end: int) -> None:
         """Between appends, ``end`` the CommitLog's end (the write lock held): prefill
@@ -307,6 +316,7 @@ class CommitLog:
             f.prefill(pos - f.start_offset, stop - f.start_offset)
             pos = stop
         self._warm_end = pos
+        self._warm_file = f
 
     def write(self, writes: list[tuple[int, list[Any]]]) -> None:
         """Copy each (CommitLog offset, byte pieces) into its segment, pieces joined once."""

@@ -392,7 +392,7 @@ def _dumps_header(cmd: RemotingCommand) -> bytes:
 
 
 _TEXT = st.text(
-    st.characters(blacklist_categories=("Cs",)) | st.sampled_from('"\\\x00\x1f\x7f\u2028/')
+    st.characters(codec="utf-8") | st.sampled_from('"\\\x00\x1f\x7f\u2028/')
 )
 
 
@@ -417,6 +417,19 @@ def test_the_json_header_is_what_json_dumps_writes(
 def test_a_batch_answer_s_message_ids_are_written_as_they_are() -> None:
     ids = ",".join(f"0A01020300002A9F{i:016X}" for i in range(1024))
     cmd = RemotingCommand(code=0, ext_fields={"msgId": ids, "queueId": "1"}, opaque=7)
+    frame = cmd.to_bytes()
+    (header_length,) = struct.unpack_from(">i", frame, 4)
+    assert frame[8 : 8 + (header_length & 0xFFFFFF)] == _dumps_header(cmd)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"n": 5}, {7: "seven"}, {"list": [1, "a"]}, {"f": 1.5, "none": None}],
+)
+def test_fields_of_other_types_than_text_are_written_as_json_dumps_writes_them(
+    fields: dict[str, str],
+) -> None:
+    cmd = RemotingCommand(code=ResponseCode.SUCCESS, ext_fields=fields, opaque=3)
     frame = cmd.to_bytes()
     (header_length,) = struct.unpack_from(">i", frame, 4)
     assert frame[8 : 8 + (header_length & 0xFFFFFF)] == _dumps_header(cmd)

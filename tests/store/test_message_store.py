@@ -604,3 +604,22 @@ def test_prefilling_between_puts_never_zeroes_data_another_writer_put(tmp_path):
                     got.extend(m.body for m in res.messages)
                     offset = res.next_offset
             assert sorted(got) == sorted(sent)
+
+
+def test_prefilling_between_puts_stops_asking_at_the_end_of_the_segment(tmp_path):
+    """Once the prefill reached what it may fill of the current segment (its end, or
+    its reserved blocks), warm_ahead has nothing to do and takes no lock: until a put
+    moves that limit (a reservation, the next segment)."""
+    with MessageStore.open(tmp_path, mappedFileSizeCommitLog=str(1 << 20)) as s:
+        s.warm_between_puts()
+        s.create_topic("t", queues=1)
+        s.put(Message("t", b"x" * 1000))
+        log = s.appender.commit_log
+        end = s.appender.known_commit_pos
+        for _ in range(64):
+            s.warm_ahead()
+        assert not log.needs_warming(end)
+        segment = log.files.get_or_create(end - 1)
+        assert log._warm_end == min(segment.end_offset, segment.start_offset + segment.reserved)
+        s.put_batch([Message("t", b"y" * 1000)] * 2000)  # into the next segments
+        assert log.needs_warming(s.appender.known_commit_pos)

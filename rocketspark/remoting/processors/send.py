@@ -106,6 +106,7 @@ class SendProcessor:
 
     def __init__(self, store: MessageStore):
         self.store = store
+        self._warm_failed = False  # the last warm_ahead after a send raised
 
     def send_then_warm(self, request: RemotingCommand, channel: Channel) -> None:
         """:meth:`send`, answered at once; then the CommitLog's next pages are prefilled
@@ -114,10 +115,15 @@ class SendProcessor:
         channel.respond(request, self.send(request, channel))
         try:
             self.store.warm_ahead()
-        except (OSError, RocketSparkError) as e:
+        except Exception:
             # Only a head start: the next put prefills what it needs, and meets (and
-            # answers) the same fault if it lasts.
-            log.debug("prefilling the CommitLog after a send failed: %s", e)
+            # answers) the same fault if it lasts. Not raised: the request is answered
+            # already (the server would answer it again). Logged once until it works.
+            if not self._warm_failed:
+                log.warning("prefilling the CommitLog after a send failed", exc_info=True)
+            self._warm_failed = True
+        else:
+            self._warm_failed = False
 
     def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         header: h.SendMessageRequestHeader
