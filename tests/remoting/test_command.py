@@ -391,9 +391,7 @@ def _dumps_header(cmd: RemotingCommand) -> bytes:
     return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-_TEXT = st.text(
-    st.characters(codec="utf-8") | st.sampled_from('"\\\x00\x1f\x7f\u2028/')
-)
+_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from('"\\\x00\x1f\x7f\u2028/'))
 
 
 @settings(max_examples=300, deadline=None)
