@@ -384,7 +384,8 @@ class Channel:
         """Close the socket: called by the reader when it has stopped reading, after
         close() shut the socket down. No write is in progress then: the writer thread,
         failing on the shut socket, has ended, and the write lock is held."""
-        writer = self._writer
+        with self._write_lock:  # send() makes and starts the writer under it
+            writer = self._writer
         if writer is not None and writer is not threading.current_thread():
             writer.join()
         with self._write_lock:
