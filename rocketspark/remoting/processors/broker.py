@@ -49,10 +49,12 @@ class BrokerProcessors:
         and one thread stores the requests of a connection in the order they came
         (pipelined async sends, an orderly producer's). END_TRANSACTION has a queue of
         its own (RocketMQ's endTransactionExecutor), so that a producer's commit or
-        rollback, and its answers to check-backs, do not wait behind a backlog of sends.
+        rollback, and its answers to check-backs, do not wait behind a backlog of sends;
+        one thread, so that halves committed one after another (a sink's, pipelined)
+        land in the queue in that order.
         """
         send = server.work_queue("send", threads=1, capacity=10_000)
-        end_transaction = server.work_queue("end-transaction", threads=2, capacity=100_000)
+        end_transaction = server.work_queue("end-transaction", threads=1, capacity=100_000)
         pull = server.work_queue("pull", threads=threads, capacity=100_000)
         admin = server.work_queue("admin", threads=2, capacity=10_000)
         heartbeat = server.work_queue("heartbeat", threads=1, capacity=50_000)
