@@ -151,13 +151,7 @@ class Encoder:
         """
         # Hot path: every single put. Plain ints and struct, no numpy, no batch objects.
         topic = msg.topic
-        mono = time.monotonic()
-        if mono > self._topic_cache_until:
-            self._topic_cache.clear()
-            self._topic_cache_until = mono + 1.0
-        info = self._topic_cache.get(topic)
-        if info is None:
-            info = self._topic_cache[topic] = self.topic_info(topic)
+        info = self._write_info(topic)
         write_queues, topic_part, magic = info.write_queues, info.topic_field, info.magic
         queue_id = self._select_queue(msg, write_queues)
         user = msg.properties
@@ -239,12 +233,7 @@ class Encoder:
         uniq_given: dict[int, str] = {}
         keyed: list[int] = []
         key_strings: list[str] = []
-        # Topic configs are re-read at most once a second (a stat of topics.json
-        # costs more than encoding a message); create_topic here clears it.
-        mono = time.monotonic()
-        if mono > self._topic_cache_until:
-            self._topic_cache.clear()
-            self._topic_cache_until = mono + 1.0
+        self._expire_topics()
         topic_info = self._topic_cache
         uniform = self._uniform_batch(cols, now, uniq_prefix, uniq_start, half)
         if uniform is not None:
@@ -756,13 +745,7 @@ class Encoder:
         )
         n = len(bodies)
         uniq_prefix, uniq_start = self.ids.next_block(n, now)
-        mono = time.monotonic()
-        if mono > self._topic_cache_until:
-            self._topic_cache.clear()
-            self._topic_cache_until = mono + 1.0
-        info = self._topic_cache.get(topic)
-        if info is None:
-            info = self._topic_cache[topic] = self.topic_info(topic)
+        info = self._write_info(topic)
         write_queues, topic_part, magic = info.write_queues, info.topic_field, info.magic
         if queue_id is not None:
             if not 0 <= queue_id < write_queues:
@@ -865,6 +848,23 @@ class Encoder:
             reconsume=rows.reconsume_times,
         )
         return (batch, uniq_prefix, uniq_start, uniq_given, keyed, key_strings), None
+
+    def _expire_topics(self) -> None:
+        """Forget the cached topic configs once a second: they are re-read at most that
+        often (a stat of topics.json costs more than encoding a message); create_topic
+        here clears them."""
+        mono = time.monotonic()
+        if mono > self._topic_cache_until:
+            self._topic_cache.clear()
+            self._topic_cache_until = mono + 1.0
+
+    def _write_info(self, topic: str) -> TopicWriteInfo:
+        """What a put to ``topic`` needs, from the cache (see _expire_topics)."""
+        self._expire_topics()
+        info = self._topic_cache.get(topic)
+        if info is None:
+            info = self._topic_cache[topic] = self.topic_info(topic)
+        return info
 
     def topic_info(self, topic: str) -> TopicWriteInfo:
         """What the records of a topic to put to need (created if allowed, see _topic_for_put)."""
